@@ -1,0 +1,388 @@
+"""Run specs: TOML parsed into a validated `RunSpec`. Errors name the file, the field and what is
+wrong. The minimal spec in the README is valid as written; every richer form extends it.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from loadgen.errors import SpecError
+
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+DEFAULT_DEADLINE_S = 300.0
+DEFAULT_IDLE_TIMEOUT_S = 60.0
+MAX_DEADLINE_S = 1800.0  # chunk offsets are stored as int32 µs: 35 minutes at most
+DEFAULT_MAX_REQUESTS = 1_000_000
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- lengths
+
+
+class FixedLength(_Strict):
+    dist: Literal["fixed"] = "fixed"
+    value: int = Field(ge=1)
+
+
+class UniformLength(_Strict):
+    dist: Literal["uniform"]
+    min: int = Field(ge=1)
+    max: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLength:
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        return self
+
+
+class NormalLength(_Strict):
+    dist: Literal["normal"]
+    mean: float = Field(gt=0)
+    std: float = Field(ge=0)
+    min: int = Field(default=1, ge=1)
+    max: int | None = Field(default=None, ge=1)
+
+
+class LognormalLength(_Strict):
+    """Lognormal by the median and sigma of the underlying normal (`ln`-space std)."""
+
+    dist: Literal["lognormal"]
+    median: float = Field(gt=0)
+    sigma: float = Field(ge=0)
+    min: int = Field(default=1, ge=1)
+    max: int | None = Field(default=None, ge=1)
+
+
+LengthDist = Annotated[
+    FixedLength | UniformLength | NormalLength | LognormalLength, Field(discriminator="dist")
+]
+
+
+def _coerce_length(value: Any) -> Any:
+    """A bare integer means a fixed length."""
+    if isinstance(value, bool):
+        raise ValueError("a length must be an integer or a table with `dist`")
+    if isinstance(value, int):
+        return {"dist": "fixed", "value": value}
+    return value
+
+
+# ---------------------------------------------------------------- target
+
+
+class TargetSpec(_Strict):
+    api: Literal["openai-chat", "openai-completions"]
+    base_url: str
+    model: str = Field(min_length=1)
+    api_key_env: str | None = Field(
+        default=None, description="name of the environment variable holding the key"
+    )
+    stream: bool = True
+    include_usage: bool = True
+    ignore_eos: bool = False
+    headers: dict[str, str] = Field(default_factory=dict)
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    connect_timeout_s: float = Field(default=DEFAULT_CONNECT_TIMEOUT_S, gt=0)
+    deadline_s: float = Field(default=DEFAULT_DEADLINE_S, gt=0, le=MAX_DEADLINE_S)
+    idle_timeout_s: float = Field(default=DEFAULT_IDLE_TIMEOUT_S, gt=0)
+    metrics_url: str | None = None  # Prometheus endpoint to scrape during the run
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_only(cls, v: str) -> str:
+        if not (v.startswith("http://") or v.startswith("https://")):
+            raise ValueError(f"must start with http:// or https:// (got {v!r})")
+        if "@" in v.split("/")[2]:
+            raise ValueError("credentials in the URL are not allowed; use api_key_env")
+        return v.rstrip("/")
+
+    @field_validator("headers")
+    @classmethod
+    def _no_secret_headers(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if name.lower() in {"authorization", "x-api-key", "api-key"}:
+                raise ValueError(
+                    f"header {name!r} would store a secret in the spec; use api_key_env"
+                )
+        return v
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        if v is not None and (not v or not v.replace("_", "").isalnum()):
+            raise ValueError(f"must be an environment variable name, got {v!r}")
+        return v
+
+
+# ---------------------------------------------------------------- workload
+
+
+class WorkloadSpec(_Strict):
+    prompt_tokens: LengthDist = Field(default_factory=lambda: FixedLength(value=128))
+    output_tokens: LengthDist = Field(default_factory=lambda: FixedLength(value=128))
+    shared_prefix_fraction: float = Field(default=0.0, ge=0, le=1)
+    dataset: str | None = None  # JSONL with "prompt" (and optional "output_tokens") per line
+    seed: int = 0
+    system_prompt: str | None = None
+    sessions: SessionSpec | None = None
+
+    _coerce_prompt = field_validator("prompt_tokens", "output_tokens", mode="before")(
+        _coerce_length
+    )
+
+
+class SessionSpec(_Strict):
+    """Multi-turn chat: each session sends `turns` requests whose context grows."""
+
+    turns: int = Field(ge=1, le=1000)
+    user_tokens_per_turn: LengthDist = Field(default_factory=lambda: FixedLength(value=64))
+
+    _coerce = field_validator("user_tokens_per_turn", mode="before")(_coerce_length)
+
+
+WorkloadSpec.model_rebuild()
+
+
+# ---------------------------------------------------------------- load
+
+
+class SaturationSpec(_Strict):
+    """Search for the highest level meeting the spec's SLOs by doubling then bisecting."""
+
+    start: float = Field(gt=0)
+    max: float = Field(gt=0)
+    max_steps: int = Field(default=8, ge=1, le=32)
+    tolerance: float = Field(default=0.1, gt=0, lt=1)  # relative width at which the search stops
+
+
+class RampSpec(_Strict):
+    """Open-loop rate rising linearly from `from_rate` to `to_rate` over the level's duration."""
+
+    from_rate: float = Field(ge=0)
+    to_rate: float = Field(gt=0)
+
+
+class LoadSpec(_Strict):
+    concurrency: list[int] | None = None
+    rate: list[float] | None = None  # requests/s, open loop
+    arrival: Literal["constant", "poisson", "gamma"] = "poisson"
+    burstiness: float = Field(default=1.0, gt=0)  # gamma shape; 1.0 = Poisson
+    ramp: RampSpec | None = None
+    trace: str | None = None  # JSONL: {"t": seconds, "prompt_tokens": n, "output_tokens": m}
+    saturation: SaturationSpec | None = None
+    duration_s: float = Field(gt=0)
+    warmup_s: float = Field(default=0.0, ge=0)
+    cooldown_s: float = Field(default=0.0, ge=0)
+    think_time_s: float = Field(default=0.0, ge=0)
+    max_requests: int = Field(default=DEFAULT_MAX_REQUESTS, ge=1)
+    max_concurrency: int = Field(default=4096, ge=1)  # cap on in-flight requests, open loop
+    seed: int = 0
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive_users(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None:
+            if not v:
+                raise ValueError("needs at least one level")
+            for i, c in enumerate(v):
+                if c < 1:
+                    raise ValueError(f"level {i} is {c}: concurrency must be at least 1")
+        return v
+
+    @field_validator("rate")
+    @classmethod
+    def _positive_rates(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None:
+            if not v:
+                raise ValueError("needs at least one level")
+            for i, r in enumerate(v):
+                if not (r > 0 and math.isfinite(r)):
+                    raise ValueError(f"level {i} is {r}: a rate must be positive (requests/s)")
+        return v
+
+    @model_validator(mode="after")
+    def _one_model(self) -> LoadSpec:
+        chosen = [
+            n
+            for n, v in (
+                ("concurrency", self.concurrency),
+                ("rate", self.rate),
+                ("ramp", self.ramp),
+                ("trace", self.trace),
+                ("saturation", self.saturation),
+            )
+            if v is not None
+        ]
+        if len(chosen) != 1:
+            raise ValueError(
+                "choose exactly one load model: concurrency, rate, ramp, trace or saturation"
+                + (f" (got {', '.join(chosen)})" if chosen else "")
+            )
+        if self.warmup_s + self.cooldown_s >= self.duration_s:
+            raise ValueError(
+                f"warmup_s + cooldown_s ({self.warmup_s + self.cooldown_s}) must be shorter than "
+                f"duration_s ({self.duration_s})"
+            )
+        return self
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.concurrency is not None
+
+
+# ---------------------------------------------------------------- SLOs, regions, labels
+
+
+class SLO(_Strict):
+    metric: Literal["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfat_ms"]
+    percentile: float = Field(gt=0, lt=100)
+    threshold: float = Field(gt=0)
+
+
+class Region(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    share: float = Field(gt=0, le=1)
+    workers: int = Field(default=1, ge=1, le=256)
+
+
+class Labels(BaseModel):
+    """The test matrix that makes two runs comparable. Unknown keys are kept as extra labels."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    model: str | None = None
+    revision: str | None = None
+    quantization: str | None = None
+    engine: str | None = None
+    engine_version: str | None = None
+    hardware: str | None = None
+    chat_template: str | None = None
+    generation: dict[str, Any] = Field(default_factory=dict)
+
+
+DEFAULT_REGION = "local"
+
+
+class ValiditySpec(_Strict):
+    """Self-check bounds: past these, the generator, not the server, shaped the numbers."""
+
+    max_loop_lag_p99_ms: float = Field(default=2.0, gt=0)
+    max_dispatch_delay_p99_ms: float = Field(default=5.0, gt=0)
+    max_cpu_percent: float = Field(default=90.0, gt=0)
+
+
+class RunSpec(_Strict):
+    name: str = Field(min_length=1, max_length=200)
+    description: str = ""
+    target: TargetSpec
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    load: LoadSpec
+    slos: list[SLO] = Field(default_factory=list)
+    regions: list[Region] = Field(
+        default_factory=lambda: [Region(name=DEFAULT_REGION, share=1.0)]
+    )
+    labels: Labels = Field(default_factory=Labels)
+    validity: ValiditySpec = Field(default_factory=ValiditySpec)
+    store_content: bool = False  # store prompt and response text (off by default)
+
+    @model_validator(mode="after")
+    def _regions_consistent(self) -> RunSpec:
+        names = [r.name for r in self.regions]
+        if len(set(names)) != len(names):
+            raise ValueError(f"region names repeat: {names}")
+        total = sum(r.share for r in self.regions)
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"region shares must add up to 1 (they add up to {total:g})")
+        if self.load.saturation is not None and not self.slos:
+            raise ValueError("a saturation search needs [[slos]] to decide what 'meets' means")
+        return self
+
+    def public_dict(self) -> dict[str, Any]:
+        """The spec as stored: no secrets by construction (keys are only env var names)."""
+        return self.model_dump(mode="json")
+
+
+def _format_loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in {"FixedLength", "UniformLength", "NormalLength", "LognormalLength"}:
+            continue
+        elif part in {"fixed", "uniform", "normal", "lognormal"}:
+            continue
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def spec_from_dict(data: dict[str, Any], where: str = "spec") -> RunSpec:
+    try:
+        return RunSpec.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = _format_loc(tuple(err["loc"]))
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown field"
+            lines.append(f"{loc or '(top level)'}: {msg}")
+        raise SpecError("; ".join(lines), where=where) from None
+
+
+def load_spec(path: str | Path) -> RunSpec:
+    """Read and validate a TOML run spec; raise `SpecError` naming the file and field."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError("file not found", where=str(p)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read: {exc}", where=str(p)) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"not valid TOML: {exc}", where=str(p)) from None
+    spec = spec_from_dict(data, where=str(p))
+    base = p.parent
+    return _resolve_paths(spec, base)
+
+
+def _resolve_paths(spec: RunSpec, base: Path) -> RunSpec:
+    """Make dataset and trace paths relative to the spec's folder, and check they exist."""
+    updates_w: dict[str, Any] = {}
+    updates_l: dict[str, Any] = {}
+    if spec.workload.dataset:
+        p = (base / spec.workload.dataset).resolve()
+        if not p.is_file():
+            raise SpecError(f"dataset file not found: {p}", where="workload.dataset")
+        updates_w["dataset"] = str(p)
+    if spec.load.trace:
+        p = (base / spec.load.trace).resolve()
+        if not p.is_file():
+            raise SpecError(f"trace file not found: {p}", where="load.trace")
+        updates_l["trace"] = str(p)
+    if not updates_w and not updates_l:
+        return spec
+    return spec.model_copy(
+        update={
+            "workload": spec.workload.model_copy(update=updates_w),
+            "load": spec.load.model_copy(update=updates_l),
+        }
+    )

@@ -1,0 +1,76 @@
+"""The seam between the runner and an endpoint: a `Target` turns one `PreparedRequest` into a
+stream of `StreamEvent`s, each stamped with the arrival time of the bytes that carried it.
+
+A target speaks the API (HTTP, SSE/NDJSON, JSON); it never decides *when* to send and never reads
+the clock on its own: the runner injects `clock` (monotonic ns) and the target calls it once per
+network read, before any parsing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Protocol
+
+Clock = Callable[[], int]
+"""Monotonic nanoseconds (`time.perf_counter_ns` in production; injectable in tests)."""
+
+
+class EventKind(IntEnum):
+    SENT = 0  # the request's bytes were handed to the socket (t_ns = send time)
+    HEADERS = 1  # response status line and headers arrived; `status` set
+    CONTENT = 2  # an answer delta; `text` set, `tokens` = tokens it carries (>= 1)
+    REASONING = 3  # a reasoning delta (reasoning_content / reasoning)
+    TOOL_CALL = 4  # a tool-call delta (counts as output)
+    USAGE = 5  # the server's usage block; `usage` set
+    ERROR = 6  # an in-band error event; `text` holds the server's message (truncated)
+    DONE = 7  # the stream ended properly ([DONE], or a complete non-streaming body)
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+
+@dataclass(slots=True)
+class StreamEvent:
+    kind: EventKind
+    t_ns: int  # arrival of the read that carried this event, monotonic ns
+    text: str = ""
+    tokens: int = 0
+    status: int = 0
+    usage: Usage | None = None
+    retry_after_s: float | None = None
+
+
+@dataclass(slots=True)
+class PreparedRequest:
+    """Everything needed to send one request; built by the workload, never by the target.
+
+    `body` is the JSON payload without `stream`/`model` decisions left open: targets send it as is.
+    `deadline_s` bounds the whole request; `idle_timeout_s` bounds the gap between two reads.
+    """
+
+    request_id: str
+    body: dict[str, Any]
+    prompt_tokens: int | None = None
+    max_tokens: int | None = None
+    deadline_s: float = 600.0
+    idle_timeout_s: float = 60.0
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Target(Protocol):
+    """One streaming method. Failures surface as exceptions from `loadgen.errors`'s transport
+    family (or the underlying library's); the runner maps them to a record's outcome."""
+
+    def stream(self, request: PreparedRequest, clock: Clock) -> AsyncIterator[StreamEvent]: ...
+
+    async def warm(self, connections: int) -> None:
+        """Open up to `connections` keep-alive connections before the start (no requests)."""
+        ...
+
+    async def aclose(self) -> None: ...
