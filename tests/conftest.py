@@ -1,0 +1,7 @@
+"""Shared fixtures live in tests/support/ (one module per owner); this file only loads them."""
+
+pytest_plugins = [
+    "tests.support.ports",
+    "tests.support.stores",
+    "tests.support.sim",
+]
