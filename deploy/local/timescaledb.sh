@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Start a TimescaleDB (PostgreSQL 17 + timescaledb, Apache build) on 127.0.0.1:5433 for
+# development and tests, as root, idempotently. Prints the URL of the `peakload_test` database.
+#   Debian 13: apt packages postgresql-17 + postgresql-17-timescaledb, a dedicated cluster
+#              "17/peakload" on port 5433.
+#   Debian 12: no TimescaleDB package; a Debian 13 root made once with debootstrap (kept at
+#              $PEAKLOAD_TRIXIE_ROOT, default /var/lib/peakload/trixie-root) runs the server.
+# Authentication: scram-sha-256 (a password) for user postgres over TCP on 127.0.0.1 only; peer
+# on the local socket (inside the root / cluster) for this script's own admin commands. The
+# password is generated once and kept in $PEAKLOAD_STATE/timescaledb.password (mode 0600).
+# When the server already answers with the password, the script only prints the URL (< 1 s).
+set -euo pipefail
+
+STATE=${PEAKLOAD_STATE:-/var/lib/peakload}
+ROOT=${PEAKLOAD_TRIXIE_ROOT:-$STATE/trixie-root}
+PORT=${PEAKLOAD_TS_PORT:-5433}
+DB=peakload_test
+PWFILE=$STATE/timescaledb.password
+PGBIN=/usr/lib/postgresql/17/bin
+
+die() { echo "timescaledb.sh: error: $*" >&2; exit 1; }
+log() { echo "timescaledb.sh: $*" >&2; }
+
+[ "$(id -u)" = 0 ] || die "run as root (it installs packages and starts a server)"
+mkdir -p "$STATE"
+chmod 0755 "$STATE"
+if [ ! -s "$PWFILE" ]; then
+    (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=\n' >"$PWFILE")
+fi
+PASSWORD=$(cat "$PWFILE")
+URL="postgresql://postgres:${PASSWORD}@127.0.0.1:${PORT}/${DB}"
+
+ready() {
+    # The server answers on TCP with the password and timescaledb is in peakload_test.
+    PGPASSWORD=$PASSWORD PGCONNECT_TIMEOUT=2 psql -h 127.0.0.1 -p "$PORT" -U postgres -d "$DB" \
+        -Atqc "SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'" 2>/dev/null \
+        | grep -q .
+}
+
+command -v psql >/dev/null || { apt-get install -y postgresql-client >&2 \
+    || die "psql is missing and apt-get install postgresql-client failed"; }
+if ready; then
+    echo "$URL"
+    exit 0
+fi
+
+DEBIAN_MAJOR=$(cut -d. -f1 /etc/debian_version 2>/dev/null || echo unknown)
+CONF_BODY="# written by peakload deploy/local/timescaledb.sh
+shared_preload_libraries = 'timescaledb'
+port = $PORT
+listen_addresses = '127.0.0.1'
+dynamic_shared_memory_type = mmap
+password_encryption = 'scram-sha-256'
+timescaledb.telemetry_level = off
+max_connections = 200
+"
+HBA_BODY="# written by peakload deploy/local/timescaledb.sh: peer on the socket, a password on TCP
+local   all   all                     peer
+host    all   all   127.0.0.1/32      scram-sha-256
+"
+
+write_if_changed() {  # path content
+    if [ ! -f "$1" ] || [ "$(cat "$1")" != "$2" ]; then
+        printf '%s' "$2" >"$1" || die "cannot write $1"
+        return 0
+    fi
+    return 1
+}
+
+if [ "$DEBIAN_MAJOR" -ge 13 ] 2>/dev/null; then
+    # ---------------------------------------------------------------- Debian 13: native
+    CLUSTER=peakload
+    if ! dpkg -s postgresql-17-timescaledb >/dev/null 2>&1; then
+        log "installing postgresql-17 and postgresql-17-timescaledb"
+        apt-get update >&2 || die "apt-get update failed"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql-17 postgresql-17-timescaledb \
+            >&2 || die "apt-get install postgresql-17 postgresql-17-timescaledb failed"
+    fi
+    if [ ! -d /etc/postgresql/17/$CLUSTER ]; then
+        pg_createcluster 17 $CLUSTER -p "$PORT" --start-conf=manual >&2 \
+            || die "pg_createcluster 17 $CLUSTER failed"
+    fi
+    CONFDIR=/etc/postgresql/17/$CLUSTER
+    changed=0
+    write_if_changed "$CONFDIR/conf.d/peakload.conf" "$CONF_BODY" && changed=1
+    write_if_changed "$CONFDIR/pg_hba.conf" "$HBA_BODY" && changed=1
+    if pg_ctlcluster 17 $CLUSTER status >/dev/null 2>&1; then
+        [ $changed = 1 ] && { pg_ctlcluster 17 $CLUSTER restart >&2 || die "restart failed"; }
+    else
+        pg_ctlcluster 17 $CLUSTER start >&2 || die "pg_ctlcluster 17 $CLUSTER start failed \
+(see /var/log/postgresql/postgresql-17-$CLUSTER.log)"
+    fi
+    as_pg() { su postgres -c "PGOPTIONS=--client-min-messages=warning psql -p $PORT -v ON_ERROR_STOP=1 -Atq $*"; }
+elif [ "$DEBIAN_MAJOR" = 12 ]; then
+    # ---------------------------------------------------------------- Debian 12: a trixie root
+    good_root() {
+        [ -x "$ROOT$PGBIN/postgres" ] && [ -x "$ROOT$PGBIN/pg_ctl" ] \
+            && [ -f "$ROOT/usr/share/postgresql/17/extension/timescaledb.control" ] \
+            && [ -f "$ROOT/var/lib/postgresql/17/main/PG_VERSION" ] \
+            && [ -d "$ROOT/etc/postgresql/17/main/conf.d" ]
+    }
+    if ! good_root; then
+        [ -e "$ROOT" ] && die "$ROOT exists but is not a complete Debian 13 root with \
+postgresql-17 and timescaledb; move it away and rerun (building takes ~100 s, ~700 MB)"
+        command -v debootstrap >/dev/null || apt-get install -y debootstrap >&2 \
+            || die "apt-get install debootstrap failed"
+        log "building a Debian 13 root at $ROOT (once; about 100 s)"
+        rm -rf "$ROOT.partial"
+        debootstrap --variant=minbase --include=postgresql-17,postgresql-17-timescaledb \
+            trixie "$ROOT.partial" >&2 || die "debootstrap of trixie into $ROOT.partial failed"
+        mv "$ROOT.partial" "$ROOT"
+        good_root || die "debootstrap finished but $ROOT lacks postgresql-17/timescaledb"
+    fi
+    mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc" \
+        || die "mount -t proc proc $ROOT/proc failed"
+    CONFDIR=$ROOT/etc/postgresql/17/main
+    changed=0
+    write_if_changed "$CONFDIR/conf.d/peakload.conf" "$CONF_BODY" && changed=1
+    write_if_changed "$CONFDIR/pg_hba.conf" "$HBA_BODY" && changed=1
+    chroot "$ROOT" sh -c "mkdir -p /var/run/postgresql && chown postgres:postgres /var/run/postgresql" \
+        || die "cannot prepare /var/run/postgresql inside $ROOT"
+    PGCTL="$PGBIN/pg_ctl -D /var/lib/postgresql/17/main \
+-o '-c config_file=/etc/postgresql/17/main/postgresql.conf' -l /var/log/postgresql/peakload.log"
+    if chroot "$ROOT" su postgres -c "$PGCTL status" >/dev/null 2>&1; then
+        if [ $changed = 1 ]; then
+            log "configuration changed: restarting"
+            chroot "$ROOT" su postgres -c "$PGCTL -m fast -w restart" >&2 \
+                || die "restart failed (see $ROOT/var/log/postgresql/peakload.log)"
+        fi
+    else
+        log "starting PostgreSQL 17 in $ROOT on 127.0.0.1:$PORT"
+        chroot "$ROOT" su postgres -c "$PGCTL -w -t 60 start" >&2 \
+            || die "pg_ctl start failed (see $ROOT/var/log/postgresql/peakload.log)"
+    fi
+    as_pg() { chroot "$ROOT" su postgres -c "PGOPTIONS=--client-min-messages=warning psql -p $PORT -v ON_ERROR_STOP=1 -Atq $*"; }
+else
+    die "unsupported system: /etc/debian_version says '$DEBIAN_MAJOR' (need Debian 12 or 13)"
+fi
+
+# The password (scram) for TCP, the test database and the extension: each idempotent.
+# The password is read by psql from a root-only file, so it never appears on a command line.
+if [ "$DEBIAN_MAJOR" = 12 ]; then PWCOPY=$ROOT/run/peakload.pw; else PWCOPY=/run/peakload.pw; fi
+install -m 0600 "$PWFILE" "$PWCOPY" || die "cannot copy the password file to $PWCOPY"
+if [ "$DEBIAN_MAJOR" = 12 ]; then chroot "$ROOT" chown postgres /run/peakload.pw; else
+    chown postgres /run/peakload.pw; fi
+as_pg "-d postgres" >/dev/null <<'SQL' || { rm -f "$PWCOPY"; die "setting the postgres password failed"; }
+\set pw `cat /run/peakload.pw`
+ALTER ROLE postgres PASSWORD :'pw';
+SQL
+rm -f "$PWCOPY"
+exists=$(as_pg "-d postgres -c \"SELECT 1 FROM pg_database WHERE datname = '$DB'\"" </dev/null) \
+    || die "cannot query pg_database"
+[ "$exists" = 1 ] || as_pg "-d postgres -c 'CREATE DATABASE $DB'" </dev/null >/dev/null \
+    || die "CREATE DATABASE $DB failed"
+as_pg "-d $DB -c 'CREATE EXTENSION IF NOT EXISTS timescaledb'" </dev/null >/dev/null \
+    || die "CREATE EXTENSION timescaledb failed in $DB (is shared_preload_libraries set?)"
+ready || die "the server runs but 127.0.0.1:$PORT does not accept the password for $DB"
+echo "$URL"
