@@ -1,0 +1,58 @@
+# peakload: the commands a user and CI type. `make demo` and `make test` work on a fresh
+# Debian 12/13 machine (as root for `make test`, which installs and starts services).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-fast check bench services venv install install-test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(TEST_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(BIN)/python
+install: $(STAMP)
+install-test: $(TEST_STAMP)
+
+## The main job on embedded defaults: the simulated engine, in-process shards, embedded store.
+demo: $(STAMP)
+	$(BIN)/peakload demo
+
+## Services the tests use: Redis, TimescaleDB, a headless Chromium (idempotent).
+services:
+	bash deploy/local/chromium.sh
+	bash deploy/local/env.sh >/dev/null
+
+## The whole suite, on the embedded store and on TimescaleDB, with real services.
+test: $(TEST_STAMP) services
+	set -a; eval "$$(bash deploy/local/env.sh)"; set +a; \
+	$(BIN)/pytest -p no:cacheprovider $(PYTEST_ARGS)
+
+## Everything but the slow group (for a quick local loop).
+test-fast: $(TEST_STAMP) services
+	set -a; eval "$$(bash deploy/local/env.sh)"; set +a; \
+	$(BIN)/pytest -p no:cacheprovider -m "not slow" $(PYTEST_ARGS)
+
+check: $(TEST_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+bench: $(TEST_STAMP) services
+	set -a; eval "$$(bash deploy/local/env.sh)"; set +a; \
+	bash bench/run_all.sh
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache test-artifacts

@@ -1,0 +1,202 @@
+"""Workloads: what each request asks for. Synthetic prompts with seeded length distributions and
+an optional shared prefix, JSONL datasets, and multi-turn sessions whose context grows.
+
+Synthetic prompts are made of words from a fixed vocabulary; `tokens_per_word` (1.0 unless
+calibrated from the server's reported usage, see `calibrate_tokens_per_word`) converts a target
+token count into a word count. Nothing is downloaded: no tokenizer is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadgen.errors import SpecError
+from loadgen.spec import (
+    FixedLength,
+    LengthDist,
+    LognormalLength,
+    NormalLength,
+    RunSpec,
+    UniformLength,
+)
+
+# Short, common, single-token words in most BPE vocabularies (each followed by a space).
+_VOCAB = (
+    "the of and to in is was he for it with as his on be at by had are but from or have an "
+    "they which one you were her all she there would their we him been has when who will more "
+    "no if out so said what up its about into than them can only other new some could time "
+    "these two may then do first any my now such like our over man me even most made after "
+    "also did many before must through back years where much your way well down should because "
+    "each just those people how too little state good very make world still own see men work "
+    "long get here between both life being under never day same another know while last might "
+    "us great old year off come since against go came right used take three"
+).split()
+_VOCAB_ARRAY = np.array(_VOCAB)
+
+
+def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator) -> np.ndarray:
+    """`n` integer lengths (tokens) drawn from `dist`, clipped to its bounds and to >= 1."""
+    if isinstance(dist, FixedLength):
+        return np.full(n, dist.value, dtype=np.int64)
+    if isinstance(dist, UniformLength):
+        return rng.integers(dist.min, dist.max + 1, size=n, dtype=np.int64)
+    if isinstance(dist, NormalLength):
+        raw = rng.normal(dist.mean, dist.std, size=n)
+        lo, hi = dist.min, dist.max
+    elif isinstance(dist, LognormalLength):
+        raw = rng.lognormal(math.log(dist.median), dist.sigma, size=n)
+        lo, hi = dist.min, dist.max
+    else:  # pragma: no cover - the discriminated union is exhaustive
+        raise TypeError(dist)
+    out = np.rint(raw).astype(np.int64)
+    return np.clip(out, lo, hi if hi is not None else np.iinfo(np.int64).max)
+
+
+@dataclass(slots=True)
+class Prompt:
+    """One request's input: chat messages (or a plain prompt for completions)."""
+
+    messages: list[dict[str, str]]
+    prompt_tokens: int  # planned length in tokens (synthetic) or None-equivalent -1 (dataset)
+    max_tokens: int
+
+
+def _words(rng: np.random.Generator, n: int) -> str:
+    if n <= 0:
+        return ""
+    return " ".join(_VOCAB_ARRAY[rng.integers(0, len(_VOCAB_ARRAY), size=n)].tolist())
+
+
+class Workload:
+    """Makes prompts for one shard, deterministically from (seed, request index).
+
+    The same (seed, index) always yields the same prompt, so a replayed shard asks the same
+    questions. The shared prefix is identical across all shards of a run (seeded by the spec's
+    workload seed only), so prefix caching behaves as it would with one client.
+    """
+
+    def __init__(self, spec: RunSpec, shard_seed: int, tokens_per_word: float = 1.0) -> None:
+        if tokens_per_word <= 0:
+            raise SpecError("tokens_per_word must be positive", where="calibration")
+        w = spec.workload
+        self._spec = spec
+        self._seed = shard_seed
+        self._tpw = tokens_per_word
+        self._dataset = load_dataset(w.dataset) if w.dataset else None
+        prefix_rng = np.random.default_rng([w.seed, 0x5EED])
+        self._prefix_cache: dict[int, str] = {}
+        self._prefix_rng_state = prefix_rng.bit_generator.state
+        self._system = w.system_prompt
+
+    def _shared_prefix(self, tokens: int) -> str:
+        text = self._prefix_cache.get(tokens)
+        if text is None:
+            rng = np.random.default_rng([self._spec.workload.seed, 0x5EED, tokens])
+            text = _words(rng, self._words_for(tokens))
+            self._prefix_cache[tokens] = text
+        return text
+
+    def _words_for(self, tokens: int) -> int:
+        return max(0, round(tokens / self._tpw))
+
+    def prompt(self, index: int, prompt_tokens: int | None = None, output_tokens: int | None = None) -> Prompt:
+        """The prompt for request `index` of this shard; lengths may be forced (trace replay)."""
+        rng = np.random.default_rng([self._seed, index])
+        w = self._spec.workload
+        if self._dataset is not None:
+            row = self._dataset[index % len(self._dataset)]
+            out = output_tokens or row.get("output_tokens") or int(sample_lengths(w.output_tokens, 1, rng)[0])
+            return Prompt(messages=self._with_system([{"role": "user", "content": row["prompt"]}]),
+                          prompt_tokens=-1, max_tokens=int(out))
+        p = prompt_tokens if prompt_tokens is not None else int(sample_lengths(w.prompt_tokens, 1, rng)[0])
+        out = output_tokens if output_tokens is not None else int(sample_lengths(w.output_tokens, 1, rng)[0])
+        shared = int(p * w.shared_prefix_fraction)
+        parts = []
+        if shared > 0:
+            parts.append(self._shared_prefix(shared))
+        # A unique marker first in the unique part defeats prefix caching beyond the shared part.
+        unique_words = self._words_for(p - shared)
+        if unique_words > 0:
+            parts.append(f"{index}")
+            parts.append(_words(rng, unique_words - 1))
+        text = " ".join(x for x in parts if x)
+        return Prompt(messages=self._with_system([{"role": "user", "content": text}]),
+                      prompt_tokens=p, max_tokens=out)
+
+    def user_turn(self, session_seed: int, turn: int) -> str:
+        """The user's words for `turn` of a multi-turn session."""
+        sess = self._spec.workload.sessions
+        assert sess is not None
+        rng = np.random.default_rng([self._seed, session_seed, turn, 0x7E])
+        n = int(sample_lengths(sess.user_tokens_per_turn, 1, rng)[0])
+        return f"{session_seed}.{turn} " + _words(rng, self._words_for(n) - 1)
+
+    def _with_system(self, messages: list[dict[str, str]]) -> list[dict[str, str]]:
+        if self._system:
+            return [{"role": "system", "content": self._system}, *messages]
+        return messages
+
+
+def request_body(spec: RunSpec, prompt: Prompt) -> dict[str, Any]:
+    """The JSON body for one request (the target adds model/stream/stream_options)."""
+    t = spec.target
+    body: dict[str, Any] = {"max_tokens": prompt.max_tokens}
+    if t.api == "openai-chat":
+        body["messages"] = prompt.messages
+    else:
+        body["prompt"] = "\n\n".join(m["content"] for m in prompt.messages)
+    if t.ignore_eos:
+        body["ignore_eos"] = True
+    for k, v in spec.labels.generation.items():
+        body.setdefault(k, v)
+    for k, v in t.extra_body.items():
+        body[k] = v
+    return body
+
+
+def load_dataset(path: str) -> list[dict[str, Any]]:
+    """Read a JSONL dataset: one object per line with "prompt" (str), optional "output_tokens"."""
+    rows: list[dict[str, Any]] = []
+    p = Path(path)
+    with p.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SpecError(f"line {lineno}: not JSON ({exc.msg})", where=str(p)) from None
+            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+                raise SpecError(f'line {lineno}: needs a string "prompt"', where=str(p))
+            ot = row.get("output_tokens")
+            if ot is not None and (not isinstance(ot, int) or ot < 1):
+                raise SpecError(f'line {lineno}: "output_tokens" must be a positive integer', where=str(p))
+            rows.append(row)
+    if not rows:
+        raise SpecError("dataset is empty", where=str(p))
+    return rows
+
+
+def calibrate_tokens_per_word(samples: list[tuple[int, int]]) -> float:
+    """Tokens per synthetic word from (words sent, prompt_tokens reported) probe pairs.
+
+    With two or more probes of different sizes the slope cancels the chat template's fixed
+    overhead; with one, the ratio is used. Returns 1.0 when usage was never reported.
+    """
+    pts = [(w, t) for w, t in samples if w > 0 and t > 0]
+    if not pts:
+        return 1.0
+    if len({w for w, _ in pts}) >= 2:
+        ws = np.array([w for w, _ in pts], dtype=float)
+        ts = np.array([t for _, t in pts], dtype=float)
+        slope = float(np.polyfit(ws, ts, 1)[0])
+        if slope > 0:
+            return slope
+    w, t = pts[-1]
+    return t / w
