@@ -1,0 +1,415 @@
+"""Reading the store (schema: deploy/sql/) into pandas: runs, levels, shards, requests, ticks, and
+bucketed time series (`time_bucket` on TimescaleDB, `date_bin` on plain PostgreSQL).
+
+Units as stored: request offsets `*_ns` are ns on the measuring host's monotonic clock from the
+request's scheduled time (float64 here, NaN when the event never happened: exact below 104 days);
+`chunk_offsets_us` are µs from send. Timestamps are UTC `datetime64[ns, UTC]`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+DATABASE_URL_ENV = "PEAKLOAD_DATABASE_URL"
+
+NS_COLUMNS = ("sent_ns", "headers_ns", "first_token_ns", "first_answer_ns", "end_ns")
+REQUEST_COLUMNS = (
+    "request_id",
+    "scheduled_at",
+    "run_id",
+    "shard_id",
+    "region",
+    "level",
+    "idx",
+    "phase",
+    "attempt",
+    "session_id",
+    "turn",
+    "outcome",
+    "http_status",
+    "error_phase",
+    "error_detail",
+    *NS_COLUMNS,
+    "prompt_tokens",
+    "max_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "usage_prompt_tokens",
+    "usage_completion_tokens",
+    "client_tokens",
+    "token_source",
+    "chunk_offsets_us",
+    "chunk_tokens",
+    "retry_after_s",
+)
+CONTENT_COLUMNS = ("prompt_text", "response_text")
+_FLOAT_COLUMNS = (
+    *NS_COLUMNS,
+    "http_status",
+    "session_id",
+    "turn",
+    "prompt_tokens",
+    "max_tokens",
+    "usage_prompt_tokens",
+    "usage_completion_tokens",
+    "retry_after_s",
+)
+
+BucketFn = Literal["time_bucket", "date_bin"]
+
+
+def open_store(conninfo: str | None = None) -> psycopg.Connection[Any]:
+    """Connect to the store: `conninfo`, else the `PEAKLOAD_DATABASE_URL` environment variable."""
+    url = conninfo or os.environ.get(DATABASE_URL_ENV)
+    if not url:
+        raise ValueError(f"no store given: pass a connection URL or set {DATABASE_URL_ENV}")
+    return psycopg.connect(url, autocommit=True)
+
+
+def _ids(run_ids: str | Iterable[str]) -> list[str]:
+    return [run_ids] if isinstance(run_ids, str) else [str(r) for r in run_ids]
+
+
+def _frame(cur: psycopg.Cursor[Any]) -> pd.DataFrame:
+    rows = cur.fetchall()
+    names = [d.name for d in cur.description or ()]
+    return pd.DataFrame.from_records(rows, columns=names)
+
+
+def _utc(series: pd.Series) -> pd.Series:
+    return pd.to_datetime(series, utc=True)
+
+
+# ---------------------------------------------------------------- runs, levels, shards
+
+
+def load_runs(
+    conn: psycopg.Connection[Any],
+    *,
+    run_ids: Sequence[str] | None = None,
+    name_like: str | None = None,
+    status: str | None = None,
+    schedule_name: str | None = None,
+    target_like: str | None = None,
+    model: str | None = None,
+    labels: dict[str, Any] | None = None,
+    limit: int | None = 100,
+) -> pd.DataFrame:
+    """One row per run, newest first: id, name, target, model, labels, start, duration (s),
+    status, validity, requests (recorded), errors (not ok), plus the stored spec and reasons."""
+    where: list[sql.Composable] = []
+    params: list[Any] = []
+    if run_ids is not None:
+        where.append(sql.SQL("r.run_id = ANY(%s::uuid[])"))
+        params.append(list(run_ids))
+    for col, val, op in (
+        ("name", name_like, "ILIKE"),
+        ("status", status, "="),
+        ("schedule_name", schedule_name, "="),
+        ("target_url", target_like, "ILIKE"),
+        ("model", model, "="),
+    ):
+        if val is not None:
+            where.append(sql.SQL("r.{} {} %s").format(sql.Identifier(col), sql.SQL(op)))
+            params.append(f"%{val}%" if op == "ILIKE" else val)
+    if labels:
+        where.append(sql.SQL("r.labels @> %s::jsonb"))
+        params.append(Jsonb(labels))
+    query = sql.SQL(
+        """
+        SELECT r.run_id::text AS run_id, r.name, r.mode, r.status, r.valid, r.invalid_reasons,
+               r.status_reason, r.api, r.target_url, r.model, r.labels, r.spec, r.schedule_name,
+               r.created_at, r.started_at, r.ended_at,
+               EXTRACT(EPOCH FROM (r.ended_at - r.started_at))::float8 AS duration_s,
+               r.requests_scheduled,
+               COALESCE(q.requests, 0) AS requests, COALESCE(q.errors, 0) AS errors
+        FROM runs r
+        LEFT JOIN LATERAL (
+            SELECT count(*) AS requests, count(*) FILTER (WHERE outcome <> 'ok') AS errors
+            FROM requests WHERE requests.run_id = r.run_id
+        ) q ON true
+        {where}
+        ORDER BY r.created_at DESC, r.run_id
+        {limit}
+        """
+    ).format(
+        where=sql.SQL("WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL(""),
+        limit=sql.SQL("LIMIT {}").format(sql.Literal(int(limit))) if limit else sql.SQL(""),
+    )
+    with conn.cursor() as cur:
+        cur.execute(query, params)
+        df = _frame(cur)
+    if df.empty:
+        df = pd.DataFrame(columns=[*df.columns])
+    for col in ("created_at", "started_at", "ended_at"):
+        df[col] = _utc(df[col])
+    for col in ("requests", "errors"):
+        df[col] = df[col].astype("int64")
+    return df
+
+
+def load_run(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any]:
+    """One run as a dict (see `load_runs`); raises LookupError naming the id if absent."""
+    df = load_runs(conn, run_ids=[run_id], limit=None)
+    if df.empty:
+        raise LookupError(f"run {run_id} not found in the store")
+    return {str(k): v for k, v in df.iloc[0].to_dict().items()}
+
+
+def resolve_run_id(conn: psycopg.Connection[Any], ref: str) -> str:
+    """A run given by full id, unique id prefix, or exact name (newest wins); LookupError if not."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT run_id::text FROM runs WHERE run_id::text LIKE %s OR name = %s "
+            "ORDER BY (run_id::text = %s) DESC, created_at DESC",
+            (ref.lower() + "%", ref, ref.lower()),
+        )
+        rows = cur.fetchall()
+    if not rows:
+        raise LookupError(f"no run matches {ref!r} (by id, id prefix or name)")
+    ids = {r[0] for r in rows}
+    if len(ids) > 1 and not any(r[0] == ref.lower() for r in rows):
+        by_prefix = [r[0] for r in rows if r[0].startswith(ref.lower())]
+        if len(by_prefix) > 1:
+            raise LookupError(f"{ref!r} matches {len(by_prefix)} runs; give more of the id")
+    return str(rows[0][0])
+
+
+def load_levels(conn: psycopg.Connection[Any], run_ids: str | Iterable[str]) -> pd.DataFrame:
+    """One row per (run, level): kind, configured value, duration/warmup/cooldown (s), times."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT run_id::text AS run_id, level, kind, value, duration_s, warmup_s, cooldown_s, "
+            "started_at, ended_at FROM run_levels WHERE run_id = ANY(%s::uuid[]) "
+            "ORDER BY run_id, level",
+            (_ids(run_ids),),
+        )
+        df = _frame(cur)
+    if df.empty:
+        df = pd.DataFrame(
+            columns=[
+                "run_id",
+                "level",
+                "kind",
+                "value",
+                "duration_s",
+                "warmup_s",
+                "cooldown_s",
+                "started_at",
+                "ended_at",
+            ]
+        )
+    for col in ("started_at", "ended_at"):
+        df[col] = _utc(df[col])
+    return df
+
+
+def load_shards(conn: psycopg.Connection[Any], run_ids: str | Iterable[str]) -> pd.DataFrame:
+    """One row per shard: region, state, host, clock offset/uncertainty (ns), counts, validity."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT run_id::text AS run_id, shard_id, region, slot, state, state_reason, host, "
+            "clock_offset_ns, clock_uncertainty_ns, start_skew_ns, started_at, ended_at, "
+            "requests_scheduled, records_written, valid, invalid_reasons "
+            "FROM shards WHERE run_id = ANY(%s::uuid[]) ORDER BY run_id, region, shard_id",
+            (_ids(run_ids),),
+        )
+        return _frame(cur)
+
+
+# ---------------------------------------------------------------- requests and ticks
+
+
+def load_requests(
+    conn: psycopg.Connection[Any],
+    run_ids: str | Iterable[str],
+    *,
+    include_content: bool = False,
+    arrays: bool = True,
+) -> pd.DataFrame:
+    """One row per request of the given runs, ordered by scheduled time then id.
+
+    `*_ns` columns are float64 ns from the scheduled time (NaN = never happened); nullable
+    integers are float64 with NaN. `chunk_offsets_us` (int64 µs from send) and `chunk_tokens`
+    (int64) hold one numpy array per row; `arrays=False` leaves them out (with `n_chunks` kept).
+    Content columns only with `include_content=True`.
+    """
+    cols: list[sql.Composable] = [
+        sql.SQL("request_id::text AS request_id"),
+        sql.SQL("run_id::text AS run_id"),
+    ]
+    for c in REQUEST_COLUMNS:
+        if c in ("request_id", "run_id"):
+            continue
+        if c in ("chunk_offsets_us", "chunk_tokens") and not arrays:
+            continue
+        cols.append(sql.Identifier(c))
+    cols.append(sql.SQL("cardinality(chunk_offsets_us) AS n_chunks"))
+    if include_content:
+        cols.extend(sql.Identifier(c) for c in CONTENT_COLUMNS)
+    query = sql.SQL(
+        "SELECT {} FROM requests WHERE run_id = ANY(%s::uuid[]) ORDER BY scheduled_at, request_id"
+    ).format(sql.SQL(", ").join(cols))
+    with conn.cursor(binary=True) as cur:
+        cur.execute(query, (_ids(run_ids),))
+        rows = cur.fetchall()
+        names = [d.name for d in cur.description or ()]
+    df = pd.DataFrame.from_records(rows, columns=names)
+    df["scheduled_at"] = _utc(df["scheduled_at"])
+    for c in _FLOAT_COLUMNS:
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
+    for c in (
+        "level",
+        "idx",
+        "attempt",
+        "output_tokens",
+        "reasoning_tokens",
+        "client_tokens",
+        "n_chunks",
+    ):
+        df[c] = df[c].astype("int64")
+    if arrays:
+        for c in ("chunk_offsets_us", "chunk_tokens"):
+            df[c] = pd.Series([np.asarray(a, dtype=np.int64) for a in df[c]], dtype=object)
+    return df
+
+
+def load_ticks(conn: psycopg.Connection[Any], run_ids: str | Iterable[str]) -> pd.DataFrame:
+    """One row per shard per second: progress counts and the generator's health (lags in ms)."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT t, run_id::text AS run_id, shard_id, region, level, in_flight, started, "
+            "completed, errors, output_tokens, loop_lag_ms_max, loop_lag_ms_p99, "
+            "dispatch_delay_ms_max, cpu_percent, rss_bytes FROM ticks "
+            "WHERE run_id = ANY(%s::uuid[]) ORDER BY t, shard_id",
+            (_ids(run_ids),),
+        )
+        df = _frame(cur)
+    if df.empty:
+        df = pd.DataFrame(
+            columns=[
+                "t",
+                "run_id",
+                "shard_id",
+                "region",
+                "level",
+                "in_flight",
+                "started",
+                "completed",
+                "errors",
+                "output_tokens",
+                "loop_lag_ms_max",
+                "loop_lag_ms_p99",
+                "dispatch_delay_ms_max",
+                "cpu_percent",
+                "rss_bytes",
+            ]
+        )
+    df["t"] = _utc(df["t"])
+    return df
+
+
+# ---------------------------------------------------------------- time series
+
+
+def has_timescaledb(conn: psycopg.Connection[Any]) -> bool:
+    with conn.cursor() as cur:
+        cur.execute("SELECT 1 FROM pg_extension WHERE extname = 'timescaledb'")
+        return cur.fetchone() is not None
+
+
+def bucket_function(conn: psycopg.Connection[Any]) -> BucketFn:
+    """`time_bucket` where the timescaledb extension is installed, `date_bin` otherwise."""
+    return "time_bucket" if has_timescaledb(conn) else "date_bin"
+
+
+_ORIGIN = "1970-01-01 00:00:00+00"  # the same origin for both functions: identical buckets
+
+
+def timeseries(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    bucket_s: float = 1.0,
+    *,
+    by: Literal["region", "none"] = "region",
+    bucket_fn: BucketFn | None = None,
+) -> pd.DataFrame:
+    """Per time bucket (and region): from ticks, mean in-flight (summed over shards per tick
+    second, averaged over the bucket), tokens/s, started/s, completed/s, errors/s; from requests
+    (bucketed by completion time = scheduled_at + end_ns), ok/s and failed/s.
+
+    Ticks are per-second deltas except `in_flight` (a gauge). `bucket` is the bucket's start
+    (UTC), buckets aligned to the Unix epoch; identical under `time_bucket` and `date_bin`.
+    """
+    if bucket_s <= 0:
+        raise ValueError(f"bucket_s must be positive (got {bucket_s})")
+    fn = bucket_fn or bucket_function(conn)
+    width = sql.SQL("make_interval(secs => %(w)s)")
+    grp = sql.SQL("region") if by == "region" else sql.SQL("'all'::text")
+
+    def bucket(ts: sql.Composable) -> sql.Composable:
+        return sql.SQL("{fn}({w}, {ts}, %(origin)s::timestamptz)").format(
+            fn=sql.Identifier(fn), w=width, ts=ts
+        )
+
+    ticks_q = sql.SQL(
+        """
+        WITH per_second AS (
+            SELECT t, {grp} AS region, sum(in_flight) AS in_flight, sum(started) AS started,
+                   sum(completed) AS completed, sum(errors) AS errors,
+                   sum(output_tokens) AS output_tokens
+            FROM ticks WHERE run_id = %(run)s::uuid GROUP BY t, 2
+        )
+        SELECT {b} AS bucket, region, avg(in_flight)::float8 AS in_flight,
+               (sum(output_tokens) / %(w)s)::float8 AS output_tokens_per_s,
+               (sum(started) / %(w)s)::float8 AS started_per_s,
+               (sum(completed) / %(w)s)::float8 AS completed_per_s,
+               (sum(errors) / %(w)s)::float8 AS errors_per_s
+        FROM per_second GROUP BY 1, 2
+        """
+    ).format(grp=grp, b=bucket(sql.SQL("t")))
+    req_q = sql.SQL(
+        """
+        SELECT {b} AS bucket, {grp} AS region,
+               (count(*) FILTER (WHERE outcome = 'ok') / %(w)s)::float8 AS ok_per_s,
+               (count(*) FILTER (WHERE outcome <> 'ok') / %(w)s)::float8 AS failed_per_s,
+               (sum(output_tokens) / %(w)s)::float8 AS request_tokens_per_s
+        FROM requests WHERE run_id = %(run)s::uuid GROUP BY 1, 2
+        """
+    ).format(
+        grp=grp,
+        b=bucket(
+            sql.SQL("scheduled_at + make_interval(secs => COALESCE(end_ns, 0) / 1e9::float8)")
+        ),
+    )
+    params = {"run": run_id, "w": float(bucket_s), "origin": _ORIGIN}
+    with conn.cursor() as cur:
+        cur.execute(ticks_q, params)
+        ticks = _frame(cur)
+        cur.execute(req_q, params)
+        reqs = _frame(cur)
+    cols_t = [
+        "bucket",
+        "region",
+        "in_flight",
+        "output_tokens_per_s",
+        "started_per_s",
+        "completed_per_s",
+        "errors_per_s",
+    ]
+    cols_r = ["bucket", "region", "ok_per_s", "failed_per_s", "request_tokens_per_s"]
+    ticks = ticks if not ticks.empty else pd.DataFrame(columns=cols_t)
+    reqs = reqs if not reqs.empty else pd.DataFrame(columns=cols_r)
+    out = ticks.merge(reqs, on=["bucket", "region"], how="outer")
+    out["bucket"] = _utc(out["bucket"])
+    for c in cols_t[2:] + cols_r[2:]:
+        out[c] = pd.to_numeric(out[c], errors="coerce").astype("float64")
+    return out.sort_values(["bucket", "region"]).reset_index(drop=True)

