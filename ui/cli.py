@@ -16,3 +16,11 @@ def main() -> None:
 
 
 # Command registration: one line per command module (keep alphabetical).
+from ui.commands.db import db  # noqa: E402
+
+cli.add_command(db)
+from ui.commands.demo import demo_command  # noqa: E402
+from ui.commands.run import run_command  # noqa: E402
+
+cli.add_command(demo_command)
+cli.add_command(run_command)

@@ -1,0 +1,46 @@
+"""Before a run: one tiny request proves the target streams (preflight), and two probes of
+different sizes calibrate how many tokens the server counts per synthetic word, from its own
+usage report, so planned prompt lengths are true without a local tokenizer.
+"""
+
+from __future__ import annotations
+
+import time
+
+from loadgen.errors import PreflightError, TransportError
+from loadgen.records import make_request_id
+from loadgen.spec import RunSpec
+from loadgen.target import EventKind, PreparedRequest, Target
+from loadgen.workload import Prompt, Workload, calibrate_tokens_per_word, request_body
+
+PROBE_WORDS = (64, 256)
+
+
+async def probe_prompt_tokens(spec: RunSpec, target: Target, words: int, run_id: str) -> int | None:
+    """Send one synthetic prompt of `words` words with max_tokens=1; the server's prompt_tokens."""
+    wl = Workload(spec, shard_seed=0x0CA1, tokens_per_word=1.0)
+    prompt = wl.prompt(10_000_000 + words, prompt_tokens=words, output_tokens=1)
+    body = request_body(spec, Prompt(prompt.messages, words, 1))
+    req = PreparedRequest(make_request_id(run_id, "calibration", words), body, words, 1,
+                          deadline_s=min(spec.target.deadline_s, 60.0),
+                          idle_timeout_s=min(spec.target.idle_timeout_s, 30.0))
+    usage_prompt = None
+    try:
+        async for ev in target.stream(req, time.perf_counter_ns):
+            if ev.kind is EventKind.USAGE and ev.usage is not None:
+                usage_prompt = ev.usage.prompt_tokens
+    except TransportError as exc:
+        raise PreflightError(f"calibration request to {spec.target.base_url} failed: {exc.detail}") from None
+    return usage_prompt
+
+
+async def calibrate(spec: RunSpec, target: Target, run_id: str) -> float:
+    """Tokens per synthetic word (1.0 when the server reports no usage or a dataset is used)."""
+    if spec.workload.dataset is not None or not spec.target.include_usage:
+        return 1.0
+    samples: list[tuple[int, int]] = []
+    for words in PROBE_WORDS:
+        got = await probe_prompt_tokens(spec, target, words, run_id)
+        if got:
+            samples.append((words, got))
+    return calibrate_tokens_per_word(samples)

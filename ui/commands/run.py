@@ -1,0 +1,86 @@
+"""`peakload run SPEC`: a run in this process with live progress, stored, then summarised.
+
+Exit codes: 0 completed and valid; 1 bad input or infrastructure error (nothing written);
+3 the run completed but its measurement is invalid (the self-check fired); 4 the run ended
+partial, aborted or failed (what was measured is stored).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from loadgen.errors import PeakloadError
+from loadgen.records import Tick
+from loadgen.spec import RunSpec, load_spec
+from ui.results import print_summary, summarize_run, write_json
+from workers.local import LocalRun, run_local
+
+EXIT_OK, EXIT_ERROR, EXIT_INVALID, EXIT_INCOMPLETE = 0, 1, 3, 4
+
+
+def planned_seconds(spec: RunSpec) -> float:
+    load = spec.load
+    if load.concurrency is not None:
+        return load.duration_s * len(load.concurrency)
+    if load.rate is not None:
+        return load.duration_s * len(load.rate)
+    if load.saturation is not None:
+        return load.duration_s * load.saturation.max_steps
+    return load.duration_s
+
+
+def execute(spec: RunSpec, console: Console, json_out: str | None, *, quiet: bool = False,
+            database_url: str | None = None) -> int:
+    """Run, store, summarise; returns the exit code (shared by `run` and `demo`)."""
+    total = planned_seconds(spec)
+    seen: dict[str, int] = {"done": 0, "errors": 0, "in_flight": 0}
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[stats]}"),
+                  TimeElapsedColumn(), console=console, disable=quiet, transient=True) as progress:
+        task = progress.add_task(spec.name, total=total, stats="warming up")
+        last_t: dict[str, int] = {}
+
+        def on_tick(t: Tick) -> None:
+            seen["done"] += t.completed
+            seen["errors"] += t.errors
+            last_t[t.shard_id] = t.in_flight
+            elapsed = progress.tasks[0].elapsed or 0.0
+            progress.update(task, completed=min(elapsed, total), stats=(
+                f"level {t.level}  done {seen['done']}  in flight {sum(last_t.values())}  "
+                f"errors {seen['errors']}"))
+
+        def on_started(run_id: str) -> None:
+            progress.update(task, stats=f"run {run_id}")
+
+        result: LocalRun = run_local(spec, database_url=database_url, on_tick=on_tick,
+                                     on_started=on_started)
+    summary = summarize_run(result.run_id, database_url)
+    summary["status"] = result.status
+    if json_out:
+        write_json(summary, json_out)
+    if not quiet:
+        print_summary(summary, console)
+        console.print(f"run [bold]{result.run_id}[/] {result.status}; "
+                      f"{result.requests_scheduled} requests scheduled, all stored.")
+    if result.status != "completed":
+        return EXIT_INCOMPLETE
+    return EXIT_OK if result.valid else EXIT_INVALID
+
+
+@click.command("run")
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the summary as JSON")
+@click.option("--quiet", is_flag=True, help="no progress bar or table")
+def run_command(spec_path: str, json_out: str | None, quiet: bool) -> None:
+    """Run SPEC in this process, store every record, print a table per load level."""
+    console = Console(stderr=False)
+    try:
+        spec = load_spec(spec_path)
+        code = execute(spec, console, json_out, quiet=quiet)
+    except PeakloadError as exc:
+        click.echo(f"peakload run: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    sys.exit(code)

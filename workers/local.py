@@ -1,0 +1,172 @@
+"""Local mode: the same shard plans a distributed run would make, executed in this process on
+one event loop, written through the same store writer. `peakload run` and `peakload demo` use it.
+
+Order matters for "nothing half-written": the spec is validated, the target checked against the
+policy and preflighted (reachable, key accepted, streams) before the run exists in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from loadgen.calibrate import calibrate
+from loadgen.plan import ShardPlan
+from loadgen.records import Tick
+from loadgen.runner import ShardResult, run_shard
+from loadgen.schedule import static_levels
+from loadgen.spec import RunSpec
+from loadgen.targets import OpenAITarget, check_target, policy_from_env, preflight
+from workers.planner import plan_run
+from workers.store import runs as store_runs
+from workers.store.connect import connect_store
+from workers.store.writer import StoreWriter
+
+START_DELAY_S = 0.5  # time between warm-up and the first scheduled request
+
+
+@dataclass(slots=True)
+class LocalRun:
+    run_id: str
+    status: str  # completed | partial | aborted | failed
+    valid: bool
+    invalid_reasons: list[str]
+    requests_scheduled: int
+    tokens_per_word: float
+    shards: list[ShardResult]
+
+
+def with_fraction_offsets(plans: list[ShardPlan]) -> list[ShardPlan]:
+    """Give each shard the start of its slice of [0, 1) (trace replay partitions by it)."""
+    out, lo = [], 0.0
+    for p in plans:
+        out.append(dataclasses.replace(p, extra={**p.extra, "fraction_lo": lo}))
+        lo += p.fraction
+    return out
+
+
+def warm_connections(spec: RunSpec, plan: ShardPlan) -> int:
+    """Connections worth opening before the start: the users of the busiest level, or for open
+    loop a modest pool (a rate's concurrency depends on the server's latency, unknown yet)."""
+    if plan.users_per_level:
+        return max(1, min(max(plan.users_per_level), spec.load.max_concurrency))
+    return max(1, min(64, spec.load.max_concurrency))
+
+
+def run_local(spec: RunSpec, *, database_url: str | None = None,
+              on_tick: Callable[[Tick], None] | None = None,
+              on_started: Callable[[str], None] | None = None,
+              schedule_name: str | None = None) -> LocalRun:
+    """Run `spec` in this process and store everything. Raises PeakloadError subclasses for
+    bad input (policy, preflight, store) before anything is written."""
+    policy = policy_from_env()
+    check_target(spec.target.base_url, allow_private=policy.allow_private or _local_default(),
+                 allowlist=policy.allowlist)
+    run_id = str(uuid.uuid4())
+    plans = with_fraction_offsets(plan_run(spec, run_id))
+    return asyncio.run(_run(spec, run_id, plans, database_url, on_tick, on_started, schedule_name))
+
+
+def _local_default() -> bool:
+    """A local run is started by the operator on their own machine: loopback and private
+    targets are theirs to test. Link-local and metadata addresses stay refused by the policy."""
+    return True
+
+
+async def _run(spec: RunSpec, run_id: str, plans: list[ShardPlan], database_url: str | None,
+               on_tick: Callable[[Tick], None] | None, on_started: Callable[[str], None] | None,
+               schedule_name: str | None) -> LocalRun:
+    targets = [OpenAITarget(spec.target, max_connections=warm_connections(spec, p) * 2 + 8)
+               for p in plans]
+    try:
+        await preflight(targets[0])
+        tpw = await calibrate(spec, targets[0], run_id)
+        conn = connect_store(database_url)
+        store_runs.create_run(conn, run_id, spec, mode="local", schedule_name=schedule_name)
+        store_runs.upsert_levels(conn, run_id, [
+            {"level": lv.index, "kind": lv.kind, "value": lv.value, "duration_s": lv.duration_s,
+             "warmup_s": lv.warmup_s, "cooldown_s": lv.cooldown_s}
+            for lv in static_levels(spec.load)])
+        for p in plans:
+            store_runs.upsert_shard(conn, run_id, p.shard_id, p.region, p.slot, p.to_json())
+        writer = StoreWriter(database_url or conn.info.dsn, run_id, store_content=spec.store_content)
+        if on_started is not None:
+            on_started(run_id)
+        await asyncio.gather(*(t.warm(warm_connections(spec, p)) for t, p in zip(targets, plans, strict=True)))
+        abort = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        _install_abort(loop, abort)
+        start = time.perf_counter_ns() + int(START_DELAY_S * 1e9)
+        store_runs.start_run(conn, run_id)
+        for p in plans:
+            store_runs.set_shard_state(conn, run_id, p.shard_id, "running")
+        try:
+            results = await asyncio.gather(*(
+                run_shard(p, t, writer, start_at_mono_ns=start, abort=abort, on_tick=on_tick,
+                          tokens_per_word=tpw)
+                for p, t in zip(plans, targets, strict=True)))
+        finally:
+            _remove_abort(loop)
+            writer_error = _close_writer(writer)
+        return _finish(conn, run_id, spec, results, tpw, writer_error)
+    finally:
+        await asyncio.gather(*(t.aclose() for t in targets), return_exceptions=True)
+
+
+def _close_writer(writer: StoreWriter) -> Exception | None:
+    try:
+        writer.close()
+    except Exception as exc:  # reported as the run's failure below, after shard states
+        return exc
+    return None
+
+
+def _finish(conn: Any, run_id: str, spec: RunSpec, results: list[ShardResult], tpw: float,
+            writer_error: Exception | None) -> LocalRun:
+    for r in results:
+        store_runs.set_shard_state(conn, run_id, r.shard_id, r.status, valid=r.valid,
+                                   invalid_reasons=r.invalid_reasons,
+                                   requests_scheduled=r.requests_scheduled)
+    if any(r.levels for r in results):
+        lv0 = max(results, key=lambda r: len(r.levels)).levels
+        store_runs.upsert_levels(conn, run_id, [
+            {"level": lv.index, "kind": lv.kind, "value": lv.value, "duration_s": lv.duration_s,
+             "warmup_s": lv.warmup_s, "cooldown_s": lv.cooldown_s,
+             "started_at_ns": lv.started_wall_ns, "ended_at_ns": lv.ended_wall_ns}
+            for lv in lv0])
+    reasons = [f"{r.shard_id}: {why}" for r in results for why in r.invalid_reasons]
+    statuses = {r.status for r in results}
+    status = "completed" if statuses == {"completed"} else "aborted" if "aborted" in statuses else "partial"
+    if writer_error is not None:
+        status = "failed"
+        reasons.append(f"store writer: {writer_error}")
+    scheduled = sum(r.requests_scheduled for r in results)
+    valid = not reasons
+    store_runs.finish_run(conn, run_id, status, valid, reasons, scheduled)
+    conn.close()
+    if writer_error is not None:
+        raise writer_error
+    return LocalRun(run_id, status, valid, reasons, scheduled, tpw, results)
+
+
+def _install_abort(loop: asyncio.AbstractEventLoop, abort: asyncio.Event) -> None:
+    """Ctrl-C / SIGTERM stop the run cleanly: in-flight requests become `cancelled` records."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, abort.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread
+            pass
+
+
+def _remove_abort(loop: asyncio.AbstractEventLoop) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.remove_signal_handler(sig)
+        except (NotImplementedError, RuntimeError):
+            pass
