@@ -1,0 +1,358 @@
+"""The coordinator of a distributed run: creates the run and its shard rows, dispatches one task
+per shard to its region's queue, waits for every shard to check in (warmed, clock measured), sets
+an absolute start on the reference clock, and watches the run to its end. All state is in
+PostgreSQL; Redis carries the task messages and answers `TIME`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import redis
+from celery import Celery
+
+from loadgen.errors import CoordinationError
+from loadgen.plan import ShardPlan
+from loadgen.spec import RunSpec, spec_from_dict
+from workers import leases, runctl
+from workers.app import TASK_RUN_SHARD, region_queue, shard_time_limits
+from workers.clocks import reference_now_ns
+from workers.planner import plan_run
+from workers.shard_exec import planned_duration_s
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 60.0  # every shard must check in within this long of dispatch
+START_LEAD_S = 2.0  # the start is set this far after the last check-in
+PRECHECK_S = 1.0  # readiness is checked again this long before the start
+POLL_S = 0.1
+
+
+@dataclass(slots=True)
+class SubmitOptions:
+    workers_per_region: dict[str, int] | None = None
+    ready_timeout_s: float = READY_TIMEOUT_S
+    start_lead_s: float = START_LEAD_S
+    soft_limit_s: float | None = None  # override the limit derived from the planned duration
+    preflight: bool = True  # one streaming request + token calibration from this process
+    schedule_name: str | None = None
+
+
+@dataclass(slots=True)
+class Launch:
+    run_id: str
+    started: bool
+    start_at_ref_ns: int | None
+    reason: str | None
+    plans: list[ShardPlan] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return "running" if self.started else "aborted"
+
+
+class Coordinator:
+    def __init__(self, database_url: str, redis_url: str, app: Celery | None = None) -> None:
+        from workers.app import app as default_app
+
+        self.database_url = database_url
+        self.redis_url = redis_url
+        self.app = app or default_app
+
+    @classmethod
+    def from_env(cls) -> Coordinator:
+        from workers.app import redis_url
+        from workers.store.connect import database_url
+
+        return cls(database_url(), redis_url())
+
+    def _conn(self) -> psycopg.Connection[Any]:
+        from workers.store.connect import connect_store
+
+        return connect_store(self.database_url, autocommit=True)
+
+    # ------------------------------------------------------------ create and launch
+
+    def create(self, spec: RunSpec, opts: SubmitOptions) -> tuple[str, list[ShardPlan], float]:
+        """Check the target, create the run with its levels and `planned` shards. Returns
+        (run_id, plans, tokens_per_word). Raises PeakloadError before writing anything."""
+        from loadgen.schedule import static_levels
+        from loadgen.targets import check_target, policy_from_env
+        from workers.local import with_fraction_offsets
+        from workers.store import runs as store_runs
+
+        policy = policy_from_env()
+        check_target(
+            spec.target.base_url, allow_private=policy.allow_private, allowlist=policy.allowlist
+        )
+        run_id = str(uuid.uuid4())
+        plans = with_fraction_offsets(
+            plan_run(spec, run_id, workers_per_region=opts.workers_per_region)
+        )
+        tpw = _preflight(spec, run_id) if opts.preflight else 1.0
+        with self._conn() as conn:
+            store_runs.create_run(
+                conn, run_id, spec, mode="distributed", schedule_name=opts.schedule_name
+            )
+            _write_plan(conn, run_id, spec, plans)
+            store_runs_levels(conn, run_id, static_levels(spec.load))
+        return run_id, plans, tpw
+
+    def dispatch(
+        self, plans: list[ShardPlan], *, tokens_per_word: float, opts: SubmitOptions
+    ) -> None:
+        """One task per shard on its region's queue, with limits from its planned duration."""
+        for p in plans:
+            soft, hard = shard_time_limits(planned_duration_s(p))
+            if opts.soft_limit_s is not None:
+                soft, hard = opts.soft_limit_s, opts.soft_limit_s + 60.0
+            self.app.send_task(
+                TASK_RUN_SHARD,
+                args=[p.to_json()],
+                kwargs={"soft_limit_s": soft, "tokens_per_word": tokens_per_word},
+                queue=region_queue(p.region),
+                soft_time_limit=soft,
+                time_limit=hard,
+                expires=opts.ready_timeout_s + 60.0,
+            )
+
+    def submit(self, spec: RunSpec, opts: SubmitOptions | None = None) -> Launch:
+        """Create, dispatch and start a run; returns once the start time is set (or the start
+        was aborted, with the reason)."""
+        opts = opts or SubmitOptions()
+        run_id, plans, tpw = self.create(spec, opts)
+        self.dispatch(plans, tokens_per_word=tpw, opts=opts)
+        launch = self.coordinate_start(run_id, opts)
+        launch.plans = plans
+        return launch
+
+    def launch_existing(self, run_id: str, opts: SubmitOptions | None = None) -> Launch:
+        """Plan, dispatch and start a run whose row exists already (a scheduled run)."""
+        opts = opts or SubmitOptions()
+        with self._conn() as conn:
+            row = conn.execute("SELECT spec FROM runs WHERE run_id = %s", (run_id,)).fetchone()
+            if row is None:
+                raise CoordinationError(f"run {run_id} does not exist")
+            spec = spec_from_dict(row[0], where=f"run {run_id}")
+            from workers.local import with_fraction_offsets
+
+            plans = with_fraction_offsets(plan_run(spec, run_id))
+            _write_plan(conn, run_id, spec, plans)
+        tpw = 1.0
+        if opts.preflight:
+            try:
+                tpw = _preflight(spec, run_id)
+            except Exception as exc:
+                with self._conn() as conn:
+                    runctl.request_abort(conn, run_id, f"preflight failed: {exc}")
+                    runctl.finalize_run(conn, run_id)
+                return Launch(run_id, False, None, f"preflight failed: {exc}", plans)
+        self.dispatch(plans, tokens_per_word=tpw, opts=opts)
+        launch = self.coordinate_start(run_id, opts)
+        launch.plans = plans
+        return launch
+
+    # ------------------------------------------------------------ synchronized start
+
+    def coordinate_start(self, run_id: str, opts: SubmitOptions) -> Launch:
+        """Wait for every shard to be `ready`, publish the start, re-check just before it. A
+        shard missing at either point aborts the run with a reason naming it (C4)."""
+        with self._conn() as conn:
+            deadline = time.perf_counter_ns() + int(opts.ready_timeout_s * 1e9)
+            while True:
+                leases.reap_expired(conn, run_id)
+                states = runctl.shard_states(conn, run_id)
+                ctl = runctl.read_control(conn, run_id)
+                if ctl is not None and ctl.abort_requested:
+                    return self._aborted(conn, run_id, ctl.abort_reason or "aborted")
+                bad = {s: st for s, st in states.items() if st in leases.TERMINAL_STATES}
+                if bad:
+                    return self._aborted(
+                        conn, run_id, "shard(s) ended before the start: " + _list(bad)
+                    )
+                if states and all(st == "ready" for st in states.values()):
+                    break
+                if time.perf_counter_ns() > deadline:
+                    missing = {s: st for s, st in states.items() if st != "ready"}
+                    return self._aborted(
+                        conn,
+                        run_id,
+                        f"not ready within {opts.ready_timeout_s:g} s: {_list(missing)} "
+                        "(no worker on the region's queue, or a worker failed to check in)",
+                    )
+                time.sleep(POLL_S)
+            try:
+                with redis.Redis.from_url(self.redis_url, socket_timeout=5) as r:
+                    ref_now = reference_now_ns(r)
+            except redis.RedisError as exc:
+                return self._aborted(conn, run_id, f"reference clock unreachable: {exc}")
+            start_ref = ref_now + int(opts.start_lead_s * 1e9)
+            if not runctl.set_start(conn, run_id, start_ref):
+                ctl = runctl.read_control(conn, run_id)
+                reason = (ctl.abort_reason if ctl else None) or "run no longer pending"
+                return self._aborted(conn, run_id, reason)
+            t_check = time.perf_counter_ns() + int((opts.start_lead_s - PRECHECK_S) * 1e9)
+            while time.perf_counter_ns() < t_check:
+                time.sleep(POLL_S)
+            leases.reap_expired(conn, run_id)
+            gone = {
+                s: st
+                for s, st in runctl.shard_states(conn, run_id).items()
+                if st not in ("ready", "running")
+            }
+            if gone:
+                return self._aborted(
+                    conn, run_id, f"shard(s) lost just before the start: {_list(gone)}"
+                )
+            return Launch(run_id, True, start_ref, None)
+
+    def _aborted(self, conn: psycopg.Connection[Any], run_id: str, reason: str) -> Launch:
+        log.warning("run %s: start aborted: %s", run_id, reason)
+        runctl.request_abort(conn, run_id, reason)
+        runctl.finalize_run(conn, run_id)
+        return Launch(run_id, False, None, reason)
+
+    # ------------------------------------------------------------ watching
+
+    def wait(
+        self,
+        run_id: str,
+        *,
+        on_progress: Callable[[list[dict[str, Any]]], None] | None = None,
+        poll_s: float = 0.5,
+        timeout_s: float | None = None,
+    ) -> str:
+        """Block until the run ends; reap dead shards as it goes. Returns the final status."""
+        end = None if timeout_s is None else time.perf_counter_ns() + int(timeout_s * 1e9)
+        with self._conn() as conn:
+            while True:
+                leases.reap_expired(conn, run_id)
+                status = runctl.finalize_run(conn, run_id)
+                if on_progress is not None:
+                    on_progress(region_progress(conn, run_id))
+                if status is not None:
+                    return status
+                if end is not None and time.perf_counter_ns() > end:
+                    raise CoordinationError(f"run {run_id} still running after {timeout_s:g} s")
+                time.sleep(poll_s)
+
+
+def abort_run(
+    conn: psycopg.Connection[Any], run_id: str, reason: str, redis_url: str | None = None
+) -> bool:
+    """Set the abort flag; workers see it within a poll period and stop. A Redis pub/sub
+    message is sent as a nudge for listeners; the flag in PostgreSQL is what counts."""
+    ok = runctl.request_abort(conn, run_id, reason)
+    if ok:
+        runctl.finalize_run(conn, run_id)
+        if redis_url:
+            try:
+                with redis.Redis.from_url(redis_url, socket_timeout=2) as r:
+                    r.publish(runctl.ABORT_CHANNEL, run_id)
+            except redis.RedisError as exc:
+                log.info("abort nudge not sent (the flag is set anyway): %s", exc)
+    return ok
+
+
+def reap_and_finalize(conn: psycopg.Connection[Any]) -> list[str]:
+    """Interrupt every expired lease, then end the runs that have no active shard left."""
+    reaped = leases.reap_expired(conn)
+    ended = []
+    for run_id in sorted({r for r, _ in reaped}):
+        if runctl.finalize_run(conn, run_id) is not None:
+            ended.append(run_id)
+    return ended
+
+
+def region_progress(conn: psycopg.Connection[Any], run_id: str) -> list[dict[str, Any]]:
+    """Per region: shards by state, and from the ticks, requests started/completed/errors,
+    output tokens, in flight now (latest tick of each shard)."""
+    rows = conn.execute(
+        """
+        WITH t AS (
+            SELECT region, shard_id, sum(started) AS started, sum(completed) AS completed,
+                   sum(errors) AS errors, sum(output_tokens) AS tokens,
+                   (array_agg(in_flight ORDER BY t DESC))[1] AS in_flight
+              FROM ticks WHERE run_id = %(r)s GROUP BY region, shard_id
+        )
+        SELECT s.region, count(*) AS shards,
+               jsonb_object_agg(s.shard_id, s.state) AS states,
+               coalesce(sum(t.started), 0), coalesce(sum(t.completed), 0),
+               coalesce(sum(t.errors), 0), coalesce(sum(t.tokens), 0),
+               coalesce(sum(t.in_flight), 0)
+          FROM shards s LEFT JOIN t ON t.shard_id = s.shard_id
+         WHERE s.run_id = %(r)s GROUP BY s.region ORDER BY s.region
+        """,
+        {"r": run_id},
+    ).fetchall()
+    return [
+        {
+            "region": r[0],
+            "shards": int(r[1]),
+            "states": dict(r[2]),
+            "started": int(r[3]),
+            "completed": int(r[4]),
+            "errors": int(r[5]),
+            "output_tokens": int(r[6]),
+            "in_flight": int(r[7]),
+        }
+        for r in rows
+    ]
+
+
+def _list(states: dict[str, str]) -> str:
+    return ", ".join(f"{s} ({st})" for s, st in sorted(states.items()))
+
+
+def _write_plan(
+    conn: psycopg.Connection[Any], run_id: str, spec: RunSpec, plans: list[ShardPlan]
+) -> None:
+    from workers.store import runs as store_runs
+
+    for p in plans:
+        store_runs.upsert_shard(conn, run_id, p.shard_id, p.region, p.slot, p.to_json())
+    conn.execute("UPDATE runs SET shards_expected = %s WHERE run_id = %s", (len(plans), run_id))
+
+
+def store_runs_levels(conn: psycopg.Connection[Any], run_id: str, levels: list[Any]) -> None:
+    from workers.store import runs as store_runs
+
+    store_runs.upsert_levels(
+        conn,
+        run_id,
+        [
+            {
+                "level": lv.index,
+                "kind": lv.kind,
+                "value": lv.value,
+                "duration_s": lv.duration_s,
+                "warmup_s": lv.warmup_s,
+                "cooldown_s": lv.cooldown_s,
+            }
+            for lv in levels
+        ],
+    )
+
+
+def _preflight(spec: RunSpec, run_id: str) -> float:
+    """One streaming request and the token calibration, from the coordinator's host; returns
+    tokens per synthetic word. Raises PreflightError with the reason."""
+    from loadgen.calibrate import calibrate
+    from loadgen.targets import OpenAITarget, preflight
+
+    async def go() -> float:
+        target = OpenAITarget(spec.target, max_connections=2)
+        try:
+            await preflight(target)
+            return await calibrate(spec, target, run_id)
+        finally:
+            await target.aclose()
+
+    return asyncio.run(go())

@@ -1,0 +1,285 @@
+"""One shard on one worker, as plain functions a Celery task (or a test) calls: claim the lease,
+build the target, check in (warm-up probes, clock offset), wait for the coordinated start,
+`run_shard` on an asyncio loop, flush, mark the shard's final state. Never raises for a refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import redis
+
+from loadgen.plan import ShardPlan
+from workers import leases, runctl
+from workers.clocks import ClockEstimate, measure_offset
+from workers.control import ShardControl
+from workers.probes import probe_network
+
+if TYPE_CHECKING:
+    from loadgen.runner import ShardResult
+
+log = logging.getLogger(__name__)
+
+READY_WAIT_S = 300.0  # how long a checked-in shard waits for the coordinator's start time
+SOFT_LIMIT_GRACE_S = 20.0  # the runner stops this long before the soft limit, to flush
+SPIN_NS = 2_000_000  # the last 2 ms before the start are spun, not slept (sleep overshoots)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """Where this worker finds things; from the environment by default."""
+
+    database_url: str
+    redis_url: str
+    target_override: str | None = None  # region-specific base URL (e.g. a latency proxy)
+    lease_ttl_s: float = leases.LEASE_TTL_S
+    owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+
+    @classmethod
+    def from_env(cls) -> WorkerSettings:
+        from workers.app import redis_url
+        from workers.store.connect import database_url
+
+        return cls(
+            database_url=database_url(),
+            redis_url=redis_url(),
+            target_override=os.environ.get("PEAKLOAD_TARGET_OVERRIDE") or None,
+            lease_ttl_s=float(os.environ.get("PEAKLOAD_LEASE_TTL_S", leases.LEASE_TTL_S)),
+        )
+
+
+def planned_duration_s(plan: ShardPlan) -> float:
+    """Seconds the shard's runner may take: every level (warm-up and cool-down included), plus
+    one request deadline to drain stragglers after each level that waits for them."""
+    spec = plan.run_spec()
+    if spec.load.saturation is not None:
+        steps = spec.load.saturation.max_steps
+        return steps * (spec.load.duration_s + spec.target.deadline_s)
+    levels = int(plan.extra.get("levels", 1))
+    return max(1, levels) * spec.load.duration_s + spec.target.deadline_s
+
+
+def warm_connections(plan: ShardPlan) -> int:
+    """Connections to open before check-in: the busiest level's users, or for open loop a
+    modest pool (its concurrency depends on the server's latency, not known yet)."""
+    spec = plan.run_spec()
+    if plan.users_per_level:
+        return max(1, min(max(plan.users_per_level), spec.load.max_concurrency))
+    return max(1, min(64, spec.load.max_concurrency))
+
+
+def execute_shard(
+    plan: ShardPlan,
+    settings: WorkerSettings,
+    *,
+    soft_limit_s: float | None = None,
+    tokens_per_word: float = 1.0,
+) -> dict[str, Any]:
+    """Run one shard at most once. Returns a small JSON-safe report (no secrets)."""
+    received_mono = time.perf_counter_ns()
+    conn = psycopg.connect(settings.database_url, autocommit=True)
+    try:
+        lease = leases.claim_shard(
+            conn,
+            plan.run_id,
+            plan.shard_id,
+            settings.owner,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            ttl_s=settings.lease_ttl_s,
+        )
+        if lease is None:
+            state = leases.shard_state(conn, plan.run_id, plan.shard_id)
+            log.warning(
+                "shard %s/%s refused: already %s (a redelivered or duplicated task)",
+                plan.run_id,
+                plan.shard_id,
+                state,
+            )
+            return {"shard_id": plan.shard_id, "refused": True, "state": state}
+        control = ShardControl(settings.database_url, lease, settings.lease_ttl_s)
+        control.start()
+        deadline = None
+        if soft_limit_s is not None:
+            grace = min(SOFT_LIMIT_GRACE_S, soft_limit_s * 0.2)
+            deadline = received_mono + int((soft_limit_s - grace) * 1e9)
+        job = _Job(plan, settings, conn, lease, control, deadline, tokens_per_word)
+        try:
+            return job.run()
+        finally:
+            control.stop()
+            runctl.finalize_run(conn, plan.run_id)
+    finally:
+        conn.close()
+
+
+class _Job:
+    """The claimed shard: check in, wait for the start, run, flush, record the final state."""
+
+    def __init__(
+        self,
+        plan: ShardPlan,
+        settings: WorkerSettings,
+        conn: psycopg.Connection[Any],
+        lease: leases.Lease,
+        control: ShardControl,
+        deadline_mono: int | None,
+        tokens_per_word: float,
+    ) -> None:
+        self.plan, self.settings, self.conn, self.lease = plan, settings, conn, lease
+        self.control, self.deadline_mono, self.tpw = control, deadline_mono, tokens_per_word
+        self.status = "failed"
+        self.reason: str | None = "the runner did not return"
+        self.result: ShardResult | None = None
+        self.skew_ns: int | None = None
+        self.start_mono: int | None = None
+
+    def run(self) -> dict[str, Any]:
+        from workers.store.writer import StoreWriter
+
+        sink = StoreWriter(
+            self.settings.database_url,
+            self.plan.run_id,
+            store_content=self.plan.run_spec().store_content,
+        )
+        try:
+            asyncio.run(self._main(sink))
+        except BaseException as exc:  # SoftTimeLimitExceeded lands here if the deadline missed
+            from celery.exceptions import SoftTimeLimitExceeded
+
+            self.status = "timed_out" if isinstance(exc, SoftTimeLimitExceeded) else "failed"
+            self.reason = f"{type(exc).__name__}: {exc}"[:500]
+            log.exception("shard %s: %s", self.plan.shard_id, self.reason)
+        finally:
+            try:
+                sink.close()  # flush (or leave a spool to replay): rows written so far are kept
+            except Exception as exc:
+                self.status = "failed"
+                self.reason = f"store flush failed: {type(exc).__name__}: {exc}"[:500]
+                log.exception("shard %s: flush failed", self.plan.shard_id)
+        return self._finish()
+
+    async def _main(self, sink: Any) -> None:
+        from loadgen.runner import run_shard
+        from loadgen.targets import OpenAITarget
+
+        plan, spec = self.plan, self.plan.run_spec()
+        target_spec = spec.target
+        if self.settings.target_override:
+            target_spec = target_spec.model_copy(
+                update={"base_url": self.settings.target_override.rstrip("/")}
+            )
+        n_conn = warm_connections(plan)
+        target = OpenAITarget(target_spec, max_connections=n_conn * 2 + 8)
+        try:
+            await target.warm(n_conn)
+            net = await asyncio.to_thread(probe_network, target_spec.base_url)
+            clock = await asyncio.to_thread(self._clock)
+            ready = await asyncio.to_thread(
+                leases.mark_ready,
+                self.conn,
+                self.lease,
+                clock_offset_ns=clock.offset_wall_ns,
+                clock_uncertainty_ns=clock.uncertainty_ns,
+                clock_suspect=clock.suspect,
+                network_rtt_ns=net.rtt_ns,
+                connect_ns=net.connect_ns,
+                extra={
+                    "clock_rtt_ns": clock.rtt_ns,
+                    "clock_offset_mono_ns": clock.offset_mono_ns,
+                    "probe_status": net.status,
+                    "probe_error": net.error,
+                    "target_overridden": self.settings.target_override is not None,
+                    "warm_connections": n_conn,
+                },
+            )
+            if not ready:
+                self.status, self.reason = "interrupted", "fenced out before check-in"
+                return
+            start_ref = await asyncio.to_thread(self.control.wait_for_start, READY_WAIT_S)
+            if start_ref is None:
+                self.status = "aborted"
+                self.reason = self.control.abort_reason or (
+                    f"no start time within {READY_WAIT_S:.0f} s of check-in"
+                )
+                return
+            start_mono = clock.ref_to_mono(start_ref)
+            self.start_mono = start_mono
+            abort = asyncio.Event()
+            self.control.bind_abort(asyncio.get_running_loop(), abort)
+            wait_ns = start_mono - time.perf_counter_ns() - SPIN_NS
+            if wait_ns > 0:
+                await asyncio.sleep(wait_ns / 1e9)
+            while time.perf_counter_ns() < start_mono:
+                pass
+            self.skew_ns = time.perf_counter_ns() - start_mono
+            task = asyncio.create_task(
+                run_shard(
+                    plan,
+                    target,
+                    sink,
+                    start_at_mono_ns=start_mono,
+                    abort=abort,
+                    deadline_mono_ns=self.deadline_mono,
+                    tokens_per_word=self.tpw,
+                )
+            )
+            await asyncio.to_thread(
+                leases.mark_running, self.conn, self.lease, start_skew_ns=self.skew_ns
+            )
+            self.result = await task
+            self.status = _STATUS.get(self.result.status, "failed")
+            self.reason = None if self.status == "completed" else f"runner: {self.result.status}"
+            if self.status == "aborted" and self.control.abort_reason:
+                self.reason = self.control.abort_reason
+        finally:
+            await target.aclose()
+
+    def _clock(self) -> ClockEstimate:
+        with redis.Redis.from_url(self.settings.redis_url, socket_timeout=5) as r:
+            return measure_offset(r)
+
+    def _finish(self) -> dict[str, Any]:
+        plan, res = self.plan, self.result
+        written = _count_rows(self.conn, plan)
+        leases.finish_shard(
+            self.conn,
+            self.lease,
+            self.status,
+            reason=self.reason,
+            requests_scheduled=res.requests_scheduled if res else written,
+            records_written=written,
+            valid=res.valid if res else None,
+            invalid_reasons=list(res.invalid_reasons) if res else [],
+            extra={
+                "start_mono_ns": self.start_mono,
+                "outcomes": dict(res.outcomes) if res else {},
+                "health": dict(res.health) if res else {},
+            },
+        )
+        return {
+            "shard_id": plan.shard_id,
+            "refused": False,
+            "state": self.status,
+            "reason": self.reason,
+            "records_written": written,
+            "start_skew_ns": self.skew_ns,
+        }
+
+
+_STATUS = {"completed": "completed", "aborted": "aborted", "timed_out": "timed_out"}
+
+
+def _count_rows(conn: psycopg.Connection[Any], plan: ShardPlan) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM requests WHERE run_id = %s AND shard_id = %s",
+        (plan.run_id, plan.shard_id),
+    ).fetchone()
+    return int(row[0]) if row else 0
