@@ -1,0 +1,125 @@
+"""Fencing leases and run control on a real PostgreSQL: one claim wins, fenced writes, reaping,
+final run status; the clock offset against a real Redis."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+
+from workers import leases, runctl
+from workers.clocks import measure_offset, reference_now_ns
+
+pytestmark = pytest.mark.integration
+
+
+def _make_run(conn: psycopg.Connection[Any], shards: list[str]) -> str:
+    run_id = str(uuid.uuid4())
+    conn.execute(
+        "INSERT INTO runs (run_id, name, mode, api, target_url, model, spec) "
+        "VALUES (%s, 't', 'distributed', 'openai-chat', 'http://127.0.0.1:9/v1', 'm', '{}')",
+        (run_id,),
+    )
+    for s in shards:
+        conn.execute(
+            "INSERT INTO shards (run_id, shard_id, region, plan) VALUES (%s, %s, 'r', %s)",
+            (run_id, s, json.dumps({})),
+        )
+    return run_id
+
+
+def test_one_claim_wins_among_concurrent_claimers(store_url: str) -> None:
+    with psycopg.connect(store_url, autocommit=True) as conn:
+        run_id = _make_run(conn, ["r-0"])
+    got: list[leases.Lease | None] = []
+    barrier = threading.Barrier(6)
+
+    def claim(i: int) -> None:
+        with psycopg.connect(store_url, autocommit=True) as c:
+            barrier.wait()
+            got.append(leases.claim_shard(c, run_id, "r-0", f"w{i}", host="h", pid=i))
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [g for g in got if g is not None]
+    assert len(winners) == 1
+    assert winners[0].token == 1
+
+
+def test_fenced_out_after_reap_and_final_status(store_url: str) -> None:
+    with psycopg.connect(store_url, autocommit=True) as conn:
+        run_id = _make_run(conn, ["r-0", "r-1"])
+        a = leases.claim_shard(conn, run_id, "r-0", "a", host="h", pid=1, ttl_s=0.2)
+        b = leases.claim_shard(conn, run_id, "r-1", "b", host="h", pid=2, ttl_s=30)
+        assert a is not None and b is not None
+        assert leases.mark_ready(conn, b, clock_offset_ns=0, clock_uncertainty_ns=1,
+                                 clock_suspect=False, network_rtt_ns=None, connect_ns=None,
+                                 extra={})
+        assert runctl.finalize_run(conn, run_id) is None  # shards still active
+        time.sleep(0.4)
+        assert leases.reap_expired(conn, run_id) == [(run_id, "r-0")]
+        # the dead worker comes back: every fenced write is refused
+        assert not leases.renew_lease(conn, a)
+        assert not leases.finish_shard(conn, a, "completed", records_written=5)
+        assert leases.shard_state(conn, run_id, "r-0") == "interrupted"
+        assert leases.mark_running(conn, b, start_skew_ns=10)
+        assert leases.finish_shard(conn, b, "completed", requests_scheduled=3, valid=True)
+        assert runctl.finalize_run(conn, run_id) == "partial"
+        row = conn.execute("SELECT status, status_reason, ended_at IS NOT NULL FROM runs "
+                           "WHERE run_id = %s", (run_id,)).fetchone()
+        assert row is not None and row[0] == "partial" and row[2]
+        assert "r-0: interrupted" in row[1]
+        # a second claim of a finished shard is refused
+        assert leases.claim_shard(conn, run_id, "r-1", "c", host="h", pid=3) is None
+
+
+def test_abort_before_claim_refuses_claims(store_url: str) -> None:
+    with psycopg.connect(store_url, autocommit=True) as conn:
+        run_id = _make_run(conn, ["r-0", "r-1"])
+        a = leases.claim_shard(conn, run_id, "r-0", "a", host="h", pid=1)
+        assert a is not None
+        assert runctl.request_abort(conn, run_id, "operator said so")
+        assert leases.claim_shard(conn, run_id, "r-1", "b", host="h", pid=2) is None
+        assert leases.shard_state(conn, run_id, "r-1") == "aborted"
+        ctl = runctl.read_control(conn, run_id)
+        assert ctl is not None and ctl.abort_requested and ctl.abort_reason == "operator said so"
+        assert not runctl.set_start(conn, run_id, 123)
+        assert leases.finish_shard(conn, a, "aborted", reason="run aborted")
+        assert runctl.finalize_run(conn, run_id) == "aborted"
+        assert runctl.finalize_run(conn, run_id) == "aborted"  # idempotent
+
+
+def test_decide_status() -> None:
+    assert runctl.decide_status(["completed", "completed"], False) == "completed"
+    assert runctl.decide_status(["completed", "running"], False) is None
+    assert runctl.decide_status(["planned"], False) is None
+    assert runctl.decide_status(["failed", "failed"], False) == "failed"
+    assert runctl.decide_status(["completed", "timed_out"], False) == "partial"
+    assert runctl.decide_status(["aborted", "completed"], True) == "aborted"
+
+
+def test_clock_offset_against_redis() -> None:
+    r = redis.Redis(host="127.0.0.1", port=6379, socket_timeout=2)
+    try:
+        r.ping()
+    except redis.RedisError:
+        pytest.skip("no Redis on 127.0.0.1:6379")
+    with r:
+        est = measure_offset(r, probes=8)
+        # same host: Redis TIME is this machine's wall clock, so the true wall offset is 0
+        assert abs(est.offset_wall_ns) <= est.uncertainty_ns + 2_000_000
+        assert 0 < est.rtt_ns < 1_000_000_000 and not est.suspect
+        now_ref = reference_now_ns(r)
+        mono = est.ref_to_mono(now_ref)
+        assert abs(mono - time.perf_counter_ns()) < 50_000_000
+    with pytest.raises(ValueError, match="probes"):
+        measure_offset(r, probes=0)
