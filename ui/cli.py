@@ -24,3 +24,5 @@ from ui.commands.run import run_command  # noqa: E402
 
 cli.add_command(demo_command)
 cli.add_command(run_command)
+from ui.commands.sim import sim  # noqa: E402
+cli.add_command(sim)

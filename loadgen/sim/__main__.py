@@ -1,0 +1,5 @@
+"""`python -m loadgen.sim ...` is `peakload sim ...`."""
+
+from loadgen.sim.cli import main
+
+main()

@@ -1,0 +1,110 @@
+"""The `peakload sim` command (also `python -m loadgen.sim`): builds a SimConfig from a preset, a
+JSON file and options, then serves in the foreground and prints the base URL once listening.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from loadgen.errors import SpecError
+from loadgen.sim.config import PRESETS, load_config, parse_fault_rule
+
+
+def _stall(text: str | None) -> tuple[float, float] | tuple[None, None]:
+    if text is None:
+        return None, None
+    head, sep, tail = text.partition("/")
+    try:
+        if not sep:
+            raise ValueError
+        return float(head), float(tail)
+    except ValueError:
+        raise SpecError(f"expected SECONDS/EVERY_SECONDS like 5/30, got {text!r}", "--stall") from None
+
+
+@click.command("sim")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=int, default=8000, show_default=True, help="Port (0: any free).")
+@click.option("--preset", type=click.Choice(sorted(PRESETS)), help="Engine preset [fixed].")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="JSON config.")
+@click.option("--ttft-ms", type=float, help="Fixed mode: ms from arrival to the first token.")
+@click.option("--itl-ms", type=float, help="Fixed mode: ms between tokens.")
+@click.option("--slots", type=int, help="Batching: max sequences per step.")
+@click.option("--kv-capacity-tokens", type=int, help="Batching: KV budget in tokens.")
+@click.option("--rate-limit-rps", type=float, help="Requests/s budget; beyond it 429.")
+@click.option("--tokens-per-chunk", type=int, help="Tokens per SSE event (all requests).")
+@click.option("--reasoning-tokens", type=int, help="First N tokens as reasoning deltas.")
+@click.option("--reasoning-field", type=click.Choice(["reasoning_content", "reasoning"]))
+@click.option("--stall", "stall", help="Freeze the whole server S s every P s, as S/P (5/30).")
+@click.option("--fault", "faults", multiple=True, help="KIND[:ARG]=RATE, repeatable.")
+@click.option("--seed", type=int, help="Seed for fault draws and output text.")
+@click.option("--model", help="Model name reported by the server.")
+@click.option("--truth-log", type=click.Path(path_type=Path), help="Ground-truth JSONL file.")
+def sim(
+    host: str,
+    port: int,
+    preset: str | None,
+    config_file: Path | None,
+    ttft_ms: float | None,
+    itl_ms: float | None,
+    slots: int | None,
+    kv_capacity_tokens: int | None,
+    rate_limit_rps: float | None,
+    tokens_per_chunk: int | None,
+    reasoning_tokens: int | None,
+    reasoning_field: str | None,
+    stall: str | None,
+    faults: tuple[str, ...],
+    seed: int | None,
+    model: str | None,
+    truth_log: Path | None,
+) -> None:
+    """Run the simulated OpenAI-compatible engine until SIGINT/SIGTERM."""
+    from loadgen.sim.server import run
+
+    try:
+        stall_for, stall_every = _stall(stall)
+        overrides: dict[str, Any] = {
+            "ttft_ms": ttft_ms,
+            "itl_ms": itl_ms,
+            "slots": slots,
+            "kv_capacity_tokens": kv_capacity_tokens,
+            "rate_limit_rps": rate_limit_rps,
+            "tokens_per_chunk": tokens_per_chunk,
+            "reasoning_tokens": reasoning_tokens,
+            "reasoning_field": reasoning_field,
+            "stall_for_s": stall_for,
+            "stall_every_s": stall_every,
+            "seed": seed,
+            "model": model,
+            "faults": [parse_fault_rule(f) for f in faults],
+        }
+        cfg = load_config(preset, config_file, overrides)
+        if cfg.mode != "fixed" and (ttft_ms is not None or itl_ms is not None):
+            raise SpecError(
+                "--ttft-ms/--itl-ms set the fixed schedule, but this preset is a batching engine;"
+                " use --preset fixed",
+                "--ttft-ms",
+            )
+    except SpecError as e:
+        click.echo(f"peakload sim: error: {e}", err=True)
+        sys.exit(2)
+
+    def ready(url: str) -> None:
+        click.echo(url)
+        sys.stdout.flush()
+        click.echo(f"peakload sim: {cfg.mode} engine listening; SIGINT/SIGTERM stops", err=True)
+
+    try:
+        run(cfg, host, port, ready, truth_log)
+    except OSError as e:
+        click.echo(f"peakload sim: error: cannot listen on {host}:{port}: {e.strerror}", err=True)
+        sys.exit(1)
+
+
+def main() -> None:
+    sim(prog_name="python -m loadgen.sim")

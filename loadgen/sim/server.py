@@ -1,0 +1,307 @@
+"""The simulated engine's server: raw asyncio Protocol connections, routing of the OpenAI-style
+endpoints plus /health, /v1/models and /metrics, request validation, and `serve`/`run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import signal
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+from loadgen.sim import text
+from loadgen.sim.config import FaultKind, SimConfig
+from loadgen.sim.engine import BatchEngine, FixedEngine, Scheduler, make_engine
+from loadgen.sim.faults import FAULT_HEADER, RateBudget, choose_faults
+from loadgen.sim.http import HttpParseError, Request, RequestParser, response_head
+from loadgen.sim.stream import Completion, Plan
+from loadgen.sim.truth import TruthLog
+
+REQUEST_ID_HEADER = "x-peakload-request-id"
+COMPLETION_PATHS = {"/v1/chat/completions": True, "/v1/completions": False}
+HTML_PAGE = (
+    "<html><head><title>{status} Error</title></head><body><center><h1>{status} Error</h1>"
+    "</center><hr><center>nginx</center></body></html>"
+)
+
+
+class SimState:
+    """Everything shared by the connections of one server (one event loop)."""
+
+    def __init__(self, cfg: SimConfig, loop: asyncio.AbstractEventLoop, truth: TruthLog) -> None:
+        self.cfg = cfg
+        self.loop = loop
+        self.truth = truth
+        self.sched = Scheduler(loop, cfg)
+        self.engine: FixedEngine | BatchEngine = make_engine(cfg, self.sched)
+        self.budget = RateBudget(cfg.rate_limit_rps, cfg.rate_limit_burst)
+        self.active: set[Completion] = set()
+        self.connections: set[Connection] = set()
+        self.tokens_generated = 0
+        self.prompt_tokens_total = 0
+        self.requests_seen = 0
+
+    def metrics(self) -> bytes:
+        """Prometheus text exposition of the engine's gauges and counters."""
+        eng = self.engine
+        kv = eng.kv_used / self.cfg.kv_capacity_tokens if isinstance(eng, BatchEngine) else 0.0
+        rows: list[tuple[str, str, str, list[tuple[str, float]]]] = [
+            ("num_requests_running", "gauge", "Sequences generating.", [("", eng.running)]),
+            ("num_requests_waiting", "gauge", "Queued for a slot or KV.", [("", eng.waiting)]),
+            ("kv_cache_usage_perc", "gauge", "KV budget in use (0-1).", [("", kv)]),
+            ("active_responses", "gauge", "Completion responses open.", [("", len(self.active))]),
+            ("generation_tokens_total", "counter", "Tokens.", [("", self.tokens_generated)]),
+            ("prompt_tokens_total", "counter", "Prompt tokens.", [("", self.prompt_tokens_total)]),
+            (
+                "requests_total",
+                "counter",
+                "Finished completion requests by HTTP status.",
+                [(f'status="{k}"', v) for k, v in sorted(self.truth.by_status.items())],
+            ),
+            (
+                "request_outcomes_total",
+                "counter",
+                "Finished completion requests by outcome.",
+                [(f'outcome="{k}"', v) for k, v in sorted(self.truth.by_outcome.items())],
+            ),
+            (
+                "faults_total",
+                "counter",
+                "Faults applied, by kind.",
+                [(f'kind="{k}"', v) for k, v in sorted(self.truth.by_fault.items())],
+            ),
+        ]
+        out: list[str] = []
+        for name, kind, help_text, samples in rows:
+            out.append(f"# HELP peakload_sim:{name} {help_text}")
+            out.append(f"# TYPE peakload_sim:{name} {kind}")
+            for labels, value in samples:
+                lab = "{" + labels + "}" if labels else ""
+                out.append(f"peakload_sim:{name}{lab} {value:g}")
+        return ("\n".join(out) + "\n").encode()
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: parses requests and answers them one at a time, in order."""
+
+    def __init__(self, state: SimState) -> None:
+        self.state = state
+        self.parser = RequestParser()
+        self.current: Completion | None = None
+        self.closed = False
+        self._dispatching = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.t = cast(asyncio.Transport, transport)  # uvloop's is not a subclass, same API
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.state.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.state.connections.discard(self)
+        if self.current is not None:
+            self.current.abandon("client_closed")
+            self.current = None
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter_ns()
+        try:
+            self.parser.feed(data, now)
+        except HttpParseError as e:
+            self._reply_json(e.status, {"error": {"message": str(e), "code": e.status}}, False)
+            return
+        self._next()
+
+    def _next(self) -> None:
+        if self._dispatching:
+            return
+        self._dispatching = True
+        try:
+            while self.current is None and self.parser.ready and not self.closed:
+                self._dispatch(self.parser.ready.popleft())
+        finally:
+            self._dispatching = False
+
+    def _done(self, keep_alive: bool) -> None:
+        self.current = None
+        if not keep_alive:
+            self.closed = True
+            self.t.close()
+        else:
+            self._next()
+
+    def _reply(self, status: int, ctype: str, body: bytes, keep_alive: bool) -> None:
+        self.t.write(response_head(status, ctype, length=len(body), keep_alive=keep_alive) + body)
+        if not keep_alive:
+            self.closed = True
+            self.t.close()
+
+    def _reply_json(self, status: int, obj: Any, keep_alive: bool) -> None:
+        self._reply(status, "application/json", json.dumps(obj).encode(), keep_alive)
+
+    def _dispatch(self, req: Request) -> None:
+        chat = COMPLETION_PATHS.get(req.path)
+        if chat is not None:
+            if req.method != "POST":
+                self._reply_json(405, _err(f"{req.path} takes POST"), req.keep_alive)
+                return
+            self._completion(req, chat)
+        elif req.path == "/health":
+            self._reply_json(200, {"status": "ok"}, req.keep_alive)
+        elif req.path == "/v1/models":
+            model = {"id": self.state.cfg.model, "object": "model", "created": 0}
+            model["owned_by"] = "peakload-sim"
+            self._reply_json(200, {"object": "list", "data": [model]}, req.keep_alive)
+        elif req.path == "/metrics":
+            self._reply(200, "text/plain; version=0.0.4", self.state.metrics(), req.keep_alive)
+        else:
+            self._reply_json(404, _err(f"no route {req.method} {req.path}"), req.keep_alive)
+
+    def _completion(self, req: Request, chat: bool) -> None:
+        st = self.state
+        st.requests_seen += 1
+        rid = req.headers.get(REQUEST_ID_HEADER) or f"sim-{st.cfg.seed}-{st.requests_seen}"
+        plan = Plan(rid, req.path, chat, False, False, 0, 0, req.keep_alive, req.headers_ns, 0)
+        plan.request_ns = req.received_ns
+        reject: tuple[int, bytes, dict[str, str], str] | None = None
+        labels: list[str] = []
+        faults: dict[FaultKind, float | None] = {}
+        try:
+            _fill_plan(plan, req.body, st.cfg)
+            faults = choose_faults(st.cfg, rid, req.headers.get(FAULT_HEADER))
+            need = plan.prompt_tokens + plan.max_tokens
+            if isinstance(st.engine, BatchEngine) and need > st.cfg.kv_capacity_tokens:
+                raise text.BadRequest(
+                    f"prompt ({plan.prompt_tokens}) + max_tokens ({plan.max_tokens}) exceeds "
+                    f"the KV capacity of {st.cfg.kv_capacity_tokens} tokens"
+                )
+        except text.BadRequest as e:
+            reject = (400, json.dumps(_err(str(e), 400)).encode(), {}, "bad_request")
+        if reject is None:
+            wait_s = st.budget.take(req.received_ns)
+            if wait_s is not None:
+                labels.append("rate_limit")
+                reject = _status_reply(429, float(math.ceil(wait_s)))
+            elif FaultKind.HTTP_429 in faults:
+                reject = _status_reply(429, faults[FaultKind.HTTP_429])
+            elif FaultKind.HTTP_503 in faults:
+                reject = _status_reply(503, faults[FaultKind.HTTP_503])
+            elif FaultKind.HTML_ERROR in faults:
+                status = int(faults[FaultKind.HTML_ERROR] or 200)
+                page = HTML_PAGE.format(status=status).encode()
+                reject = (status, page, {"content-type": "text/html; charset=utf-8"}, "html_error")
+        st.prompt_tokens_total += plan.prompt_tokens
+        c = Completion(st, self.t, plan, faults, self._done, reject=reject, labels=labels)
+        self.current = c
+        st.active.add(c)
+        st.sched.now_or_stalled(c.open)
+
+
+def _fill_plan(plan: Plan, raw: bytes, cfg: SimConfig) -> None:
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise text.BadRequest(f"request body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise text.BadRequest("request body must be a JSON object")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise text.BadRequest("'stream' must be true or false")
+    mt = body.get("max_completion_tokens", body.get("max_tokens", cfg.default_max_tokens))
+    if mt is None:
+        mt = cfg.default_max_tokens
+    if isinstance(mt, bool) or not isinstance(mt, int) or not 1 <= mt <= cfg.max_tokens_limit:
+        raise text.BadRequest(f"'max_tokens' must be an integer in 1..{cfg.max_tokens_limit}")
+    opts = body.get("stream_options") or {}
+    if not isinstance(opts, dict):
+        raise text.BadRequest("'stream_options' must be an object")
+    plan.stream = stream
+    plan.include_usage = bool(opts.get("include_usage", False))
+    plan.max_tokens = mt
+    count = text.chat_prompt_tokens if plan.chat else text.completion_prompt_tokens
+    plan.prompt_tokens = count(body)
+
+
+def _err(message: str, code: int = 0) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error", "code": code or None}}
+
+
+Reject = tuple[int, bytes, dict[str, str], str]
+
+
+def _status_reply(status: int, retry_after_s: float | None) -> Reject:
+    extra: dict[str, str] = {}
+    if retry_after_s is not None:
+        extra["retry-after"] = str(max(0, math.ceil(retry_after_s)))
+        extra["retry-after-ms"] = str(int(retry_after_s * 1000))
+    kind = "rate_limit_exceeded" if status == 429 else "service_unavailable"
+    body = {"error": {"message": f"simulated {status}", "type": kind, "code": status}}
+    return status, json.dumps(body).encode(), extra, "http_error"
+
+
+def base_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}/v1" if ":" in host else f"http://{host}:{port}/v1"
+
+
+async def serve(
+    config: SimConfig,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    ready: Callable[[str], None] | None = None,
+    *,
+    truth_log: Path | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve until `stop` is set (or the task is cancelled). `ready(base_url)` is called once
+    listening, with the bound port (so port 0 works). The truth log is flushed and closed, with
+    its summary line, on the way out; open streams are logged as `shutdown` and aborted.
+    """
+    loop = asyncio.get_running_loop()
+    truth = TruthLog(truth_log, config.truth_flush_ms / 1000)
+    state = SimState(config, loop, truth)
+    server = await loop.create_server(lambda: Connection(state), host, port, backlog=4096)
+    truth.start(loop)
+    try:
+        bound = server.sockets[0].getsockname()[1]
+        if ready is not None:
+            ready(base_url(host, bound))
+        await (stop.wait() if stop is not None else asyncio.Event().wait())
+    finally:
+        server.close()
+        for c in list(state.active):
+            c.abandon("shutdown")
+        for conn in list(state.connections):
+            conn.t.close()
+        state.sched.close()
+        truth.close()
+
+
+def run(
+    config: SimConfig,
+    host: str,
+    port: int,
+    ready: Callable[[str], None] | None = None,
+    truth_log: Path | None = None,
+) -> None:
+    """Run `serve` in the foreground (uvloop when installed) until SIGINT or SIGTERM."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(config, host, port, ready, truth_log=truth_log, stop=stop)
+
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        asyncio.run(main())
+    else:
+        uvloop.run(main())

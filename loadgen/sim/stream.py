@@ -1,0 +1,362 @@
+"""One completion response from arrival to its truth-log line: writes the head, turns the engine's
+tokens into SSE events (k tokens per event, n events per write, reasoning and tool-call deltas,
+UTF-8 split across writes), applies in-stream faults, and records every write's time.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from loadgen.sim import text
+from loadgen.sim.config import FaultKind
+from loadgen.sim.faults import Faults, describe
+from loadgen.sim.http import LAST_CHUNK, chunk, response_head
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from loadgen.sim.server import SimState
+
+SSE_TYPE = "text/event-stream; charset=utf-8"
+_LINGER_RST = struct.pack("ii", 1, 0)
+
+
+@dataclass(slots=True)
+class Plan:
+    """What the request asked for, after validation."""
+
+    request_id: str
+    path: str
+    chat: bool
+    stream: bool
+    include_usage: bool
+    prompt_tokens: int
+    max_tokens: int
+    keep_alive: bool
+    headers_ns: int
+    request_ns: int
+
+
+class Completion:
+    """A `Sequence` for the engine; also finishes its own truth record (see truth.py)."""
+
+    def __init__(
+        self,
+        state: SimState,
+        transport: asyncio.Transport,
+        plan: Plan,
+        faults: Faults,
+        on_done: Any,
+        *,
+        reject: tuple[int, bytes, dict[str, str], str] | None = None,
+        labels: list[str] | None = None,
+    ) -> None:
+        cfg = state.cfg
+        self.state = state
+        self.t = transport
+        self.plan = plan
+        self.prompt_tokens = plan.prompt_tokens
+        self.max_tokens = plan.max_tokens
+        self._on_done = on_done  # callable(keep_alive: bool) of the connection
+        self.reject = reject  # (status, body, extra headers, outcome): answered at once
+        self.labels = labels or []
+        self.streaming = plan.stream and FaultKind.NON_STREAMING not in faults
+        if not self.streaming:  # shaping faults mean nothing without a stream
+            keep = (FaultKind.RESET, FaultKind.ERROR_EVENT, FaultKind.NON_STREAMING)
+            faults = {k: a for k, a in faults.items() if k in keep}
+        self.faults = faults
+        self.k = max(1, int(_arg(faults, FaultKind.MULTI_TOKEN, cfg.tokens_per_chunk)))
+        self.per_write = max(1, int(_arg(faults, FaultKind.COALESCE, cfg.events_per_write)))
+        r = _arg(faults, FaultKind.REASONING, cfg.reasoning_tokens) if plan.chat else 0
+        self.reasoning = min(int(r), plan.max_tokens)
+        self.tool = plan.chat and FaultKind.TOOL_CALLS in faults
+        self.utf8_split = FaultKind.UTF8_SPLIT in faults
+        self.no_done = FaultKind.NO_DONE in faults
+        self.fault_end: FaultKind | None = None
+        self.fault_at = 0
+        for kind in (FaultKind.RESET, FaultKind.ERROR_EVENT):
+            if kind in faults:
+                self.fault_end = kind
+                self.fault_at = min(int(_arg(faults, kind, 3)), plan.max_tokens)
+        self.offset = text.word_offset(cfg.seed, plan.request_id)
+        self.fmt = text.EventFormat(plan.chat, plan.request_id, cfg.model, cfg.reasoning_field)
+        self.generated = 0
+        self.finished = False
+        self._words: list[bytes] = []
+        self._events: list[tuple[bytes, int]] = []
+        self._carry = b""
+        self._carry_tokens = 0
+        self.status = 200
+        self.response_headers_ns: int | None = None
+        self.chunk_ns: list[int] = []
+        self.chunk_tokens: list[int] = []
+        self.chunk_due_ns: list[int] = []
+        self._trickle_body = b""
+        self._trickle_pos = 0
+        self._trickle_ends: dict[int, int] = {}
+
+    # ---- start -------------------------------------------------------------------------------
+    def open(self, now_ns: int) -> None:
+        """At arrival (or when a stall ends): write the head; then tokens come from the engine."""
+        if self.finished:
+            return
+        if self.reject is not None:
+            status, body, extra, outcome = self.reject
+            ctype = extra.pop("content-type", "application/json")
+            extra["x-peakload-request-id"] = self.plan.request_id
+            keep = self.plan.keep_alive
+            head = response_head(status, ctype, length=len(body), keep_alive=keep, extra=extra)
+            self.t.write(head + body)
+            self.response_headers_ns = time.perf_counter_ns()
+            self.status = status
+            self._finish(outcome, keep)
+            return
+        if FaultKind.TRICKLE in self.faults:
+            self._open_trickle(now_ns)
+            return
+        if not self.streaming:
+            if self.fault_end is not None and self.fault_at == 0:
+                self._end_with_fault(now_ns)
+            else:
+                self.state.engine.submit(self, self.plan.request_ns)
+            return
+        head = response_head(
+            200,
+            SSE_TYPE,
+            length=None,
+            keep_alive=self.plan.keep_alive,
+            extra={"x-peakload-request-id": self.plan.request_id},
+        )
+        first = chunk(self.fmt.role_event()) if self.plan.chat else b""
+        self.t.write(head + first)
+        self.response_headers_ns = time.perf_counter_ns()
+        if self.fault_end is not None and self.fault_at == 0:
+            self._end_with_fault(now_ns)
+            return
+        self.state.engine.submit(self, self.plan.request_ns)
+
+    # ---- tokens ------------------------------------------------------------------------------
+    def on_token(self, due_ns: int) -> bool:
+        if self.finished:
+            return True
+        i = self.generated
+        n = i + 1
+        self.generated = n
+        self.state.tokens_generated += 1
+        if not self.streaming:
+            if n == self.fault_at and self.fault_end is not None:
+                self._end_with_fault(due_ns)
+                return True
+            if n == self.max_tokens:
+                self._finish_non_stream(due_ns)
+                return True
+            return False
+        r = self.reasoning
+        if i < r:
+            phase = "reasoning"
+        else:
+            phase = "tool" if self.tool else "content"
+            if i == r and self.tool:
+                self._events.append((self.fmt.tool_open_event(), 0))
+        words = self._words
+        words.append(text.token_bytes(self.offset, i, i != 0 and i != r))
+        last = n == self.max_tokens
+        if last or n == r or len(words) >= self.k or n == self.fault_at:
+            self._events.append((self.fmt.content_event(b"".join(words), phase), len(words)))
+            words.clear()
+        if n == self.fault_at and self.fault_end is not None:
+            self._end_with_fault(due_ns)
+            return True
+        if last:
+            self._finish_stream(due_ns)
+            return True
+        if len(self._events) >= self.per_write:
+            self._write_events(due_ns, b"", final=False)
+        return False
+
+    def _write_events(self, due_ns: int, tail: bytes, final: bool) -> None:
+        events = self._events
+        data = self._carry + b"".join(e for e, _ in events) + tail
+        tokens = self._carry_tokens + sum(n for _, n in events)
+        self._carry, self._carry_tokens = b"", 0
+        if self.utf8_split and not final:
+            split = next((p for p in range(len(data)) if data[p] >= 0xC0), -1)
+            if split >= 0:
+                cut = split + 1  # after the first byte of a multi-byte character
+                head_tokens, pos = 0, 0
+                for ev, n in events:
+                    pos += len(ev)
+                    if pos <= cut:
+                        head_tokens += n
+                self._carry, self._carry_tokens = data[cut:], tokens - head_tokens
+                data, tokens = data[:cut], head_tokens
+        events.clear()
+        payload = chunk(data) if data else b""
+        if final:
+            payload += LAST_CHUNK
+        self._send(payload, tokens, due_ns)
+
+    def _send(self, payload: bytes, tokens: int, due_ns: int) -> None:
+        if not payload:
+            return
+        self.t.write(payload)
+        self.chunk_ns.append(time.perf_counter_ns())
+        self.chunk_tokens.append(tokens)
+        self.chunk_due_ns.append(due_ns)
+
+    # ---- endings -----------------------------------------------------------------------------
+    def _finish_stream(self, due_ns: int) -> None:
+        tail = self.fmt.finish_event("tool_calls" if self.tool else "length")
+        if self.plan.include_usage:
+            reasoning = self.reasoning if self.reasoning else None
+            tail += self.fmt.usage_event(self.prompt_tokens, self.generated, reasoning)
+        if not self.no_done:
+            tail += text.DONE_EVENT
+        self._write_events(due_ns, tail, final=True)
+        self._finish("no_done" if self.no_done else "ok", self.plan.keep_alive)
+
+    def _finish_non_stream(self, due_ns: int) -> None:
+        r = self.reasoning if self.plan.chat else 0
+        body = text.completion_body(
+            self.plan.chat,
+            self.plan.request_id,
+            self.state.cfg.model,
+            text.output_text(self.offset, r, self.max_tokens),
+            text.output_text(self.offset, 0, r) if r else None,
+            self.state.cfg.reasoning_field,
+            self.prompt_tokens,
+            self.max_tokens,
+            "length",
+        )
+        head = response_head(
+            200,
+            "application/json",
+            length=len(body),
+            keep_alive=self.plan.keep_alive,
+            extra={"x-peakload-request-id": self.plan.request_id},
+        )
+        self._send(head + body, self.max_tokens, due_ns)
+        self.response_headers_ns = self.chunk_ns[-1]
+        self._finish("ok", self.plan.keep_alive)
+
+    def _end_with_fault(self, due_ns: int) -> None:
+        if self.fault_end is FaultKind.ERROR_EVENT:
+            if not self.streaming:
+                body = text.error_event("simulated engine error")[6:-2]  # the JSON object
+                self._send(_json_head(500, len(body), self) + body, 0, due_ns)
+                self.status = 500
+                self._finish("http_error", self.plan.keep_alive)
+                return
+            tail = text.error_event(f"simulated engine error after {self.generated} tokens")
+            self._write_events(due_ns, tail + text.DONE_EVENT, final=True)
+            self._finish("error_event", self.plan.keep_alive)
+            return
+        if self._events:  # reset: deliver what is complete, then RST
+            self._write_events(due_ns, b"", final=False)
+        self._finish("reset", False, reset=True)
+
+    def _finish(self, outcome: str, keep_alive: bool, reset: bool = False) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        st = self.state
+        st.active.discard(self)
+        st.truth.add(self.record(outcome))
+        if reset:
+            sock = self.t.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
+            self.t.abort()
+            return
+        self._on_done(keep_alive)
+
+    def abandon(self, outcome: str) -> None:
+        """The client left, or the server is shutting down: free the slot, log, close."""
+        if self.finished:
+            return
+        self.state.engine.cancel(self)
+        self.finished = True
+        self.state.active.discard(self)
+        self.state.truth.add(self.record(outcome))
+        if outcome == "shutdown":
+            self.t.abort()
+
+    def record(self, outcome: str) -> dict[str, Any]:
+        p = self.plan
+        return {
+            "type": "request",
+            "request_id": p.request_id,
+            "path": p.path,
+            "stream": self.streaming,
+            "status": self.status,
+            "outcome": outcome,
+            "faults": describe(self.faults) + self.labels,
+            "prompt_tokens": p.prompt_tokens,
+            "max_tokens": p.max_tokens,
+            "completion_tokens": sum(self.chunk_tokens),
+            "reasoning_tokens": self.reasoning,
+            "headers_ns": p.headers_ns,
+            "request_ns": p.request_ns,
+            "response_headers_ns": self.response_headers_ns,
+            "chunk_ns": self.chunk_ns,
+            "chunk_tokens": self.chunk_tokens,
+            "chunk_due_ns": self.chunk_due_ns,
+            "end_ns": time.perf_counter_ns(),
+        }
+
+    # ---- trickle -----------------------------------------------------------------------------
+    def _open_trickle(self, now_ns: int) -> None:
+        """A valid SSE stream written one byte per `arg` seconds; it never uses the engine."""
+        fmt = self.fmt
+        body = fmt.role_event() if self.plan.chat else b""
+        for i in range(self.max_tokens):
+            body += fmt.content_event(text.token_bytes(self.offset, i, i > 0), "content")
+            self._trickle_ends[len(body)] = 1
+        body += fmt.finish_event("length") + text.DONE_EVENT
+        self._trickle_body = body
+        head = response_head(
+            200,
+            SSE_TYPE,
+            length=None,
+            keep_alive=self.plan.keep_alive,
+            extra={"x-peakload-request-id": self.plan.request_id},
+        )
+        self.t.write(head)
+        self.response_headers_ns = time.perf_counter_ns()
+        self._trickle_ns = int(_arg(self.faults, FaultKind.TRICKLE, 4.0) * 1e9)
+        self.state.sched.at(now_ns + self._trickle_ns, self._trickle)
+
+    def _trickle(self, due_ns: int) -> None:
+        if self.finished:
+            return
+        pos = self._trickle_pos
+        self._trickle_pos = pos + 1
+        done = self._trickle_pos == len(self._trickle_body)
+        payload = chunk(self._trickle_body[pos : pos + 1]) + (LAST_CHUNK if done else b"")
+        self._send(payload, self._trickle_ends.get(pos + 1, 0), due_ns)
+        if done:
+            self._finish("ok", self.plan.keep_alive)
+        else:
+            self.state.sched.at(due_ns + self._trickle_ns, self._trickle)
+
+
+def _arg(faults: Faults, kind: FaultKind, default: float) -> float:
+    if kind not in faults:
+        return default
+    a = faults[kind]
+    return default if a is None or not math.isfinite(a) else a
+
+
+def _json_head(status: int, length: int, c: Completion) -> bytes:
+    return response_head(
+        status,
+        "application/json",
+        length=length,
+        keep_alive=c.plan.keep_alive,
+        extra={"x-peakload-request-id": c.plan.request_id},
+    )
