@@ -26,3 +26,8 @@ cli.add_command(demo_command)
 cli.add_command(run_command)
 from ui.commands.sim import sim  # noqa: E402
 cli.add_command(sim)
+from ui.commands.runs import runs_command  # noqa: E402
+from ui.commands.sla import sla_command  # noqa: E402
+
+cli.add_command(runs_command)
+cli.add_command(sla_command)

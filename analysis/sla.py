@@ -1,0 +1,292 @@
+"""SLA claims ("pXX of a latency metric is below T ms") and their verdicts from the exact
+binomial distribution of exceedances, pooled from raw rows (the MLPerf LoadGen early-stopping
+reasoning). Claims come from a TOML file validated with pydantic; errors name the file and field.
+
+The test, for a claim "p`P` of `metric` < `T`" with allowed exceedance fraction e0 = 1 - P/100,
+n samples and k exceedances (samples with value >= T: the claim is strict), at confidence C
+(default 0.99):
+- pass if  P(Binomial(n, e0) <= k) <= 1 - C: observing this few exceedances would be that
+  unlikely if the true exceedance fraction were e0 (or more), i.e. the one-sided Clopper-Pearson
+  upper bound on the exceedance fraction at level C is at most e0;
+- fail if  P(Binomial(n, e0) >= k) <= 1 - C: the Clopper-Pearson lower bound is at least e0,
+  clear evidence the claim is false;
+- else "insufficient samples" (never "pass").
+With k = 0, pass needs (1 - e0)^n <= 1 - C: 459 samples for p99 at 99% (0.99^458 > 0.01 >=
+0.99^459); 44 for p90 at 99%; with k = 1, 662 samples for p99 at 99%.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from scipy import stats
+
+from analysis import metrics as m
+from loadgen.errors import SpecError
+
+DEFAULT_CONFIDENCE = 0.99
+CLAIM_METRICS = (
+    "ttft_ms",
+    "ttft_sched_ms",
+    "ttfat_ms",
+    "tpot_ms",
+    "itl_ms",
+    "e2e_ms",
+    "e2e_sched_ms",
+)
+Verdict = Literal["pass", "fail", "insufficient samples"]
+
+
+class PromptRange(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    min: int | None = Field(default=None, ge=0)
+    max: int | None = Field(default=None, ge=0)
+
+
+class Claim(BaseModel):
+    """One claim: `metric`'s `percentile`-th percentile is below `threshold` ms, optionally only
+    for one level, one region, or a prompt_tokens range. `failures`: whether requests that were
+    sent but failed count as exceedances ("exceed", the conservative default) or are left out."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    metric: Literal[
+        "ttft_ms", "ttft_sched_ms", "ttfat_ms", "tpot_ms", "itl_ms", "e2e_ms", "e2e_sched_ms"
+    ]
+    percentile: float = Field(gt=0, lt=100)
+    threshold: float = Field(gt=0)
+    confidence: float | None = Field(default=None, gt=0.5, lt=1)
+    level: int | None = Field(default=None, ge=0)
+    region: str | None = None
+    prompt_tokens: PromptRange | None = None
+    failures: Literal["exceed", "exclude"] = "exceed"
+    name: str | None = None
+
+    def label(self) -> str:
+        cond = [
+            f"level {self.level}" if self.level is not None else "",
+            f"region {self.region}" if self.region else "",
+            _prompt_label(self.prompt_tokens),
+        ]
+        where = ", ".join(c for c in cond if c)
+        base = f"p{self.percentile:g} {self.metric} < {self.threshold:g}"
+        return self.name or (f"{base} ({where})" if where else base)
+
+
+def _prompt_label(r: PromptRange | None) -> str:
+    if r is None:
+        return ""
+    return f"prompt {r.min if r.min is not None else 0}..{r.max if r.max is not None else '∞'}"
+
+
+class ClaimsFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    confidence: float = Field(default=DEFAULT_CONFIDENCE, gt=0.5, lt=1)
+    claims: list[Claim] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _ranges(self) -> ClaimsFile:
+        for i, c in enumerate(self.claims):
+            r = c.prompt_tokens
+            if r and r.min is not None and r.max is not None and r.max < r.min:
+                raise ValueError(f"claims[{i}].prompt_tokens: max is below min")
+        return self
+
+
+def parse_claims(data: Mapping[str, Any], where: str = "claims") -> ClaimsFile:
+    try:
+        return ClaimsFile.model_validate(data)
+    except ValidationError as exc:
+        parts = []
+        for err in exc.errors():
+            loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+            msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+            parts.append(f"{loc.lstrip('.') or '(top level)'}: {msg.removeprefix('Value error, ')}")
+        raise SpecError("; ".join(parts), where=where) from None
+
+
+def load_claims(path: str | Path) -> ClaimsFile:
+    """Read and validate a claims TOML; SpecError names the file and the field."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError("file not found", where=str(p)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read: {exc}", where=str(p)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"not valid TOML: {exc}", where=str(p)) from None
+    return parse_claims(data, where=str(p))
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def pass_p_value(n: int, k: int, allowed: float) -> float:
+    """P(Binomial(n, allowed) <= k): small means few exceedances are unlikely under the claim's
+    boundary, evidence that the true exceedance fraction is below `allowed`."""
+    return float(stats.binom.cdf(k, n, allowed)) if n > 0 else 1.0
+
+
+def fail_p_value(n: int, k: int, allowed: float) -> float:
+    """P(Binomial(n, allowed) >= k): small means this many exceedances are unlikely if the
+    true fraction were `allowed` (or less)."""
+    return float(stats.binom.sf(k - 1, n, allowed)) if n > 0 else 1.0
+
+
+def clopper_pearson(n: int, k: int, confidence: float) -> tuple[float, float]:
+    """One-sided Clopper-Pearson bounds (lower, upper), each at `confidence`, on the exceedance
+    fraction after k exceedances in n samples."""
+    if n == 0:
+        return 0.0, 1.0
+    lower = 0.0 if k == 0 else float(stats.beta.ppf(1 - confidence, k, n - k + 1))
+    upper = 1.0 if k == n else float(stats.beta.ppf(confidence, k + 1, n - k))
+    return lower, upper
+
+
+def min_samples_to_pass(percentile: float, confidence: float, exceedances: int = 0) -> int:
+    """The smallest n with P(Binomial(n, 1 - percentile/100) <= exceedances) <= 1 - confidence."""
+    allowed = 1.0 - percentile / 100.0
+    alpha = 1.0 - confidence
+    if exceedances == 0:  # closed form, exact in floating point up to rounding at the boundary
+        n = max(1, math.ceil(math.log(alpha) / math.log1p(-allowed)) - 1)
+        while stats.binom.cdf(0, n, allowed) > alpha:
+            n += 1
+        return n
+    lo, hi = exceedances + 1, exceedances + 1
+    while stats.binom.cdf(exceedances, hi, allowed) > alpha:
+        lo, hi = hi, hi * 2
+    while lo < hi:  # the cdf falls as n grows
+        mid = (lo + hi) // 2
+        if stats.binom.cdf(exceedances, mid, allowed) <= alpha:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimVerdict:
+    claim: str
+    metric: str
+    percentile: float
+    threshold: float
+    confidence: float
+    verdict: Verdict
+    n: int
+    exceedances: int
+    observed: float | None  # the pooled percentile of the samples (ms), numpy linear
+    exceed_lower: float  # Clopper-Pearson bounds on the exceedance fraction
+    exceed_upper: float
+    allowed: float  # 1 - percentile/100
+    p_pass: float
+    p_fail: float
+    samples_needed: int  # to pass with the observed exceedances
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()
+        }
+
+
+def decide(n: int, k: int, percentile: float, confidence: float) -> Verdict:
+    allowed = 1.0 - percentile / 100.0
+    alpha = 1.0 - confidence
+    if n > 0 and pass_p_value(n, k, allowed) <= alpha:
+        return "pass"
+    if n > 0 and fail_p_value(n, k, allowed) <= alpha:
+        return "fail"
+    return "insufficient samples"
+
+
+def claim_samples(
+    df: pd.DataFrame, claim: Claim, chunks: m.ChunkArrays | None = None
+) -> tuple[np.ndarray, int]:
+    """The claim's samples (ms) from steady-phase ok requests matching its conditions, and the
+    number of sent-but-failed requests counted as extra exceedances (`failures = "exceed"`).
+    `itl_ms` gives one sample per token (see metrics.itl_per_token_ms)."""
+    rows = (df["phase"] == "steady").to_numpy().copy()
+    if claim.level is not None:
+        rows &= (df["level"] == claim.level).to_numpy()
+    if claim.region is not None:
+        rows &= (df["region"] == claim.region).to_numpy()
+    if claim.prompt_tokens is not None:
+        pt = df["prompt_tokens"].to_numpy(dtype=float)
+        if claim.prompt_tokens.min is not None:
+            rows &= pt >= claim.prompt_tokens.min
+        if claim.prompt_tokens.max is not None:
+            rows &= pt <= claim.prompt_tokens.max
+    ok = (df["outcome"] == "ok").to_numpy()
+    sent = df["sent_ns"].notna().to_numpy()
+    failed = int((rows & ~ok & sent).sum()) if claim.failures == "exceed" else 0
+    sel = rows & ok
+    if claim.metric == "itl_ms":
+        ch = chunks if chunks is not None else m.ChunkArrays.from_frame(df)
+        values = m.itl_per_token_ms(ch, sel)
+    else:
+        values = m.per_request_values(df, claim.metric)[sel]
+    return values[np.isfinite(values)], failed
+
+
+def evaluate(
+    df: pd.DataFrame,
+    claims: ClaimsFile | Sequence[Claim],
+    *,
+    confidence: float | None = None,
+    chunks: m.ChunkArrays | None = None,
+) -> list[ClaimVerdict]:
+    """A verdict per claim (see the module docstring for the test)."""
+    items = claims.claims if isinstance(claims, ClaimsFile) else list(claims)
+    default_c = confidence or (
+        claims.confidence if isinstance(claims, ClaimsFile) else DEFAULT_CONFIDENCE
+    )
+    ch = chunks
+    if ch is None and any(c.metric == "itl_ms" for c in items):
+        ch = m.ChunkArrays.from_frame(df)
+    out = []
+    for c in items:
+        conf = c.confidence or default_c
+        values, failed = claim_samples(df, c, ch)
+        n = int(values.size) + failed
+        k = int((values >= c.threshold).sum()) + failed
+        allowed = 1.0 - c.percentile / 100.0
+        lo, hi = clopper_pearson(n, k, conf)
+        observed = m.percentile(values, c.percentile) if values.size else float("nan")
+        out.append(
+            ClaimVerdict(
+                claim=c.label(),
+                metric=c.metric,
+                percentile=c.percentile,
+                threshold=c.threshold,
+                confidence=conf,
+                verdict=decide(n, k, c.percentile, conf),
+                n=n,
+                exceedances=k,
+                observed=float(observed) if np.isfinite(observed) else None,
+                exceed_lower=lo,
+                exceed_upper=hi,
+                allowed=allowed,
+                p_pass=pass_p_value(n, k, allowed),
+                p_fail=fail_p_value(n, k, allowed),
+                samples_needed=min_samples_to_pass(c.percentile, conf, k),
+            )
+        )
+    return out
+
+
+def exit_code(verdicts: Sequence[ClaimVerdict]) -> int:
+    """1 if any claim fails (a disproved claim dominates), else 2 if any has insufficient
+    samples, else 0 (all pass)."""
+    if any(v.verdict == "fail" for v in verdicts):
+        return 1
+    if any(v.verdict == "insufficient samples" for v in verdicts):
+        return 2
+    return 0

@@ -1,0 +1,154 @@
+"""`peakload runs`: list stored runs. Also the store connection the analysis commands share
+(`analysis_store`): the URL from workers.store, the reading done by analysis/."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+import click
+import pandas as pd
+import psycopg
+from rich.console import Console
+from rich.table import Table
+
+from analysis.load import load_runs, resolve_run_id
+from loadgen.errors import StoreError
+
+
+@contextmanager
+def analysis_store() -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit connection to the configured store (PEAKLOAD_DATABASE_URL or embedded)."""
+    from workers.store.connect import connect_store
+
+    conn = connect_store(autocommit=True)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def resolve_or_fail(conn: psycopg.Connection[Any], ref: str, exit_code: int = 1) -> str:
+    try:
+        return resolve_run_id(conn, ref)
+    except LookupError as e:
+        fail(str(e), exit_code)
+
+
+def fail(message: str, exit_code: int = 1) -> NoReturn:
+    """Print one error line to stderr and exit with `exit_code` (sla/compare keep 1 and 2 for
+    verdicts, so their bad input exits 3)."""
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(exit_code)
+
+
+def _labels_text(labels: Any) -> str:
+    if not isinstance(labels, dict):
+        return ""
+    return ", ".join(f"{k}={v}" for k, v in labels.items() if v not in (None, {}, []))
+
+
+def _validity(v: Any) -> str:
+    if v is None or (isinstance(v, float) and pd.isna(v)):
+        return "?"
+    return "valid" if bool(v) else "INVALID"
+
+
+@click.command("runs")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--name", "name_like", help="runs whose name contains this")
+@click.option(
+    "--status",
+    type=click.Choice(["pending", "running", "completed", "partial", "aborted", "failed"]),
+)
+@click.option("--schedule", "schedule_name", help="runs of this nightly schedule")
+@click.option("--model", help="runs against this model")
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="runs whose labels include KEY=VALUE (repeatable)",
+)
+@click.option("--json", "as_json", is_flag=True, help="print JSON lines instead of a table")
+def runs_command(
+    limit: int,
+    name_like: str | None,
+    status: str | None,
+    schedule_name: str | None,
+    model: str | None,
+    labels: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """List stored runs, newest first."""
+    want: dict[str, Any] = {}
+    for item in labels:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--label")
+        want[key] = value
+    try:
+        with analysis_store() as conn:
+            df = load_runs(
+                conn,
+                name_like=name_like,
+                status=status,
+                schedule_name=schedule_name,
+                model=model,
+                labels=want or None,
+                limit=limit,
+            )
+    except (StoreError, psycopg.Error) as e:
+        raise click.ClickException(str(e)) from e
+    if as_json:
+        for _, r in df.iterrows():
+            row = {
+                "run_id": r["run_id"],
+                "name": r["name"],
+                "target": r["target_url"],
+                "model": r["model"],
+                "labels": r["labels"],
+                "status": r["status"],
+                "valid": None if pd.isna(r["valid"]) else bool(r["valid"]),
+                "started_at": None if pd.isna(r["started_at"]) else r["started_at"].isoformat(),
+                "duration_s": None if pd.isna(r["duration_s"]) else float(r["duration_s"]),
+                "requests": int(r["requests"]),
+                "errors": int(r["errors"]),
+            }
+            sys.stdout.write(json.dumps(row) + "\n")
+        return
+    t = Table(title=f"{len(df)} run(s)")
+    for col in (
+        "id",
+        "name",
+        "target",
+        "model",
+        "labels",
+        "started (UTC)",
+        "duration",
+        "status",
+        "validity",
+        "requests",
+        "errors",
+    ):
+        t.add_column(col, justify="right" if col in ("duration", "requests", "errors") else "left")
+    for _, r in df.iterrows():
+        started = "" if pd.isna(r["started_at"]) else r["started_at"].strftime("%Y-%m-%d %H:%M:%S")
+        dur = "" if pd.isna(r["duration_s"]) else f"{r['duration_s']:.0f} s"
+        t.add_row(
+            r["run_id"][:8],
+            str(r["name"]),
+            str(r["target_url"]),
+            str(r["model"]),
+            _labels_text(r["labels"]),
+            started,
+            dur,
+            str(r["status"]),
+            _validity(r["valid"]),
+            str(r["requests"]),
+            str(r["errors"]),
+        )
+    Console().print(t)
