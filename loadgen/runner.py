@@ -88,7 +88,7 @@ class ShardRunner:
 
     def __init__(self, plan: ShardPlan, target: Target, sink: Sink, *, clock: Clock,
                  abort: asyncio.Event, on_tick: Callable[[Tick], None] | None,
-                 tokens_per_word: float) -> None:
+                 tokens_per_word: float, wall_clock: Callable[[], int] = time.time_ns) -> None:
         self.plan = plan
         self.spec: RunSpec = plan.run_spec()
         self.target = target
@@ -98,7 +98,7 @@ class ShardRunner:
         self.on_tick = on_tick
         self.workload = Workload(self.spec, plan.seed, tokens_per_word)
         self.anchor_mono = clock()
-        self.anchor_wall = time.time_ns()
+        self.anchor_wall = wall_clock()  # the only wall-clock read: a later step cannot move durations
         self.next_index = 0
         self.in_flight: set[asyncio.Task[None]] = set()
         self.pending: list[RequestRecord] = []
@@ -482,6 +482,7 @@ async def run_shard(plan: ShardPlan, target: Target, sink: Sink, *,
                     start_at_mono_ns: int | None = None, abort: asyncio.Event | None = None,
                     on_tick: Callable[[Tick], None] | None = None,
                     deadline_mono_ns: int | None = None, clock: Clock = time.perf_counter_ns,
+                    wall_clock: Callable[[], int] = time.time_ns,
                     tokens_per_word: float = 1.0) -> ShardResult:
     """Run one shard to the end. Never raises for failed requests: each is a record.
 
@@ -491,7 +492,7 @@ async def run_shard(plan: ShardPlan, target: Target, sink: Sink, *,
     """
     abort = abort or asyncio.Event()
     r = ShardRunner(plan, target, sink, clock=clock, abort=abort, on_tick=on_tick,
-                    tokens_per_word=tokens_per_word)
+                    tokens_per_word=tokens_per_word, wall_clock=wall_clock)
     spec = r.spec
     start = start_at_mono_ns if start_at_mono_ns is not None else clock()
     status = "completed"
