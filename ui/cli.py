@@ -31,3 +31,6 @@ from ui.commands.sla import sla_command  # noqa: E402
 
 cli.add_command(runs_command)
 cli.add_command(sla_command)
+from ui.commands.export import export_command  # noqa: E402
+
+cli.add_command(export_command)
