@@ -1,0 +1,247 @@
+"""The httpx transport: the same exchange shape as `rawhttp` (`send`, `head`, `body`) on an
+`httpx.AsyncClient` with explicit limits and timeouts, redirects off and no environment config.
+Reads are stamped as httpcore hands them over (`aiter_raw`), one clock read per body chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from loadgen.errors import PhaseTimeout, TransportError
+from loadgen.target import Clock
+from loadgen.targets.http_common import (
+    ConnectFailed,
+    ResponseHead,
+    StreamReset,
+    StreamTruncated,
+    connect_error,
+)
+from loadgen.targets.rawhttp import DEFAULT_KEEPALIVE_EXPIRY_S
+
+_SENT_EVENT = "http11.send_request_body.complete"
+
+
+class _Deadline:
+    """One timer per request: when it fires during one of our awaits, it cancels the task, and
+    the await converts that cancellation into PhaseTimeout (as asyncio.timeout does, but without
+    a timer per read and without ever cancelling the caller's own code between our awaits)."""
+
+    __slots__ = ("armed", "cancelled", "fired", "handle", "task")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        self.task = asyncio.current_task()
+        self.fired = self.armed = self.cancelled = False
+        self.handle = loop.call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self.fired = True
+        if self.armed and self.task is not None:
+            self.cancelled = True
+            self.task.cancel()
+
+    def ours(self) -> bool:
+        """In `except CancelledError`: True if this deadline caused it (and nobody else did)."""
+        if self.cancelled and self.task is not None:
+            self.cancelled = False
+            return self.task.uncancel() == 0
+        return False
+
+
+class HttpxClient:
+    """An `httpx.AsyncClient` made on first use inside the running loop."""
+
+    def __init__(
+        self,
+        *,
+        max_connections: int,
+        connect_timeout_s: float,
+        ssl_context: ssl.SSLContext | None,
+        keepalive_expiry_s: float = DEFAULT_KEEPALIVE_EXPIRY_S,
+    ) -> None:
+        self.limits = httpx.Limits(
+            max_connections=max_connections,
+            max_keepalive_connections=max_connections,
+            keepalive_expiry=keepalive_expiry_s,
+        )
+        self.connect_timeout_s = connect_timeout_s
+        self.verify: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                limits=self.limits,
+                timeout=httpx.Timeout(self.connect_timeout_s),
+                follow_redirects=False,
+                trust_env=False,  # no proxies, netrc credentials or CA overrides from the env
+                verify=self.verify,
+            )
+        return self._client
+
+    async def warm(self, url: str, headers: dict[str, str], connections: int) -> None:
+        """Open `connections` keep-alive connections with concurrent GETs of `url`."""
+
+        async def one() -> None:
+            try:
+                r = await self.client.get(url, headers=headers)
+            except httpx.TransportError as e:
+                raise _translate(e, "connect") from None
+            await r.aclose()
+
+        await asyncio.gather(*(one() for _ in range(connections)))
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+class HttpxExchange:
+    """One request/response through httpx: `send()`, `head()`, `body()`, `aclose()`."""
+
+    def __init__(
+        self,
+        owner: HttpxClient,
+        url: str,
+        headers: dict[str, str],
+        data: bytes,
+        clock: Clock,
+        deadline_s: float,
+        idle_s: float,
+    ) -> None:
+        self.owner = owner
+        self.clock = clock
+        self.idle_s = idle_s
+        self.sent_ns: int | None = None
+        loop = asyncio.get_running_loop()
+        self.guard = _Deadline(loop, loop.time() + deadline_s)
+        connect = min(owner.connect_timeout_s, deadline_s)
+        self.request = owner.client.build_request(
+            "POST",
+            url,
+            content=data,
+            headers=headers,
+            timeout=httpx.Timeout(
+                connect=connect, read=deadline_s, write=deadline_s, pool=deadline_s
+            ),
+            extensions={"trace": self._trace},
+        )
+        self.response: httpx.Response | None = None
+        self.head_ns = 0
+
+    async def _trace(self, name: str, info: dict[str, Any]) -> None:
+        if name == _SENT_EVENT:
+            self.sent_ns = self.clock()
+
+    async def send(self) -> int:
+        """Send and wait for the response head; the clock when the body was written (ns).
+        (httpx returns only with the head, so the caller sees SENT and HEADERS together.)"""
+        guard = self.guard
+        guard.armed = True
+        try:
+            self.response = await self.owner.client.send(self.request, stream=True)
+        except asyncio.CancelledError:
+            if guard.ours():
+                raise PhaseTimeout("headers", "deadline passed (no response headers)") from None
+            raise
+        except httpx.TransportError as e:
+            raise _translate(e, "headers") from None
+        finally:
+            guard.armed = False
+        self.head_ns = self.clock()
+        return self.sent_ns if self.sent_ns is not None else self.head_ns
+
+    async def head(self) -> ResponseHead:
+        r = self.response
+        assert r is not None
+        headers = {k.lower(): v for k, v in r.headers.items()}
+        # httpcore reads the body's read timeout when iteration starts: from now on, idle
+        self.request.extensions["timeout"]["read"] = self.idle_s
+        return ResponseHead(r.status_code, headers, r.http_version, self.head_ns)
+
+    async def body(self) -> AsyncIterator[tuple[int, bytes]]:
+        r = self.response
+        assert r is not None
+        it = r.aiter_raw().__aiter__()
+        guard = self.guard
+        clock = self.clock
+        while True:
+            if guard.fired:
+                raise PhaseTimeout("deadline", "deadline passed (response still streaming)")
+            guard.armed = True
+            try:
+                chunk = await it.__anext__()
+            except StopAsyncIteration:
+                return
+            except asyncio.CancelledError:
+                if guard.ours():
+                    raise PhaseTimeout(
+                        "deadline", "deadline passed (response still streaming)"
+                    ) from None
+                raise
+            except httpx.TransportError as e:
+                raise _translate(e, "body") from None
+            finally:
+                guard.armed = False
+            yield clock(), chunk
+
+    async def read_some(self, limit: int) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        try:
+            async for _, data in self.body():
+                parts.append(data)
+                size += len(data)
+                if size >= limit:
+                    break
+        except TransportError:
+            pass
+        return b"".join(parts)[:limit]
+
+    def expect_end(self, grace_s: float) -> None:
+        """No-op: httpcore fixed the read timeout when the body began; the deadline bounds it."""
+
+    async def aclose(self) -> None:
+        self.guard.handle.cancel()
+        if self.response is not None:
+            await self.response.aclose()
+            self.response = None
+
+
+def _translate(e: httpx.TransportError, where: str) -> TransportError:
+    """httpx/httpcore errors -> our transport errors, with short key-free details."""
+    if isinstance(e, httpx.ConnectTimeout):
+        return PhaseTimeout("connect", "no connection within the connect timeout")
+    if isinstance(e, httpx.PoolTimeout):
+        return PhaseTimeout("connect", "no free connection in the pool by the deadline")
+    if isinstance(e, httpx.ReadTimeout):
+        if where == "body":
+            return PhaseTimeout("idle", "no bytes within the idle timeout")
+        return PhaseTimeout("headers", "deadline passed (no response headers)")
+    if isinstance(e, httpx.TimeoutException):
+        return PhaseTimeout("deadline" if where == "body" else "headers", type(e).__name__)
+    if isinstance(e, httpx.ConnectError):
+        cause = e.__cause__ or e.__context__
+        url = e.request.url if _has_request(e) else None
+        host = url.host if url is not None else "?"
+        port = (url.port or (443 if url.scheme == "https" else 80)) if url is not None else 0
+        if isinstance(cause, OSError):
+            return connect_error(cause, host, port)
+        return ConnectFailed(f"cannot connect to {host}:{port}: {str(e)[:120]}")
+    if isinstance(e, httpx.RemoteProtocolError):
+        return StreamTruncated(f"server closed or broke the response in {where}: {str(e)[:120]}")
+    return StreamReset(f"connection error in {where} ({type(e).__name__})")
+
+
+def _has_request(e: httpx.TransportError) -> bool:
+    try:
+        e.request  # noqa: B018 - raises RuntimeError when no request is attached
+    except RuntimeError:
+        return False
+    return True

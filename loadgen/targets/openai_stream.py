@@ -1,0 +1,189 @@
+"""OpenAI chat/completions payloads -> `StreamEvent`s: one streamed SSE `data` payload at a time,
+or a whole non-streaming JSON body. Pure functions of bytes and a given arrival time (`t_ns`,
+monotonic ns from the runner's clock); no I/O, no clock reads.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from loadgen.errors import InBandError, StreamProtocolError
+from loadgen.target import EventKind, StreamEvent, Usage
+
+MAX_DETAIL_CHARS = 200
+_CONTENT = EventKind.CONTENT
+_REASONING = EventKind.REASONING
+_TOOL_CALL = EventKind.TOOL_CALL
+_USAGE = EventKind.USAGE
+_DONE = EventKind.DONE
+
+
+def short(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
+    """Collapse whitespace and cut to `limit` characters (for error details)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def parse_usage(obj: Any) -> Usage | None:
+    """The `usage` block of a chunk or body, or None when absent/null/malformed."""
+    if not isinstance(obj, dict):
+        return None
+    details = obj.get("completion_tokens_details")
+    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    return Usage(
+        prompt_tokens=_int_or_none(obj.get("prompt_tokens")),
+        completion_tokens=_int_or_none(obj.get("completion_tokens")),
+        reasoning_tokens=_int_or_none(reasoning),
+    )
+
+
+def _int_or_none(v: Any) -> int | None:
+    return v if type(v) is int else None
+
+
+def _error_message(err: Any) -> str:
+    if isinstance(err, dict):
+        msg = err.get("message") or err.get("detail") or err.get("type") or err.get("code")
+        return short(str(msg if msg is not None else err))
+    return short(str(err))
+
+
+class OpenAIStreamDecoder:
+    """Turns each SSE data payload of a streamed chat or completions response into events.
+
+    CONTENT: `choices[0].delta.content` (chat) or `choices[0].text` (completions);
+    REASONING: `delta.reasoning_content` or `delta.reasoning`; TOOL_CALL: `delta.tool_calls`
+    (text = the argument fragments). Each non-empty delta counts `tokens=1`; the runner
+    reconciles with USAGE. Role-only and empty deltas yield nothing. USAGE is yielded every time
+    a non-null `usage` appears (some servers send it on every chunk: the last one wins).
+    `[DONE]` yields DONE; payloads after it are ignored. `{"error": ...}` raises InBandError.
+    """
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def decode(self, payload: bytes, t_ns: int, out: list[StreamEvent]) -> None:
+        """Append the events carried by one payload (arrived at `t_ns`) to `out`."""
+        if self.done:
+            return
+        if payload == b"[DONE]":
+            self.done = True
+            out.append(StreamEvent(_DONE, t_ns))
+            return
+        try:
+            obj = json.loads(payload)
+        except ValueError:  # JSONDecodeError and UnicodeDecodeError
+            raise StreamProtocolError(
+                f"event data is not JSON: {short(payload[:80].decode('utf-8', 'replace'))}",
+                t_ns=t_ns,
+            ) from None
+        if type(obj) is not dict:
+            raise StreamProtocolError("event data is not a JSON object", t_ns=t_ns)
+        try:
+            self._events(obj, t_ns, out)
+        except (AttributeError, TypeError, IndexError, KeyError):
+            raise StreamProtocolError("event data has an unexpected shape", t_ns=t_ns) from None
+
+    def _events(self, obj: dict[str, Any], t_ns: int, out: list[StreamEvent]) -> None:
+        choices = obj.get("choices")
+        if choices:
+            choice = choices[0]
+            delta = choice.get("delta")
+            if delta is not None:
+                content = delta.get("content")
+                if content:
+                    out.append(StreamEvent(_CONTENT, t_ns, _text(content, t_ns), 1))
+                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                if reasoning:
+                    out.append(StreamEvent(_REASONING, t_ns, _text(reasoning, t_ns), 1))
+                calls = delta.get("tool_calls")
+                if calls:
+                    out.append(StreamEvent(_TOOL_CALL, t_ns, _tool_text(calls), 1))
+            else:
+                text = choice.get("text")
+                if text:
+                    out.append(StreamEvent(_CONTENT, t_ns, _text(text, t_ns), 1))
+        elif "error" in obj or obj.get("object") == "error":
+            raise InBandError(f"in-band error: {_error_message(obj.get('error', obj))}", t_ns=t_ns)
+        usage = obj.get("usage")
+        if usage:
+            out.append(StreamEvent(_USAGE, t_ns, usage=parse_usage(usage)))
+
+
+def _text(v: Any, t_ns: int) -> str:
+    if type(v) is not str:
+        raise StreamProtocolError(f"delta text is {type(v).__name__}, not a string", t_ns=t_ns)
+    return v
+
+
+def _tool_text(calls: Any) -> str:
+    parts: list[str] = []
+    if isinstance(calls, list):
+        for call in calls:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict):
+                parts.extend(str(fn[k]) for k in ("name", "arguments") if fn.get(k))
+    return "".join(parts)
+
+
+def decode_body(body: bytes, t_ns: int) -> list[StreamEvent]:
+    """A complete non-streaming JSON response (arrived at `t_ns`): REASONING and CONTENT with the
+    whole text (tokens=1 each), TOOL_CALL, USAGE, then DONE. An `error` body raises InBandError."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        raise StreamProtocolError("response body is not JSON", t_ns=t_ns) from None
+    if not isinstance(obj, dict):
+        raise StreamProtocolError("response body is not a JSON object", t_ns=t_ns)
+    if "error" in obj or obj.get("object") == "error":
+        raise InBandError(f"error body: {_error_message(obj.get('error', obj))}", t_ns=t_ns)
+    choices = obj.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise StreamProtocolError("response body has no choices", t_ns=t_ns)
+    choice = choices[0]
+    out: list[StreamEvent] = []
+    message = choice.get("message")
+    if isinstance(message, dict):
+        reasoning = message.get("reasoning_content") or message.get("reasoning")
+        if reasoning:
+            out.append(StreamEvent(_REASONING, t_ns, _text(reasoning, t_ns), 1))
+        content = message.get("content")
+        if content:
+            out.append(StreamEvent(_CONTENT, t_ns, _text(content, t_ns), 1))
+        if message.get("tool_calls"):
+            out.append(StreamEvent(_TOOL_CALL, t_ns, _tool_text(message["tool_calls"]), 1))
+    elif choice.get("text"):
+        out.append(StreamEvent(_CONTENT, t_ns, _text(choice["text"], t_ns), 1))
+    usage = parse_usage(obj.get("usage"))
+    if usage is not None:
+        out.append(StreamEvent(_USAGE, t_ns, usage=usage))
+    out.append(StreamEvent(_DONE, t_ns))
+    return out
+
+
+_TITLE = re.compile(rb"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+
+
+def body_summary(body: bytes, content_type: str) -> str:
+    """A short, human-readable summary of an error/unexpected body (never its headers)."""
+    ct = content_type.split(";")[0].strip().lower()
+    if "json" in ct or body[:1] in (b"{", b"["):
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            pass
+        else:
+            if isinstance(obj, dict):
+                err = obj.get("error", obj.get("detail", obj.get("message")))
+                if err is not None:
+                    return _error_message(err)
+            return short(json.dumps(obj))
+    if "html" in ct or body.lstrip()[:1] == b"<":
+        m = _TITLE.search(body)
+        title = short(m.group(1).decode("utf-8", "replace"), 80) if m else ""
+        return f"HTML page{': ' + title if title else ''}"
+    return short(body.decode("utf-8", "replace"))

@@ -1,0 +1,109 @@
+"""Preflight: one tiny streaming request (max_tokens=2) before a run, turning the usual set-up
+mistakes (unreachable, wrong key, wrong path, non-streaming server, HTML) into one PreflightError
+that names the URL (without credentials) and what to fix."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from loadgen.errors import (
+    HttpStatusError,
+    InBandError,
+    PhaseTimeout,
+    PreflightError,
+    StreamProtocolError,
+    TransportError,
+)
+from loadgen.target import EventKind, PreparedRequest
+from loadgen.targets.failures import redact
+from loadgen.targets.http_common import ConnectFailed, StreamTruncated
+from loadgen.targets.openai import OpenAITarget
+
+PREFLIGHT_DEADLINE_S = 60.0
+
+
+def preflight_request(target: OpenAITarget) -> PreparedRequest:
+    """The smallest request the API accepts: two output tokens, streaming."""
+    body: dict[str, Any] = {"max_tokens": 2, "stream": True}
+    if target.spec.api == "openai-chat":
+        body["messages"] = [{"role": "user", "content": "Say hi."}]
+    else:
+        body["prompt"] = "Say hi."
+    return PreparedRequest(
+        request_id=f"preflight-{uuid.uuid4()}",
+        body=body,
+        max_tokens=2,
+        deadline_s=min(target.spec.deadline_s, PREFLIGHT_DEADLINE_S),
+        idle_timeout_s=min(target.spec.idle_timeout_s, PREFLIGHT_DEADLINE_S),
+    )
+
+
+async def preflight(target: OpenAITarget) -> None:
+    """Send one streaming request; return if it streamed to `[DONE]`, else raise PreflightError
+    naming the URL and the likely fix."""
+    url = target.display_url
+    kinds: list[EventKind] = []
+    try:
+        async for ev in target.stream(preflight_request(target), time.perf_counter_ns):
+            kinds.append(ev.kind)
+    except HttpStatusError as e:
+        raise PreflightError(_status_message(url, e, target)) from None
+    except ConnectFailed as e:
+        raise PreflightError(
+            f"cannot reach {url}: {redact(e.detail)}. Is the server running, and is "
+            "target.base_url right (scheme, host, port)?"
+        ) from None
+    except PhaseTimeout as e:
+        if e.phase == "connect":
+            raise PreflightError(
+                f"cannot reach {url}: no connection within {target.spec.connect_timeout_s:g} s "
+                "(firewall, wrong host or port?)"
+            ) from None
+        raise PreflightError(
+            f"{url} did not answer a 2-token request in time ({e.phase}: {redact(e.detail)}): "
+            "is the server overloaded or still loading the model?"
+        ) from None
+    except InBandError as e:
+        raise PreflightError(
+            f"{url} streamed an error: {redact(e.detail)} (check target.model and the server)"
+        ) from None
+    except StreamTruncated as e:
+        raise PreflightError(
+            f"{url} did not finish a streamed response ({redact(e.detail)}): is it an "
+            "OpenAI-compatible streaming endpoint?"
+        ) from None
+    except StreamProtocolError as e:
+        raise PreflightError(
+            f"{url} is not streaming server-sent events: {redact(e.detail)}. Point "
+            "target.base_url at the OpenAI-compatible API (usually ending in /v1)."
+        ) from None
+    except TransportError as e:
+        raise PreflightError(f"{url}: {redact(e.detail)}") from None
+    if EventKind.DONE not in kinds:
+        raise PreflightError(f"{url} sent no [DONE]: is it an OpenAI-compatible server?")
+
+
+def _status_message(url: str, e: HttpStatusError, target: OpenAITarget) -> str:
+    detail = redact(e.detail)
+    env = target.spec.api_key_env
+    if e.status in (401, 403):
+        fix = (
+            f"check the key in ${env} (target.api_key_env)"
+            if env
+            else "the server wants an API key: set target.api_key_env to the variable holding it"
+        )
+        return f"{url} rejected the credentials ({detail}): {fix}"
+    if e.status == 404:
+        return (
+            f"{url} does not exist ({detail}): target.base_url is probably wrong — it should be "
+            "the API root, usually ending in /v1, and target.api must match the endpoint"
+        )
+    if 300 <= e.status < 400:
+        return f"{url} redirects ({detail}); redirects are not followed: use the final URL"
+    if e.status in (400, 422):
+        return f"{url} refused the request ({detail}): check target.model ({target.spec.model!r})"
+    if e.status == 429 or e.status >= 500:
+        return f"{url} is not healthy ({detail}): try again when the server is ready"
+    return f"{url} answered {detail}"

@@ -1,0 +1,538 @@
+"""A small HTTP/1.1 client on asyncio Protocols for streaming responses: a keep-alive pool per
+origin, chunked and Content-Length bodies, TLS through asyncio's ssl. Each network read is stamped
+with the runner's clock inside `data_received`, before any parsing; timeouts use one timer handle
+per request, rescheduled lazily (reads only note the loop time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+from collections.abc import AsyncIterator
+
+from loadgen.errors import PhaseTimeout, StreamProtocolError, TransportError
+from loadgen.target import Clock
+from loadgen.targets.http_common import (
+    ResponseHead,
+    StreamReset,
+    StreamTruncated,
+    connect_error,
+    parse_head,
+)
+
+MAX_HEAD_BYTES = 64 * 1024
+PAUSE_READS = 64  # unconsumed reads before the socket is paused (consumer far behind)
+DEFAULT_KEEPALIVE_EXPIRY_S = 4.0  # below uvicorn's 5 s keep-alive: never reuse a dying socket
+_IDLE, _BUSY, _DEAD = 0, 1, 2
+
+
+def _no_clock() -> int:
+    return 0
+
+
+class _Conn(asyncio.Protocol):
+    """One TCP(/TLS) connection. While an exchange owns it, reads land in `reads` stamped."""
+
+    def __init__(self, pool: RawPool) -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.clock: Clock = _no_clock
+        self.time = pool.loop.time
+        self.reads: list[tuple[int, bytes]] = []
+        self.waiter: asyncio.Future[None] | None = None
+        self.last_read = 0.0  # loop time of the latest read
+        self.closed = False
+        self.eof = False
+        self.exc: BaseException | None = None
+        self.state = _BUSY
+        self.idle_since = 0.0
+        self.reading_paused = False
+        self.drain: asyncio.Future[None] | None = None
+
+    # --- asyncio callbacks: minimal work; the consumer parses
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        t = self.clock()
+        self.reads.append((t, data))
+        self.last_read = self.time()
+        w = self.waiter
+        if w is not None:
+            self.waiter = None
+            if not w.done():
+                w.set_result(None)
+        elif self.state != _BUSY:  # an idle keep-alive socket got bytes: it is unusable
+            self.close()
+        elif len(self.reads) > PAUSE_READS and self.transport is not None:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self.wake()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.exc = exc
+        self.wake()
+        if self.drain is not None and not self.drain.done():
+            self.drain.set_result(None)
+        self.pool.lost(self)
+
+    def pause_writing(self) -> None:
+        self.drain = self.pool.loop.create_future()
+
+    def resume_writing(self) -> None:
+        if self.drain is not None and not self.drain.done():
+            self.drain.set_result(None)
+        self.drain = None
+
+    # --- helpers
+    def wake(self) -> None:
+        w = self.waiter
+        if w is not None:
+            self.waiter = None
+            if not w.done():
+                w.set_result(None)
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.close()
+        self.closed = True
+
+    def take_reads(self) -> list[tuple[int, bytes]]:
+        reads = self.reads
+        self.reads = []
+        if self.reading_paused and self.transport is not None and not self.closed:
+            self.reading_paused = False
+            self.transport.resume_reading()
+        return reads
+
+
+class RawPool:
+    """Keep-alive connections to one origin, at most `max_connections` open at once.
+
+    `connect_timeout_s` bounds TCP+TLS set-up; waiting for a free connection is bounded only by
+    the request's deadline (the caller sizes the pool to its concurrency).
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None,
+        max_connections: int,
+        connect_timeout_s: float,
+        keepalive_expiry_s: float = DEFAULT_KEEPALIVE_EXPIRY_S,
+    ) -> None:
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1 (got {max_connections})")
+        self.host = host
+        self.port = port
+        self.ssl_context = ssl_context
+        self.max_connections = max_connections
+        self.connect_timeout_s = connect_timeout_s
+        self.keepalive_expiry_s = keepalive_expiry_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.idle: list[_Conn] = []
+        self.open = 0
+        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # first use, or a new event loop: old sockets are unusable
+            self._loop, self.idle, self.open = loop, [], 0
+            self.waiters.clear()
+        return loop
+
+    async def _connect(self, deadline_at: float) -> _Conn:
+        loop = self.loop
+        budget = min(self.connect_timeout_s, deadline_at - loop.time())
+        try:
+            async with asyncio.timeout(max(budget, 0.0)):
+                _, conn = await loop.create_connection(
+                    lambda: _Conn(self),
+                    self.host,
+                    self.port,
+                    ssl=self.ssl_context,
+                    server_hostname=self.host if self.ssl_context is not None else None,
+                )
+        except TimeoutError:
+            raise PhaseTimeout(
+                "connect", f"no connection to {self.host}:{self.port} within {budget:.3g} s"
+            ) from None
+        except OSError as e:  # refused, DNS, unreachable, TLS (ssl.SSLError is an OSError)
+            raise connect_error(e, self.host, self.port) from None
+        return conn
+
+    async def acquire(self, deadline_at: float) -> _Conn:
+        """A connection for one exchange: a live idle one, a new one, or the next one freed."""
+        loop = self.loop
+        while True:
+            now = loop.time()
+            while self.idle:
+                conn = self.idle.pop()
+                if conn.closed or conn.eof or now - conn.idle_since > self.keepalive_expiry_s:
+                    self._discard(conn)
+                    continue
+                conn.state = _BUSY
+                return conn
+            if self.open < self.max_connections:
+                self.open += 1
+                try:
+                    return await self._connect(deadline_at)
+                except BaseException:
+                    self.open -= 1
+                    self._wake_one()
+                    raise
+            fut: asyncio.Future[None] = loop.create_future()
+            self.waiters.append(fut)
+            try:
+                async with asyncio.timeout_at(deadline_at):
+                    await fut
+            except TimeoutError:
+                raise PhaseTimeout(
+                    "connect", f"no free connection (pool of {self.max_connections}) by deadline"
+                ) from None
+            finally:
+                if not fut.done():
+                    fut.cancel()
+                elif not fut.cancelled() and fut in self.waiters:
+                    self.waiters.remove(fut)
+
+    def release(self, conn: _Conn, reusable: bool) -> None:
+        """Give a connection back after an exchange; closed unless `reusable` and healthy."""
+        if conn.state != _BUSY:
+            return
+        conn.clock = _no_clock
+        conn.waiter = None
+        if reusable and not (conn.closed or conn.eof) and not conn.reads:
+            conn.state = _IDLE
+            conn.idle_since = self.loop.time()
+            self.idle.append(conn)
+            self._wake_one()
+        else:
+            self._discard(conn)
+
+    def lost(self, conn: _Conn) -> None:
+        """connection_lost: an idle connection leaves the pool at once."""
+        if conn.state == _IDLE:
+            if conn in self.idle:
+                self.idle.remove(conn)
+            self._discard(conn)
+
+    def _discard(self, conn: _Conn) -> None:
+        if conn.state != _DEAD:
+            conn.state = _DEAD
+            conn.close()
+            self.open -= 1
+            self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self.waiters:
+            fut = self.waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+
+    async def warm(self, connections: int, deadline_s: float) -> None:
+        """Open new connections until `connections` are idle (bounded by the pool size)."""
+        loop = self.loop
+        want = min(connections, self.max_connections) - len(self.idle)
+        want = min(want, self.max_connections - self.open)
+        if want <= 0:
+            return
+        deadline_at = loop.time() + deadline_s
+        self.open += want
+        results = await asyncio.gather(
+            *(self._connect(deadline_at) for _ in range(want)), return_exceptions=True
+        )
+        for r in results:
+            if isinstance(r, _Conn):
+                r.state = _BUSY
+                self.release(r, True)
+            else:
+                self.open -= 1
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+
+    def close(self) -> None:
+        for conn in self.idle:
+            conn.state = _DEAD
+            conn.close()
+        self.open -= len(self.idle)
+        self.idle = []
+
+
+class RawExchange:
+    """One request/response on a pooled connection: `send()`, `head()`, then `body()`.
+
+    Timeouts (loop time): before the head, only the deadline (-> phase `headers`); after it, the
+    idle gap between reads (-> `idle`) and the deadline (-> `deadline`). `close()` always.
+    """
+
+    def __init__(
+        self, pool: RawPool, data: bytes, clock: Clock, deadline_s: float, idle_s: float
+    ) -> None:
+        self.pool = pool
+        self.data = data
+        self.clock = clock
+        self.loop = pool.loop
+        self.deadline_at = self.loop.time() + deadline_s
+        self.idle_s = idle_s
+        self.conn: _Conn | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.failed: TransportError | None = None
+        self.head_done = False
+        self.complete = False
+        self.reusable = False
+        self.leftover: list[tuple[int, bytes]] = []
+        self.framing = 2  # 0 content-length, 1 chunked, 2 until EOF
+        self.remaining = 0
+        self.chunked: _Chunked | None = None
+        self.nbytes = 0
+
+    async def send(self) -> int:
+        """Acquire a connection, write the request; the clock right after the write (ns)."""
+        conn = await self.pool.acquire(self.deadline_at)
+        self.conn = conn
+        conn.clock = self.clock
+        conn.reads = []
+        self.timer = self.loop.call_at(self.deadline_at, self._on_timer)
+        assert conn.transport is not None
+        conn.transport.write(self.data)
+        if conn.drain is not None:  # a large body is still queued: wait until the kernel took it
+            await self._wait(conn.drain)
+        return self.clock()
+
+    def _on_timer(self) -> None:
+        self.timer = None
+        conn = self.conn
+        now = self.loop.time()
+        if now >= self.deadline_at - 1e-3:
+            phase = "deadline" if self.head_done else "headers"
+            what = "response still streaming" if self.head_done else "no response headers"
+            detail = f"deadline passed ({what})"
+        elif conn is not None and now - conn.last_read >= self.idle_s - 1e-3:
+            phase, detail = "idle", f"no bytes for {self.idle_s:.3g} s"
+        else:
+            last = conn.last_read if conn is not None else now
+            self.timer = self.loop.call_at(
+                min(self.deadline_at, last + self.idle_s), self._on_timer
+            )
+            return
+        self.failed = PhaseTimeout(phase, detail, t_ns=self.clock())
+        if conn is not None:
+            conn.wake()
+
+    async def _wait(self, fut: asyncio.Future[None]) -> None:
+        await fut
+        if self.failed is not None:
+            raise self.failed
+
+    async def _next_reads(self) -> list[tuple[int, bytes]]:
+        """The reads that arrived since the last call; waits for at least one."""
+        conn = self.conn
+        assert conn is not None
+        while True:
+            if conn.reads:
+                return conn.take_reads()
+            if self.failed is not None:
+                raise self.failed
+            if conn.closed or conn.eof:
+                return []
+            w: asyncio.Future[None] = self.loop.create_future()
+            conn.waiter = w
+            await w
+
+    async def head(self) -> ResponseHead:
+        """Wait for the status line and headers (1xx interim responses are skipped)."""
+        buf = b""
+        while True:
+            reads = await self._next_reads()
+            if not reads:
+                raise self._eof_error("before the response headers")
+            for i, (t, data) in enumerate(reads):
+                buf += data
+                end = buf.find(b"\r\n\r\n")
+                if end < 0:
+                    if len(buf) > MAX_HEAD_BYTES:
+                        raise StreamProtocolError(f"response head over {MAX_HEAD_BYTES} bytes")
+                    continue
+                head = parse_head(buf[:end], t)
+                rest = buf[end + 4 :]
+                if 100 <= head.status < 200:  # interim (100 Continue): keep reading
+                    buf = rest
+                    continue
+                self.leftover = ([(t, rest)] if rest else []) + reads[i + 1 :]
+                self._start_body(head)
+                return head
+
+    def _start_body(self, head: ResponseHead) -> None:
+        self.head_done = True
+        conn = self.conn
+        assert conn is not None
+        h = head.headers
+        te = h.get("transfer-encoding", "").lower()
+        if "chunked" in te:
+            self.framing, self.chunked = 1, _Chunked()
+        elif "content-length" in h:
+            try:
+                self.remaining = int(h["content-length"])
+            except ValueError:
+                raise StreamProtocolError("malformed Content-Length header") from None
+            self.framing = 0
+        else:
+            self.framing = 2
+        keep = h.get("connection", "").lower() != "close" and head.version != "HTTP/1.0"
+        self.reusable = keep and self.framing != 2
+        if self.framing == 0 and self.remaining == 0:
+            self.complete = True
+        # idle timing starts now: the head was a read
+        conn.last_read = self.loop.time()
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = self.loop.call_at(
+            min(self.deadline_at, conn.last_read + self.idle_s), self._on_timer
+        )
+
+    async def body(self) -> AsyncIterator[tuple[int, bytes]]:
+        """(t_ns, bytes) per network read of the decoded body, until the body ends."""
+        if self.complete:
+            return
+        reads, self.leftover = self.leftover, []
+        while True:
+            for t, data in reads:
+                self.nbytes += len(data)
+                if self.framing == 1:
+                    assert self.chunked is not None
+                    out, done = self.chunked.feed(data)
+                elif self.framing == 0:
+                    out = data if len(data) <= self.remaining else data[: self.remaining]
+                    self.remaining -= len(out)
+                    done = self.remaining == 0
+                else:
+                    out, done = data, False
+                if out:
+                    yield t, out
+                if done:
+                    self.complete = True
+                    return
+            reads = await self._next_reads()
+            if not reads:
+                if self.framing == 2:
+                    self.complete = True
+                    return
+                raise self._eof_error("before the response body ended")
+
+    async def read_some(self, limit: int) -> bytes:
+        """Up to `limit` bytes of the body (error details); gives up quietly on EOF/timeout."""
+        parts: list[bytes] = []
+        size = 0
+        try:
+            async for _, data in self.body():
+                parts.append(data)
+                size += len(data)
+                if size >= limit:
+                    break
+        except TransportError:
+            pass
+        return b"".join(parts)[:limit]
+
+    def _eof_error(self, where: str) -> TransportError:
+        conn = self.conn
+        exc = conn.exc if conn is not None else None
+        t = self.clock()
+        if isinstance(exc, OSError):
+            return StreamReset(
+                f"connection reset {where} ({type(exc).__name__}, {self.nbytes} body bytes)",
+                t_ns=t,
+            )
+        return StreamTruncated(
+            f"connection closed by the server {where} ({self.nbytes} body bytes)", t_ns=t
+        )
+
+    def expect_end(self, grace_s: float) -> None:
+        """The response is logically complete: wait at most `grace_s` more for the body's end."""
+        if self.idle_s > grace_s and self.conn is not None:
+            self.idle_s = grace_s
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = self.loop.call_at(
+                min(self.deadline_at, self.loop.time() + grace_s), self._on_timer
+            )
+
+    async def aclose(self) -> None:
+        """Release the connection: back to the pool only after a complete, reusable response."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.conn is not None:
+            self.pool.release(self.conn, self.complete and self.reusable)
+            self.conn = None
+
+
+class _Chunked:
+    """Incremental `Transfer-Encoding: chunked` decoder."""
+
+    __slots__ = ("buf", "crlf", "remaining", "trailers")
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.remaining = 0
+        self.crlf = False
+        self.trailers = False
+
+    def feed(self, data: bytes) -> tuple[bytes, bool]:
+        buf = self.buf + data if self.buf else data
+        self.buf = b""
+        out: list[bytes] = []
+        pos, n = 0, len(buf)
+        while pos < n:
+            if self.remaining:
+                take = min(self.remaining, n - pos)
+                out.append(buf[pos : pos + take] if take < n or pos else buf)
+                pos += take
+                self.remaining -= take
+                if not self.remaining:
+                    self.crlf = True
+                continue
+            if self.crlf:
+                if n - pos < 2:
+                    self.buf = buf[pos:]
+                    break
+                if buf[pos : pos + 2] != b"\r\n":
+                    raise StreamProtocolError("chunked body: missing CRLF after a chunk")
+                pos += 2
+                self.crlf = False
+                continue
+            i = buf.find(b"\r\n", pos)
+            if i < 0:
+                if n - pos > 4096:
+                    raise StreamProtocolError("chunked body: chunk-size line too long")
+                self.buf = buf[pos:]
+                break
+            if self.trailers:
+                if i == pos:  # the blank line after the last chunk (and trailers)
+                    return b"".join(out), True
+                pos = i + 2
+                continue
+            try:
+                size = int(buf[pos:i].split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise StreamProtocolError("chunked body: bad chunk size") from None
+            if size < 0:
+                raise StreamProtocolError("chunked body: bad chunk size")
+            pos = i + 2
+            if size == 0:
+                self.trailers = True
+            else:
+                self.remaining = size
+        return (out[0] if len(out) == 1 else b"".join(out)), False
