@@ -34,3 +34,12 @@ cli.add_command(sla_command)
 from ui.commands.export import export_command  # noqa: E402
 
 cli.add_command(export_command)
+from ui.commands.abort import abort_command  # noqa: E402
+from ui.commands.schedule import schedule_group  # noqa: E402
+from ui.commands.submit import submit_command  # noqa: E402
+from ui.commands.worker import worker_command  # noqa: E402
+
+cli.add_command(abort_command)
+cli.add_command(schedule_group)
+cli.add_command(submit_command)
+cli.add_command(worker_command)

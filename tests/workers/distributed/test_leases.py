@@ -61,9 +61,16 @@ def test_fenced_out_after_reap_and_final_status(store_url: str) -> None:
         a = leases.claim_shard(conn, run_id, "r-0", "a", host="h", pid=1, ttl_s=0.2)
         b = leases.claim_shard(conn, run_id, "r-1", "b", host="h", pid=2, ttl_s=30)
         assert a is not None and b is not None
-        assert leases.mark_ready(conn, b, clock_offset_ns=0, clock_uncertainty_ns=1,
-                                 clock_suspect=False, network_rtt_ns=None, connect_ns=None,
-                                 extra={})
+        assert leases.mark_ready(
+            conn,
+            b,
+            clock_offset_ns=0,
+            clock_uncertainty_ns=1,
+            clock_suspect=False,
+            network_rtt_ns=None,
+            connect_ns=None,
+            extra={},
+        )
         assert runctl.finalize_run(conn, run_id) is None  # shards still active
         time.sleep(0.4)
         assert leases.reap_expired(conn, run_id) == [(run_id, "r-0")]
@@ -74,8 +81,10 @@ def test_fenced_out_after_reap_and_final_status(store_url: str) -> None:
         assert leases.mark_running(conn, b, start_skew_ns=10)
         assert leases.finish_shard(conn, b, "completed", requests_scheduled=3, valid=True)
         assert runctl.finalize_run(conn, run_id) == "partial"
-        row = conn.execute("SELECT status, status_reason, ended_at IS NOT NULL FROM runs "
-                           "WHERE run_id = %s", (run_id,)).fetchone()
+        row = conn.execute(
+            "SELECT status, status_reason, ended_at IS NOT NULL FROM runs WHERE run_id = %s",
+            (run_id,),
+        ).fetchone()
         assert row is not None and row[0] == "partial" and row[2]
         assert "r-0: interrupted" in row[1]
         # a second claim of a finished shard is refused

@@ -1,0 +1,134 @@
+"""`peakload submit SPEC [--wait] [--json FILE]`: a distributed run on the Celery workers of each
+region. Returns once the synchronized start is set (or aborted with a reason); `--wait` follows
+per-region progress to the end and prints the same summary as `peakload run`, per region too.
+
+Exit codes as `peakload run`: 0 completed and valid; 1 bad input or infrastructure error;
+3 completed but invalid; 4 partial, aborted or failed (what was measured is stored).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.console import Console
+from rich.live import Live
+
+from loadgen.errors import PeakloadError
+from loadgen.spec import load_spec
+
+EXIT_OK, EXIT_ERROR, EXIT_INVALID, EXIT_INCOMPLETE = 0, 1, 3, 4
+
+
+def _workers_option(values: tuple[str, ...]) -> dict[str, int] | None:
+    out: dict[str, int] = {}
+    for v in values:
+        name, sep, n = v.partition("=")
+        if not sep or not n.isdigit() or int(n) < 1:
+            raise click.BadParameter(
+                f"expected REGION=N with N >= 1, got {v!r}", param_hint="--workers"
+            )
+        out[name] = int(n)
+    return out or None
+
+
+@click.command("submit")
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@click.option("--wait", is_flag=True, help="follow progress to the end and print the summary")
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False),
+    help="with --wait: write the summary as JSON",
+)
+@click.option(
+    "--workers",
+    "workers",
+    multiple=True,
+    metavar="REGION=N",
+    help="worker slots (shards) for a region, overriding the spec",
+)
+@click.option(
+    "--ready-timeout",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="seconds for every shard to check in before the run is aborted",
+)
+@click.option("--no-preflight", is_flag=True, help="skip the streaming check and calibration")
+@click.option("--quiet", is_flag=True, help="no live table")
+def submit_command(
+    spec_path: str,
+    wait: bool,
+    json_out: str | None,
+    workers: tuple[str, ...],
+    ready_timeout: float,
+    no_preflight: bool,
+    quiet: bool,
+) -> None:
+    """Run SPEC across the region workers (PEAKLOAD_REDIS_URL, PEAKLOAD_DATABASE_URL)."""
+    from workers.coordinator import Coordinator, SubmitOptions
+
+    console = Console()
+    if json_out and not wait:
+        raise click.UsageError("--json needs --wait (the summary exists once the run ends)")
+    try:
+        spec = load_spec(spec_path)
+        coord = Coordinator.from_env()
+        opts = SubmitOptions(
+            workers_per_region=_workers_option(workers),
+            ready_timeout_s=ready_timeout,
+            preflight=not no_preflight,
+        )
+        launch = coord.submit(spec, opts)
+        if not launch.started:
+            click.echo(
+                f"peakload submit: run {launch.run_id} aborted before the start: {launch.reason}",
+                err=True,
+            )
+            sys.exit(EXIT_INCOMPLETE)
+        console.print(f"run [bold]{launch.run_id}[/] started on {len(launch.plans)} shard(s)")
+        if not wait:
+            sys.exit(EXIT_OK)
+        code = _follow(coord, launch.run_id, console, json_out, quiet)
+    except PeakloadError as exc:
+        click.echo(f"peakload submit: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    sys.exit(code)
+
+
+def _follow(coord: object, run_id: str, console: Console, json_out: str | None, quiet: bool) -> int:
+    from ui.results import print_summary, summarize_run, write_json
+    from workers.coordinator import Coordinator
+    from workers.progress import network_breakdown, network_table, progress_table
+    from workers.store.connect import connect_store
+
+    assert isinstance(coord, Coordinator)
+    with Live(console=console, transient=True, auto_refresh=False) as live:
+
+        def show(regions: list[dict[str, object]]) -> None:
+            if not quiet:
+                live.update(progress_table(run_id, regions), refresh=True)
+
+        status = coord.wait(run_id, on_progress=show)
+    summary = summarize_run(run_id, coord.database_url)
+    with connect_store(coord.database_url, autocommit=True) as conn:
+        net = network_breakdown(conn, run_id)
+        row = conn.execute(
+            "SELECT status_reason, valid FROM runs WHERE run_id = %s", (run_id,)
+        ).fetchone()
+    summary["status"] = status
+    summary["status_reason"] = row[0] if row else None
+    summary["network_by_region"] = net
+    if json_out:
+        write_json(summary, json_out)
+    if not quiet:
+        print_summary(summary, console)
+        console.print(network_table(net))
+        console.print(
+            f"run [bold]{run_id}[/] {status}"
+            + (f": {summary['status_reason']}" if summary["status_reason"] else "")
+        )
+    if status != "completed":
+        return EXIT_INCOMPLETE
+    return EXIT_OK if row and row[1] else EXIT_INVALID
