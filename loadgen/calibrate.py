@@ -21,16 +21,23 @@ async def probe_prompt_tokens(spec: RunSpec, target: Target, words: int, run_id:
     wl = Workload(spec, shard_seed=0x0CA1, tokens_per_word=1.0)
     prompt = wl.prompt(10_000_000 + words, prompt_tokens=words, output_tokens=1)
     body = request_body(spec, Prompt(prompt.messages, words, 1))
-    req = PreparedRequest(make_request_id(run_id, "calibration", words), body, words, 1,
-                          deadline_s=min(spec.target.deadline_s, 60.0),
-                          idle_timeout_s=min(spec.target.idle_timeout_s, 30.0))
+    req = PreparedRequest(
+        make_request_id(run_id, "calibration", words),
+        body,
+        words,
+        1,
+        deadline_s=min(spec.target.deadline_s, 60.0),
+        idle_timeout_s=min(spec.target.idle_timeout_s, 30.0),
+    )
     usage_prompt = None
     try:
         async for ev in target.stream(req, time.perf_counter_ns):
             if ev.kind is EventKind.USAGE and ev.usage is not None:
                 usage_prompt = ev.usage.prompt_tokens
     except TransportError as exc:
-        raise PreflightError(f"calibration request to {spec.target.base_url} failed: {exc.detail}") from None
+        raise PreflightError(
+            f"calibration request to {spec.target.base_url} failed: {exc.detail}"
+        ) from None
     return usage_prompt
 
 

@@ -61,7 +61,12 @@ class TransportError(PeakloadError):
 
 class HttpStatusError(TransportError):
     def __init__(
-        self, status: int, detail: str = "", *, retry_after_s: float | None = None, t_ns: int | None = None
+        self,
+        status: int,
+        detail: str = "",
+        *,
+        retry_after_s: float | None = None,
+        t_ns: int | None = None,
     ) -> None:
         self.status = status
         self.retry_after_s = retry_after_s

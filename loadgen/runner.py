@@ -86,9 +86,18 @@ class _Stop(Exception):
 class ShardRunner:
     """State of one shard's execution. Use `run_shard()`; this class keeps the counters."""
 
-    def __init__(self, plan: ShardPlan, target: Target, sink: Sink, *, clock: Clock,
-                 abort: asyncio.Event, on_tick: Callable[[Tick], None] | None,
-                 tokens_per_word: float, wall_clock: Callable[[], int] = time.time_ns) -> None:
+    def __init__(
+        self,
+        plan: ShardPlan,
+        target: Target,
+        sink: Sink,
+        *,
+        clock: Clock,
+        abort: asyncio.Event,
+        on_tick: Callable[[Tick], None] | None,
+        tokens_per_word: float,
+        wall_clock: Callable[[], int] = time.time_ns,
+    ) -> None:
         self.plan = plan
         self.spec: RunSpec = plan.run_spec()
         self.target = target
@@ -98,7 +107,9 @@ class ShardRunner:
         self.on_tick = on_tick
         self.workload = Workload(self.spec, plan.seed, tokens_per_word)
         self.anchor_mono = clock()
-        self.anchor_wall = wall_clock()  # the only wall-clock read: a later step cannot move durations
+        self.anchor_wall = (
+            wall_clock()
+        )  # the only wall-clock read: a later step cannot move durations
         self.next_index = 0
         self.in_flight: set[asyncio.Task[None]] = set()
         self.pending: list[RequestRecord] = []
@@ -143,9 +154,16 @@ class ShardRunner:
             phase = Phase.STEADY
         p = self.plan
         return RequestRecord(
-            request_id=make_request_id(p.run_id, p.shard_id, index), run_id=p.run_id,
-            shard_id=p.shard_id, region=p.region, level=lvl.index, index=index,
-            scheduled_at_ns=self.wall(sched), phase=phase, **kw)
+            request_id=make_request_id(p.run_id, p.shard_id, index),
+            run_id=p.run_id,
+            shard_id=p.shard_id,
+            region=p.region,
+            level=lvl.index,
+            index=index,
+            scheduled_at_ns=self.wall(sched),
+            phase=phase,
+            **kw,
+        )
 
     def emit(self, rec: RequestRecord) -> None:
         self.outcomes[rec.outcome.value] = self.outcomes.get(rec.outcome.value, 0) + 1
@@ -165,9 +183,15 @@ class ShardRunner:
 
     # ------------------------------------------------------------------ one request
 
-    async def execute(self, index: int, window: _LevelWindow, sched: int, prompt: Prompt,
-                      session: tuple[int, int] | None = None,
-                      context: list[dict[str, str]] | None = None) -> str:
+    async def execute(
+        self,
+        index: int,
+        window: _LevelWindow,
+        sched: int,
+        prompt: Prompt,
+        session: tuple[int, int] | None = None,
+        context: list[dict[str, str]] | None = None,
+    ) -> str:
         """Send one request scheduled at `sched` (monotonic ns); emit its record. Returns the
         answer text (only needed by multi-turn sessions)."""
         clock = self.clock
@@ -178,12 +202,23 @@ class ShardRunner:
         body = request_body(self.spec, Prompt(messages, prompt.prompt_tokens, prompt.max_tokens))
         rid = make_request_id(self.plan.run_id, self.plan.shard_id, index)
         t = self.spec.target
-        prepared = PreparedRequest(rid, body, prompt.prompt_tokens if prompt.prompt_tokens >= 0 else None,
-                                   prompt.max_tokens, t.deadline_s, t.idle_timeout_s)
-        rec = self.new_record(index, window, sched, prompt_tokens=prepared.prompt_tokens,
-                              max_tokens=prompt.max_tokens,
-                              session_id=session[0] if session else None,
-                              turn=session[1] if session else None)
+        prepared = PreparedRequest(
+            rid,
+            body,
+            prompt.prompt_tokens if prompt.prompt_tokens >= 0 else None,
+            prompt.max_tokens,
+            t.deadline_s,
+            t.idle_timeout_s,
+        )
+        rec = self.new_record(
+            index,
+            window,
+            sched,
+            prompt_tokens=prepared.prompt_tokens,
+            max_tokens=prompt.max_tokens,
+            session_id=session[0] if session else None,
+            turn=session[1] if session else None,
+        )
         self.started += 1
         keep_text = self.spec.store_content or session is not None
         texts: list[str] = []
@@ -283,7 +318,7 @@ class ShardRunner:
                 order = np.argsort(-(share - np.floor(share)))
                 base[order[:rest]] += 1
             elif rest < 0:  # the floor-at-1 overshot; take back from the largest
-                for j in np.argsort(-base)[: -rest]:
+                for j in np.argsort(-base)[:-rest]:
                     base[j] -= 1
             rec.chunk_tokens[:] = base.tolist()
 
@@ -328,13 +363,18 @@ class ShardRunner:
                 if nxt is None:
                     return -1
                 index = nxt
-                context = [*context, {"role": "user", "content": self.workload.user_turn(first, turn)}]
+                context = [
+                    *context,
+                    {"role": "user", "content": self.workload.user_turn(first, turn)},
+                ]
             answer = await self.execute(index, window, ready, base, (first, turn), context)
             context = [*context, {"role": "assistant", "content": answer}]
             ready = max(ready, self.clock() + think)
         return ready
 
-    async def open_loop(self, window: _LevelWindow, offsets: Any, forced: list[Any] | None = None) -> None:
+    async def open_loop(
+        self, window: _LevelWindow, offsets: Any, forced: list[Any] | None = None
+    ) -> None:
         """Dispatch requests at `window.start + offset`; `forced` gives per-request lengths."""
         cap = self.spec.load.max_concurrency
         think = int(self.spec.load.think_time_s * _NS)
@@ -356,7 +396,9 @@ class ShardRunner:
                 self.next_index -= 1  # the session takes its own indices
                 coro: Any = self.run_session(window, sched, think)
             else:
-                pt, ot = (forced[j].prompt_tokens, forced[j].output_tokens) if forced else (None, None)
+                pt, ot = (
+                    (forced[j].prompt_tokens, forced[j].output_tokens) if forced else (None, None)
+                )
                 coro = self.execute(index, window, sched, self.workload.prompt(index, pt, ot))
             task = asyncio.create_task(coro)
             self.in_flight.add(task)
@@ -365,7 +407,13 @@ class ShardRunner:
     async def run_level(self, level: Level, start: int) -> _LevelWindow:
         window = _LevelWindow(level, start, start + int(level.duration_s * _NS))
         if self.spec.load.saturation is not None:
-            window.samples = {"ttft_ms": [], "tpot_ms": [], "itl_ms": [], "e2e_ms": [], "ttfat_ms": []}
+            window.samples = {
+                "ttft_ms": [],
+                "tpot_ms": [],
+                "itl_ms": [],
+                "e2e_ms": [],
+                "ttfat_ms": [],
+            }
         self.level_index = level.index
         p, load = self.plan, self.spec.load
         seed = int(np.random.default_rng([p.seed, level.index]).integers(0, 2**62))
@@ -387,8 +435,9 @@ class ShardRunner:
             r0 = level.value * p.fraction
             r1 = (level.ramp_to if level.ramp_to is not None else level.value) * p.fraction
             if r0 > 0 or r1 > 0:
-                offs = open_loop_offsets(load.arrival, load.burstiness, r0, r1, level.duration_s,
-                                         seed, p.max_requests)
+                offs = open_loop_offsets(
+                    load.arrival, load.burstiness, r0, r1, level.duration_s, seed, p.max_requests
+                )
                 await self.open_loop(window, offs)
         await self.sleep_until(window.end)
         return window
@@ -409,12 +458,23 @@ class ShardRunner:
         cpu = self.cpu.take()
         self.cpu_ticks.append(cpu)
         p = self.plan
-        t = Tick(run_id=p.run_id, shard_id=p.shard_id, region=p.region, level=self.level_index,
-                 t_ns=self.wall(self.clock()), in_flight=len(self.in_flight), started=self.started,
-                 completed=self.completed, errors=self.errors, output_tokens=self.tokens,
-                 loop_lag_ms_max=lag_max, loop_lag_ms_p99=lag_p99,
-                 dispatch_delay_ms_max=max(disp) if disp else 0.0, cpu_percent=cpu,
-                 rss_bytes=rss_bytes())
+        t = Tick(
+            run_id=p.run_id,
+            shard_id=p.shard_id,
+            region=p.region,
+            level=self.level_index,
+            t_ns=self.wall(self.clock()),
+            in_flight=len(self.in_flight),
+            started=self.started,
+            completed=self.completed,
+            errors=self.errors,
+            output_tokens=self.tokens,
+            loop_lag_ms_max=lag_max,
+            loop_lag_ms_p99=lag_p99,
+            dispatch_delay_ms_max=max(disp) if disp else 0.0,
+            cpu_percent=cpu,
+            rss_bytes=rss_bytes(),
+        )
         self.started = self.completed = self.errors = self.tokens = 0
         self.pending_ticks.append(t)
         if self.on_tick is not None:
@@ -428,17 +488,27 @@ class ShardRunner:
         busy = sum(1 for c in self.cpu_ticks if c >= v.max_cpu_percent)
         reasons = []
         if lag99 > v.max_loop_lag_p99_ms:
-            reasons.append(f"event-loop lag p99 {lag99:.2f} ms exceeds {v.max_loop_lag_p99_ms:g} ms: "
-                           "the generator was too busy to stamp arrivals accurately")
+            reasons.append(
+                f"event-loop lag p99 {lag99:.2f} ms exceeds {v.max_loop_lag_p99_ms:g} ms: "
+                "the generator was too busy to stamp arrivals accurately"
+            )
         if disp99 > v.max_dispatch_delay_p99_ms:
-            reasons.append(f"dispatch delay p99 {disp99:.2f} ms exceeds {v.max_dispatch_delay_p99_ms:g} ms: "
-                           "requests left later than scheduled")
+            reasons.append(
+                f"dispatch delay p99 {disp99:.2f} ms exceeds {v.max_dispatch_delay_p99_ms:g} ms: "
+                "requests left later than scheduled"
+            )
         if self.cpu_ticks and busy / len(self.cpu_ticks) > 0.2:
-            reasons.append(f"generator CPU at or above {v.max_cpu_percent:g}% in {busy} of "
-                           f"{len(self.cpu_ticks)} seconds")
-        health = {"loop_lag_p99_ms": lag99, "loop_lag_max_ms": self.lag.total.max,
-                  "dispatch_delay_p99_ms": disp99, "dispatch_delay_max_ms": self.dispatch_all.max,
-                  "cpu_percent_max": max(self.cpu_ticks, default=0.0)}
+            reasons.append(
+                f"generator CPU at or above {v.max_cpu_percent:g}% in {busy} of "
+                f"{len(self.cpu_ticks)} seconds"
+            )
+        health = {
+            "loop_lag_p99_ms": lag99,
+            "loop_lag_max_ms": self.lag.total.max,
+            "dispatch_delay_p99_ms": disp99,
+            "dispatch_delay_max_ms": self.dispatch_all.max,
+            "cpu_percent_max": max(self.cpu_ticks, default=0.0),
+        }
         return not reasons, reasons, health
 
 
@@ -478,12 +548,19 @@ def _meets_slos(spec: RunSpec, samples: dict[str, list[float]]) -> bool:
     return True
 
 
-async def run_shard(plan: ShardPlan, target: Target, sink: Sink, *,
-                    start_at_mono_ns: int | None = None, abort: asyncio.Event | None = None,
-                    on_tick: Callable[[Tick], None] | None = None,
-                    deadline_mono_ns: int | None = None, clock: Clock = time.perf_counter_ns,
-                    wall_clock: Callable[[], int] = time.time_ns,
-                    tokens_per_word: float = 1.0) -> ShardResult:
+async def run_shard(
+    plan: ShardPlan,
+    target: Target,
+    sink: Sink,
+    *,
+    start_at_mono_ns: int | None = None,
+    abort: asyncio.Event | None = None,
+    on_tick: Callable[[Tick], None] | None = None,
+    deadline_mono_ns: int | None = None,
+    clock: Clock = time.perf_counter_ns,
+    wall_clock: Callable[[], int] = time.time_ns,
+    tokens_per_word: float = 1.0,
+) -> ShardResult:
     """Run one shard to the end. Never raises for failed requests: each is a record.
 
     `start_at_mono_ns` (monotonic ns) is when the first level begins; `deadline_mono_ns` a hard
@@ -491,8 +568,16 @@ async def run_shard(plan: ShardPlan, target: Target, sink: Sink, *,
     `timed_out`; setting `abort` cancels in-flight requests and ends it as `aborted`.
     """
     abort = abort or asyncio.Event()
-    r = ShardRunner(plan, target, sink, clock=clock, abort=abort, on_tick=on_tick,
-                    tokens_per_word=tokens_per_word, wall_clock=wall_clock)
+    r = ShardRunner(
+        plan,
+        target,
+        sink,
+        clock=clock,
+        abort=abort,
+        on_tick=on_tick,
+        tokens_per_word=tokens_per_word,
+        wall_clock=wall_clock,
+    )
     spec = r.spec
     start = start_at_mono_ns if start_at_mono_ns is not None else clock()
     status = "completed"
@@ -512,8 +597,12 @@ async def run_shard(plan: ShardPlan, target: Target, sink: Sink, *,
         sat = spec.load.saturation
         history: list[tuple[float, bool]] = []
         i = 0
-        while (value := saturation_levels(sat.start, sat.max, history, sat.max_steps, sat.tolerance)) is not None:
-            lvl = Level(i, "rate", value, spec.load.duration_s, spec.load.warmup_s, spec.load.cooldown_s)
+        while (
+            value := saturation_levels(sat.start, sat.max, history, sat.max_steps, sat.tolerance)
+        ) is not None:
+            lvl = Level(
+                i, "rate", value, spec.load.duration_s, spec.load.warmup_s, spec.load.cooldown_s
+            )
             w = await r.run_level(lvl, t0)
             await _drain(r, w.end + int(spec.target.deadline_s * _NS))
             assert w.samples is not None
@@ -553,14 +642,32 @@ async def run_shard(plan: ShardPlan, target: Target, sink: Sink, *,
     r.tick()
     r.flush()
     valid, reasons, health = r.verdict()
-    return ShardResult(plan.shard_id, status, r.next_index, dict(r.outcomes), valid, reasons,
-                       r.wall(start), r.wall(clock()), levels_done, health)
+    return ShardResult(
+        plan.shard_id,
+        status,
+        r.next_index,
+        dict(r.outcomes),
+        valid,
+        reasons,
+        r.wall(start),
+        r.wall(clock()),
+        levels_done,
+        health,
+    )
 
 
 def _level_result(r: ShardRunner, w: _LevelWindow) -> LevelResult:
     lv = w.level
-    return LevelResult(lv.index, lv.kind, lv.value, lv.duration_s, lv.warmup_s, lv.cooldown_s,
-                       r.wall(w.start), r.wall(w.end))
+    return LevelResult(
+        lv.index,
+        lv.kind,
+        lv.value,
+        lv.duration_s,
+        lv.warmup_s,
+        lv.cooldown_s,
+        r.wall(w.start),
+        r.wall(w.end),
+    )
 
 
 async def _drain(r: ShardRunner, until: int) -> bool:

@@ -45,7 +45,11 @@ class TraceEntry:
 
 def static_levels(load: LoadSpec) -> list[Level]:
     """The levels known before the run (a saturation search adds its levels as it goes)."""
-    common = {"duration_s": load.duration_s, "warmup_s": load.warmup_s, "cooldown_s": load.cooldown_s}
+    common = {
+        "duration_s": load.duration_s,
+        "warmup_s": load.warmup_s,
+        "cooldown_s": load.cooldown_s,
+    }
     if load.concurrency is not None:
         return [Level(i, "concurrency", float(c), **common) for i, c in enumerate(load.concurrency)]
     if load.rate is not None:
@@ -118,11 +122,18 @@ def load_trace(path: str) -> list[TraceEntry]:
                 row = json.loads(line)
                 t = float(row["t"])
             except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                raise SpecError(f'line {lineno}: needs a number "t" (seconds)', where=str(p)) from None
+                raise SpecError(
+                    f'line {lineno}: needs a number "t" (seconds)', where=str(p)
+                ) from None
             if not (t >= 0 and math.isfinite(t)):
                 raise SpecError(f'line {lineno}: "t" must be >= 0', where=str(p))
-            entries.append(TraceEntry(t, _opt_int(row, "prompt_tokens", p, lineno),
-                                      _opt_int(row, "output_tokens", p, lineno)))
+            entries.append(
+                TraceEntry(
+                    t,
+                    _opt_int(row, "prompt_tokens", p, lineno),
+                    _opt_int(row, "output_tokens", p, lineno),
+                )
+            )
     if not entries:
         raise SpecError("trace is empty", where=str(p))
     entries.sort(key=lambda e: e.t_s)
@@ -147,8 +158,9 @@ def trace_share(n: int, seed: int, lo: float, hi: float) -> np.ndarray:
     return np.nonzero((u >= lo) & (u < hi))[0]
 
 
-def saturation_levels(start: float, maximum: float, met: list[tuple[float, bool]], max_steps: int,
-                      tolerance: float) -> float | None:
+def saturation_levels(
+    start: float, maximum: float, met: list[tuple[float, bool]], max_steps: int, tolerance: float
+) -> float | None:
     """The next level to try in a saturation search, or None when it is done.
 
     Doubles from `start` until a level misses the SLOs (or `maximum` is reached), then bisects

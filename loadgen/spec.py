@@ -294,9 +294,7 @@ class RunSpec(_Strict):
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     load: LoadSpec
     slos: list[SLO] = Field(default_factory=list)
-    regions: list[Region] = Field(
-        default_factory=lambda: [Region(name=DEFAULT_REGION, share=1.0)]
-    )
+    regions: list[Region] = Field(default_factory=lambda: [Region(name=DEFAULT_REGION, share=1.0)])
     labels: Labels = Field(default_factory=Labels)
     validity: ValiditySpec = Field(default_factory=ValiditySpec)
     store_content: bool = False  # store prompt and response text (off by default)
@@ -318,14 +316,18 @@ class RunSpec(_Strict):
         return self.model_dump(mode="json")
 
 
+_UNION_TAGS = frozenset(
+    {"FixedLength", "UniformLength", "NormalLength", "LognormalLength"}
+    | {"fixed", "uniform", "normal", "lognormal"}
+)
+
+
 def _format_loc(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in {"FixedLength", "UniformLength", "NormalLength", "LognormalLength"}:
-            continue
-        elif part in {"fixed", "uniform", "normal", "lognormal"}:
+        elif part in _UNION_TAGS:
             continue
         else:
             out += f".{part}" if out else str(part)

@@ -27,15 +27,15 @@ from loadgen.spec import (
 )
 
 # Short, common, single-token words in most BPE vocabularies (each followed by a space).
-_VOCAB = (
+_VOCAB = (  # noqa: SIM905 - a word list reads best as text
     "the of and to in is was he for it with as his on be at by had are but from or have an "
-    "they which one you were her all she there would their we him been has when who will more "
-    "no if out so said what up its about into than them can only other new some could time "
-    "these two may then do first any my now such like our over man me even most made after "
-    "also did many before must through back years where much your way well down should because "
-    "each just those people how too little state good very make world still own see men work "
-    "long get here between both life being under never day same another know while last might "
-    "us great old year off come since against go came right used take three"
+    "they which one you were her all she there would their we him been has when who will "
+    "more no if out so said what up its about into than them can only other new some could "
+    "time these two may then do first any my now such like our over man me even most made "
+    "after also did many before must through back years where much your way well down should "
+    "because each just those people how too little state good very make world still own see "
+    "men work long get here between both life being under never day same another know while "
+    "last might us great old year off come since against go came right used take three"
 ).split()
 _VOCAB_ARRAY = np.array(_VOCAB)
 
@@ -105,17 +105,34 @@ class Workload:
     def _words_for(self, tokens: int) -> int:
         return max(0, round(tokens / self._tpw))
 
-    def prompt(self, index: int, prompt_tokens: int | None = None, output_tokens: int | None = None) -> Prompt:
+    def prompt(
+        self, index: int, prompt_tokens: int | None = None, output_tokens: int | None = None
+    ) -> Prompt:
         """The prompt for request `index` of this shard; lengths may be forced (trace replay)."""
         rng = np.random.default_rng([self._seed, index])
         w = self._spec.workload
         if self._dataset is not None:
             row = self._dataset[index % len(self._dataset)]
-            out = output_tokens or row.get("output_tokens") or int(sample_lengths(w.output_tokens, 1, rng)[0])
-            return Prompt(messages=self._with_system([{"role": "user", "content": row["prompt"]}]),
-                          prompt_tokens=-1, max_tokens=int(out))
-        p = prompt_tokens if prompt_tokens is not None else int(sample_lengths(w.prompt_tokens, 1, rng)[0])
-        out = output_tokens if output_tokens is not None else int(sample_lengths(w.output_tokens, 1, rng)[0])
+            out = (
+                output_tokens
+                or row.get("output_tokens")
+                or int(sample_lengths(w.output_tokens, 1, rng)[0])
+            )
+            return Prompt(
+                messages=self._with_system([{"role": "user", "content": row["prompt"]}]),
+                prompt_tokens=-1,
+                max_tokens=int(out),
+            )
+        p = (
+            prompt_tokens
+            if prompt_tokens is not None
+            else int(sample_lengths(w.prompt_tokens, 1, rng)[0])
+        )
+        out = (
+            output_tokens
+            if output_tokens is not None
+            else int(sample_lengths(w.output_tokens, 1, rng)[0])
+        )
         shared = int(p * w.shared_prefix_fraction)
         parts = []
         if shared > 0:
@@ -126,8 +143,11 @@ class Workload:
             parts.append(f"{index}")
             parts.append(_words(rng, unique_words - 1))
         text = " ".join(x for x in parts if x)
-        return Prompt(messages=self._with_system([{"role": "user", "content": text}]),
-                      prompt_tokens=p, max_tokens=out)
+        return Prompt(
+            messages=self._with_system([{"role": "user", "content": text}]),
+            prompt_tokens=p,
+            max_tokens=out,
+        )
 
     def user_turn(self, session_seed: int, turn: int) -> str:
         """The user's words for `turn` of a multi-turn session."""
@@ -176,7 +196,9 @@ def load_dataset(path: str) -> list[dict[str, Any]]:
                 raise SpecError(f'line {lineno}: needs a string "prompt"', where=str(p))
             ot = row.get("output_tokens")
             if ot is not None and (not isinstance(ot, int) or ot < 1):
-                raise SpecError(f'line {lineno}: "output_tokens" must be a positive integer', where=str(p))
+                raise SpecError(
+                    f'line {lineno}: "output_tokens" must be a positive integer', where=str(p)
+                )
             rows.append(row)
     if not rows:
         raise SpecError("dataset is empty", where=str(p))

@@ -26,8 +26,10 @@ def summarize_run(run_id: str, database_url: str | None = None) -> dict[str, Any
 def print_summary(summary: dict[str, Any], console: Console) -> None:
     console.print(render_summary_table(summary))
     if summary.get("valid") is False:
-        console.print("[bold red]INVALID MEASUREMENT[/]: the generator, not the server, may have "
-                      "shaped these numbers:")
+        console.print(
+            "[bold red]INVALID MEASUREMENT[/]: the generator, not the server, may have "
+            "shaped these numbers:"
+        )
         for why in summary.get("invalid_reasons") or []:
             console.print(f"  - {why}")
 

@@ -8,6 +8,7 @@ policy and preflighted (reachable, key accepted, streams) before the run exists 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import signal
 import time
@@ -59,15 +60,22 @@ def warm_connections(spec: RunSpec, plan: ShardPlan) -> int:
     return max(1, min(64, spec.load.max_concurrency))
 
 
-def run_local(spec: RunSpec, *, database_url: str | None = None,
-              on_tick: Callable[[Tick], None] | None = None,
-              on_started: Callable[[str], None] | None = None,
-              schedule_name: str | None = None) -> LocalRun:
+def run_local(
+    spec: RunSpec,
+    *,
+    database_url: str | None = None,
+    on_tick: Callable[[Tick], None] | None = None,
+    on_started: Callable[[str], None] | None = None,
+    schedule_name: str | None = None,
+) -> LocalRun:
     """Run `spec` in this process and store everything. Raises PeakloadError subclasses for
     bad input (policy, preflight, store) before anything is written."""
     policy = policy_from_env()
-    check_target(spec.target.base_url, allow_private=policy.allow_private or _local_default(),
-                 allowlist=policy.allowlist)
+    check_target(
+        spec.target.base_url,
+        allow_private=policy.allow_private or _local_default(),
+        allowlist=policy.allowlist,
+    )
     run_id = str(uuid.uuid4())
     plans = with_fraction_offsets(plan_run(spec, run_id))
     return asyncio.run(_run(spec, run_id, plans, database_url, on_tick, on_started, schedule_name))
@@ -79,26 +87,48 @@ def _local_default() -> bool:
     return True
 
 
-async def _run(spec: RunSpec, run_id: str, plans: list[ShardPlan], database_url: str | None,
-               on_tick: Callable[[Tick], None] | None, on_started: Callable[[str], None] | None,
-               schedule_name: str | None) -> LocalRun:
-    targets = [OpenAITarget(spec.target, max_connections=warm_connections(spec, p) * 2 + 8)
-               for p in plans]
+async def _run(
+    spec: RunSpec,
+    run_id: str,
+    plans: list[ShardPlan],
+    database_url: str | None,
+    on_tick: Callable[[Tick], None] | None,
+    on_started: Callable[[str], None] | None,
+    schedule_name: str | None,
+) -> LocalRun:
+    targets = [
+        OpenAITarget(spec.target, max_connections=warm_connections(spec, p) * 2 + 8) for p in plans
+    ]
     try:
         await preflight(targets[0])
         tpw = await calibrate(spec, targets[0], run_id)
         conn = connect_store(database_url)
         store_runs.create_run(conn, run_id, spec, mode="local", schedule_name=schedule_name)
-        store_runs.upsert_levels(conn, run_id, [
-            {"level": lv.index, "kind": lv.kind, "value": lv.value, "duration_s": lv.duration_s,
-             "warmup_s": lv.warmup_s, "cooldown_s": lv.cooldown_s}
-            for lv in static_levels(spec.load)])
+        store_runs.upsert_levels(
+            conn,
+            run_id,
+            [
+                {
+                    "level": lv.index,
+                    "kind": lv.kind,
+                    "value": lv.value,
+                    "duration_s": lv.duration_s,
+                    "warmup_s": lv.warmup_s,
+                    "cooldown_s": lv.cooldown_s,
+                }
+                for lv in static_levels(spec.load)
+            ],
+        )
         for p in plans:
             store_runs.upsert_shard(conn, run_id, p.shard_id, p.region, p.slot, p.to_json())
-        writer = StoreWriter(database_url or conn.info.dsn, run_id, store_content=spec.store_content)
+        writer = StoreWriter(
+            database_url or conn.info.dsn, run_id, store_content=spec.store_content
+        )
         if on_started is not None:
             on_started(run_id)
-        await asyncio.gather(*(t.warm(warm_connections(spec, p)) for t, p in zip(targets, plans, strict=True)))
+        await asyncio.gather(
+            *(t.warm(warm_connections(spec, p)) for t, p in zip(targets, plans, strict=True))
+        )
         abort = asyncio.Event()
         loop = asyncio.get_running_loop()
         _install_abort(loop, abort)
@@ -107,10 +137,20 @@ async def _run(spec: RunSpec, run_id: str, plans: list[ShardPlan], database_url:
         for p in plans:
             store_runs.set_shard_state(conn, run_id, p.shard_id, "running")
         try:
-            results = await asyncio.gather(*(
-                run_shard(p, t, writer, start_at_mono_ns=start, abort=abort, on_tick=on_tick,
-                          tokens_per_word=tpw)
-                for p, t in zip(plans, targets, strict=True)))
+            results = await asyncio.gather(
+                *(
+                    run_shard(
+                        p,
+                        t,
+                        writer,
+                        start_at_mono_ns=start,
+                        abort=abort,
+                        on_tick=on_tick,
+                        tokens_per_word=tpw,
+                    )
+                    for p, t in zip(plans, targets, strict=True)
+                )
+            )
         finally:
             _remove_abort(loop)
             writer_error = _close_writer(writer)
@@ -127,22 +167,52 @@ def _close_writer(writer: StoreWriter) -> Exception | None:
     return None
 
 
-def _finish(conn: Any, run_id: str, spec: RunSpec, results: list[ShardResult], tpw: float,
-            writer_error: Exception | None) -> LocalRun:
+def _finish(
+    conn: Any,
+    run_id: str,
+    spec: RunSpec,
+    results: list[ShardResult],
+    tpw: float,
+    writer_error: Exception | None,
+) -> LocalRun:
     for r in results:
-        store_runs.set_shard_state(conn, run_id, r.shard_id, r.status, valid=r.valid,
-                                   invalid_reasons=r.invalid_reasons,
-                                   requests_scheduled=r.requests_scheduled)
+        store_runs.set_shard_state(
+            conn,
+            run_id,
+            r.shard_id,
+            r.status,
+            valid=r.valid,
+            invalid_reasons=r.invalid_reasons,
+            requests_scheduled=r.requests_scheduled,
+        )
     if any(r.levels for r in results):
         lv0 = max(results, key=lambda r: len(r.levels)).levels
-        store_runs.upsert_levels(conn, run_id, [
-            {"level": lv.index, "kind": lv.kind, "value": lv.value, "duration_s": lv.duration_s,
-             "warmup_s": lv.warmup_s, "cooldown_s": lv.cooldown_s,
-             "started_at_ns": lv.started_wall_ns, "ended_at_ns": lv.ended_wall_ns}
-            for lv in lv0])
+        store_runs.upsert_levels(
+            conn,
+            run_id,
+            [
+                {
+                    "level": lv.index,
+                    "kind": lv.kind,
+                    "value": lv.value,
+                    "duration_s": lv.duration_s,
+                    "warmup_s": lv.warmup_s,
+                    "cooldown_s": lv.cooldown_s,
+                    "started_at_ns": lv.started_wall_ns,
+                    "ended_at_ns": lv.ended_wall_ns,
+                }
+                for lv in lv0
+            ],
+        )
     reasons = [f"{r.shard_id}: {why}" for r in results for why in r.invalid_reasons]
     statuses = {r.status for r in results}
-    status = "completed" if statuses == {"completed"} else "aborted" if "aborted" in statuses else "partial"
+    status = (
+        "completed"
+        if statuses == {"completed"}
+        else "aborted"
+        if "aborted" in statuses
+        else "partial"
+    )
     if writer_error is not None:
         status = "failed"
         reasons.append(f"store writer: {writer_error}")
@@ -158,15 +228,11 @@ def _finish(conn: Any, run_id: str, spec: RunSpec, results: list[ShardResult], t
 def _install_abort(loop: asyncio.AbstractEventLoop, abort: asyncio.Event) -> None:
     """Ctrl-C / SIGTERM stop the run cleanly: in-flight requests become `cancelled` records."""
     for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
             loop.add_signal_handler(sig, abort.set)
-        except (NotImplementedError, RuntimeError):  # not the main thread
-            pass
 
 
 def _remove_abort(loop: asyncio.AbstractEventLoop) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(sig)
-        except (NotImplementedError, RuntimeError):
-            pass

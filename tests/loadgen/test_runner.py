@@ -27,9 +27,16 @@ class ScriptedTarget:
     `texts` gives each chunk's text; `usage` (if set) is reported at the end; `fail` may raise
     for request index i after `fail_after` chunks; `block` is an asyncio.Event gating answers."""
 
-    def __init__(self, ttft_s: float = 0.02, itl_s: float = 0.005, tokens: int = 5,
-                 texts: list[str] | None = None, usage: int | None = None,
-                 fail: Callable[[int], Exception | None] | None = None, fail_after: int = 2) -> None:
+    def __init__(
+        self,
+        ttft_s: float = 0.02,
+        itl_s: float = 0.005,
+        tokens: int = 5,
+        texts: list[str] | None = None,
+        usage: int | None = None,
+        fail: Callable[[int], Exception | None] | None = None,
+        fail_after: int = 2,
+    ) -> None:
         self.ttft_s, self.itl_s, self.tokens = ttft_s, itl_s, tokens
         self.texts = texts
         self.usage = usage
@@ -66,20 +73,38 @@ class ScriptedTarget:
         return None
 
 
-def make_plan(load: dict[str, Any], *, users: list[int] | None = None, max_requests: int = 100_000,
-              **extra_spec: Any) -> ShardPlan:
-    spec = spec_from_dict({
-        "name": "t",
-        "target": {"api": "openai-chat", "base_url": "http://127.0.0.1:9/v1", "model": "m",
-                   "deadline_s": 5},
-        "workload": {"prompt_tokens": 8, "output_tokens": 5},
-        "load": load,
-        **extra_spec,
-    })
-    return ShardPlan(run_id="00000000-0000-0000-0000-000000000001", shard_id="local-0",
-                     region="local", slot=0, fraction=1.0, seed=1,
-                     users_per_level=users if users is not None else list(load.get("concurrency") or []),
-                     max_requests=max_requests, spec=spec.public_dict())
+def make_plan(
+    load: dict[str, Any],
+    *,
+    users: list[int] | None = None,
+    max_requests: int = 100_000,
+    **extra_spec: Any,
+) -> ShardPlan:
+    spec = spec_from_dict(
+        {
+            "name": "t",
+            "target": {
+                "api": "openai-chat",
+                "base_url": "http://127.0.0.1:9/v1",
+                "model": "m",
+                "deadline_s": 5,
+            },
+            "workload": {"prompt_tokens": 8, "output_tokens": 5},
+            "load": load,
+            **extra_spec,
+        }
+    )
+    return ShardPlan(
+        run_id="00000000-0000-0000-0000-000000000001",
+        shard_id="local-0",
+        region="local",
+        slot=0,
+        fraction=1.0,
+        seed=1,
+        users_per_level=users if users is not None else list(load.get("concurrency") or []),
+        max_requests=max_requests,
+        spec=spec.public_dict(),
+    )
 
 
 def run(plan: ShardPlan, target: Any, **kw: Any) -> tuple[ShardResult, MemorySink]:
@@ -119,7 +144,7 @@ def test_closed_loop_records_every_request_with_its_chunks() -> None:
 
 def test_open_loop_schedules_are_absolute_and_latency_counts_from_them() -> None:
     plan = make_plan({"rate": [50.0], "arrival": "constant", "duration_s": 1.0})
-    result, sink = run(plan, ScriptedTarget(ttft_s=0.01, tokens=2))
+    _result, sink = run(plan, ScriptedTarget(ttft_s=0.01, tokens=2))
     recs = sorted(sink.records, key=lambda r: r.index)
     assert len(recs) == 50
     sched = np.array([r.scheduled_at_ns for r in recs])
@@ -213,7 +238,9 @@ def test_request_budget_bounds_the_run() -> None:
 
 def test_open_loop_concurrency_cap_records_not_sent() -> None:
     target = ScriptedTarget(ttft_s=0.5, tokens=1)
-    plan = make_plan({"rate": [100.0], "arrival": "constant", "duration_s": 0.3, "max_concurrency": 5})
+    plan = make_plan(
+        {"rate": [100.0], "arrival": "constant", "duration_s": 0.3, "max_concurrency": 5}
+    )
     _, sink = run(plan, target)
     not_sent = [r for r in sink.records if r.outcome is Outcome.NOT_SENT]
     assert len(not_sent) == 30 - 5
@@ -279,9 +306,14 @@ def test_content_is_kept_only_when_the_run_opts_in() -> None:
 
 @pytest.mark.parametrize("turns", [3])
 def test_multi_turn_sessions_grow_their_context(turns: int) -> None:
-    plan = make_plan({"concurrency": [1], "duration_s": 1.0},
-                     workload={"prompt_tokens": 8, "output_tokens": 5,
-                               "sessions": {"turns": turns, "user_tokens_per_turn": 4}})
+    plan = make_plan(
+        {"concurrency": [1], "duration_s": 1.0},
+        workload={
+            "prompt_tokens": 8,
+            "output_tokens": 5,
+            "sessions": {"turns": turns, "user_tokens_per_turn": 4},
+        },
+    )
     target = ScriptedTarget(tokens=2)
     _, sink = run(plan, target)
     first = target.seen[:turns]

@@ -52,7 +52,9 @@ def test_examples_exist() -> None:
 
 
 def test_richer_length_forms(tmp_path: Path) -> None:
-    text = MINIMAL.replace("prompt_tokens = 64", 'prompt_tokens = {dist = "uniform", min = 10, max = 20}')
+    text = MINIMAL.replace(
+        "prompt_tokens = 64", 'prompt_tokens = {dist = "uniform", min = 10, max = 20}'
+    )
     spec = load_spec(write(tmp_path, text))
     assert spec.workload.prompt_tokens == UniformLength(dist="uniform", min=10, max=20)
 
@@ -62,12 +64,18 @@ def test_richer_length_forms(tmp_path: Path) -> None:
     [
         (("concurrency = [1, 16]", "concurrency = [1, -2]"), "load.concurrency: level 1 is -2"),
         (("duration_s = 10", "duration_s = 0"), "load.duration_s: Input should be greater than 0"),
-        (("model = \"m\"", "model = \"m\"\nbogus = 1"), "target.bogus: unknown field"),
+        (('model = "m"', 'model = "m"\nbogus = 1'), "target.bogus: unknown field"),
         (("http://127.0.0.1:8000/v1", "ftp://x/v1"), "target.base_url: must start with http"),
-        (("concurrency = [1, 16]", "concurrency = [1]\nrate = [5.0]"), "choose exactly one load model"),
+        (
+            ("concurrency = [1, 16]", "concurrency = [1]\nrate = [5.0]"),
+            "choose exactly one load model",
+        ),
         (("concurrency = [1, 16]", "rate = [0.0]"), "a rate must be positive"),
-        (("prompt_tokens = 64", "prompt_tokens = {dist = \"uniform\", min = 9, max = 2}"), "max (2) is below min (9)"),
-        (("api = \"openai-chat\"", "api = \"grpc\""), "target.api"),
+        (
+            ("prompt_tokens = 64", 'prompt_tokens = {dist = "uniform", min = 9, max = 2}'),
+            "max (2) is below min (9)",
+        ),
+        (('api = "openai-chat"', 'api = "grpc"'), "target.api"),
     ],
 )
 def test_bad_specs_name_the_field(tmp_path: Path, edit: tuple[str, str], expected: str) -> None:
@@ -95,7 +103,9 @@ def test_secret_headers_and_url_credentials_are_refused(tmp_path: Path) -> None:
 
 
 def test_region_shares_must_add_up(tmp_path: Path) -> None:
-    text = MINIMAL + '\n[[regions]]\nname = "eu"\nshare = 0.5\n[[regions]]\nname = "us"\nshare = 0.4\n'
+    text = (
+        MINIMAL + '\n[[regions]]\nname = "eu"\nshare = 0.5\n[[regions]]\nname = "us"\nshare = 0.4\n'
+    )
     with pytest.raises(SpecError, match="add up to 1"):
         load_spec(write(tmp_path, text))
 

@@ -9,16 +9,24 @@ import pytest
 
 from loadgen.errors import SpecError
 from loadgen.spec import LognormalLength, NormalLength, spec_from_dict
-from loadgen.workload import Workload, calibrate_tokens_per_word, load_dataset, request_body, sample_lengths
+from loadgen.workload import (
+    Workload,
+    calibrate_tokens_per_word,
+    load_dataset,
+    request_body,
+    sample_lengths,
+)
 
 
 def spec(**workload: object) -> object:
-    return spec_from_dict({
-        "name": "w",
-        "target": {"api": "openai-chat", "base_url": "http://127.0.0.1:1/v1", "model": "m"},
-        "workload": workload,
-        "load": {"concurrency": [1], "duration_s": 1},
-    })
+    return spec_from_dict(
+        {
+            "name": "w",
+            "target": {"api": "openai-chat", "base_url": "http://127.0.0.1:1/v1", "model": "m"},
+            "workload": workload,
+            "load": {"concurrency": [1], "duration_s": 1},
+        }
+    )
 
 
 def words(text: str) -> int:
@@ -50,7 +58,9 @@ def test_calibration_scales_word_counts() -> None:
     s = spec(prompt_tokens=300)
     p = Workload(s, 1, tokens_per_word=1.5).prompt(0)  # type: ignore[arg-type]
     assert words(p.messages[-1]["content"]) == 200
-    assert calibrate_tokens_per_word([(64, 64 * 1.3 + 20), (256, 256 * 1.3 + 20)]) == pytest.approx(1.3)
+    assert calibrate_tokens_per_word([(64, 64 * 1.3 + 20), (256, 256 * 1.3 + 20)]) == pytest.approx(
+        1.3
+    )
     assert calibrate_tokens_per_word([]) == 1.0
 
 

@@ -29,8 +29,11 @@ def demo_spec(base_url: str) -> dict[str, object]:
         "name": "demo-sweep",
         "description": "peakload demo: concurrency sweep against the simulated engine",
         "target": {"api": "openai-chat", "base_url": base_url, "model": "sim-small-gpu"},
-        "workload": {"prompt_tokens": {"dist": "uniform", "min": 128, "max": 512},
-                     "output_tokens": {"dist": "uniform", "min": 64, "max": 192}, "seed": 7},
+        "workload": {
+            "prompt_tokens": {"dist": "uniform", "min": 128, "max": 512},
+            "output_tokens": {"dist": "uniform", "min": 64, "max": 192},
+            "seed": 7,
+        },
         "load": {"concurrency": [1, 8, 32], "duration_s": 8, "warmup_s": 1, "cooldown_s": 1},
         "slos": [{"metric": "ttft_ms", "percentile": 99, "threshold": 800}],
         "labels": {"model": "sim-small-gpu", "engine": "peakload-sim", "hardware": "simulated"},
@@ -48,9 +51,20 @@ def simulated_engine(preset: str) -> Iterator[str]:
     """The simulated engine in a child process; yields its base URL; stops it on exit."""
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "loadgen.sim", "--host", "127.0.0.1", "--port", str(port),
-         "--preset", preset],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "loadgen.sim",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--preset",
+            preset,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     base = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + SIM_START_TIMEOUT_S
@@ -77,7 +91,9 @@ def simulated_engine(preset: str) -> Iterator[str]:
 
 
 @click.command("demo")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the summary as JSON")
+@click.option(
+    "--json", "json_out", type=click.Path(dir_okay=False), help="write the summary as JSON"
+)
 def demo_command(json_out: str | None) -> None:
     """Run a short sweep against the simulated engine into the embedded store."""
     console = Console()
@@ -94,5 +110,6 @@ def demo_command(json_out: str | None) -> None:
         "  .venv/bin/peakload runs                     list stored runs\n"
         "  .venv/bin/peakload report RUN --html r.html a self-contained report\n"
         "  .venv/bin/peakload ui                       explore runs in the browser\n"
-        "  .venv/bin/peakload run examples/smoke.toml  your own spec (see examples/)")
+        "  .venv/bin/peakload run examples/smoke.toml  your own spec (see examples/)"
+    )
     sys.exit(code)

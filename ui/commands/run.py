@@ -33,13 +33,26 @@ def planned_seconds(spec: RunSpec) -> float:
     return load.duration_s
 
 
-def execute(spec: RunSpec, console: Console, json_out: str | None, *, quiet: bool = False,
-            database_url: str | None = None) -> int:
+def execute(
+    spec: RunSpec,
+    console: Console,
+    json_out: str | None,
+    *,
+    quiet: bool = False,
+    database_url: str | None = None,
+) -> int:
     """Run, store, summarise; returns the exit code (shared by `run` and `demo`)."""
     total = planned_seconds(spec)
     seen: dict[str, int] = {"done": 0, "errors": 0, "in_flight": 0}
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[stats]}"),
-                  TimeElapsedColumn(), console=console, disable=quiet, transient=True) as progress:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=quiet,
+        transient=True,
+    ) as progress:
         task = progress.add_task(spec.name, total=total, stats="warming up")
         last_t: dict[str, int] = {}
 
@@ -48,23 +61,31 @@ def execute(spec: RunSpec, console: Console, json_out: str | None, *, quiet: boo
             seen["errors"] += t.errors
             last_t[t.shard_id] = t.in_flight
             elapsed = progress.tasks[0].elapsed or 0.0
-            progress.update(task, completed=min(elapsed, total), stats=(
-                f"level {t.level}  done {seen['done']}  in flight {sum(last_t.values())}  "
-                f"errors {seen['errors']}"))
+            progress.update(
+                task,
+                completed=min(elapsed, total),
+                stats=(
+                    f"level {t.level}  done {seen['done']}  in flight {sum(last_t.values())}  "
+                    f"errors {seen['errors']}"
+                ),
+            )
 
         def on_started(run_id: str) -> None:
             progress.update(task, stats=f"run {run_id}")
 
-        result: LocalRun = run_local(spec, database_url=database_url, on_tick=on_tick,
-                                     on_started=on_started)
+        result: LocalRun = run_local(
+            spec, database_url=database_url, on_tick=on_tick, on_started=on_started
+        )
     summary = summarize_run(result.run_id, database_url)
     summary["status"] = result.status
     if json_out:
         write_json(summary, json_out)
     if not quiet:
         print_summary(summary, console)
-        console.print(f"run [bold]{result.run_id}[/] {result.status}; "
-                      f"{result.requests_scheduled} requests scheduled, all stored.")
+        console.print(
+            f"run [bold]{result.run_id}[/] {result.status}; "
+            f"{result.requests_scheduled} requests scheduled, all stored."
+        )
     if result.status != "completed":
         return EXIT_INCOMPLETE
     return EXIT_OK if result.valid else EXIT_INVALID
@@ -72,7 +93,9 @@ def execute(spec: RunSpec, console: Console, json_out: str | None, *, quiet: boo
 
 @click.command("run")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
-@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write the summary as JSON")
+@click.option(
+    "--json", "json_out", type=click.Path(dir_okay=False), help="write the summary as JSON"
+)
 @click.option("--quiet", is_flag=True, help="no progress bar or table")
 def run_command(spec_path: str, json_out: str | None, quiet: bool) -> None:
     """Run SPEC in this process, store every record, print a table per load level."""
