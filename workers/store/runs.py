@@ -1,0 +1,241 @@
+"""Run bookkeeping in the store: the `runs`, `run_levels` and `shards` rows the local runner and
+the Celery coordinator create and update. Each function commits its own change (or runs inside
+the caller's `conn.transaction()` block when one is open). Wall-clock values given as `*_ns`
+are ns since the Unix epoch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from loadgen.errors import StoreError
+from loadgen.spec import RunSpec
+
+RUN_STATUSES = ("pending", "running", "completed", "partial", "aborted", "failed")
+SHARD_STATES = (
+    "planned", "claimed", "ready", "running", "completed", "interrupted", "timed_out", "aborted",
+    "failed",
+)  # fmt: skip
+
+
+def public_target_url(url: str) -> str:
+    """A target URL as stored: scheme, host, port and path only (no credentials, query or
+    fragment, where API keys sometimes hide)."""
+    p = urlsplit(url)
+    host = p.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{p.port}" if p.port else host
+    return urlunsplit((p.scheme, netloc, p.path, "", ""))
+
+
+@contextmanager
+def _tx(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Cursor[Any]]:
+    with conn.transaction(), conn.cursor() as cur:
+        yield cur
+
+
+def _wall(ns: int | None) -> Any:
+    """ns since the epoch -> a value PostgreSQL reads as timestamptz (via to_timestamp)."""
+    return None if ns is None else ns / 1e9
+
+
+def create_run(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    spec: RunSpec,
+    *,
+    mode: str,
+    schedule_name: str | None = None,
+) -> None:
+    """Insert the run (status pending) with its public spec and labels. Idempotent on run_id:
+    a second call with the same id changes nothing."""
+    if mode not in ("local", "distributed"):
+        raise StoreError(f"create_run: mode must be 'local' or 'distributed', got {mode!r}")
+    labels = spec.labels.model_dump(mode="json", exclude_none=True)
+    with _tx(conn) as cur:
+        cur.execute(
+            """INSERT INTO runs (run_id, name, mode, api, target_url, model, labels, spec,
+                                 schedule_name, store_content)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+               ON CONFLICT (run_id) DO NOTHING""",
+            (
+                run_id,
+                spec.name,
+                mode,
+                spec.target.api,
+                public_target_url(spec.target.base_url),
+                spec.target.model,
+                Jsonb(labels),
+                Jsonb(spec.public_dict()),
+                schedule_name,
+                spec.store_content,
+            ),
+        )
+
+
+def set_run_status(
+    conn: psycopg.Connection[Any], run_id: str, status: str, reason: str | None = None
+) -> None:
+    _check(status, RUN_STATUSES, "run status")
+    with _tx(conn) as cur:
+        cur.execute(
+            "UPDATE runs SET status = %s, status_reason = COALESCE(%s, status_reason) "
+            "WHERE run_id = %s",
+            (status, reason, run_id),
+        )
+        _found(cur, "run", run_id)
+
+
+def start_run(conn: psycopg.Connection[Any], run_id: str) -> None:
+    """Mark the run running, stamping started_at (the database's clock) once."""
+    with _tx(conn) as cur:
+        cur.execute(
+            "UPDATE runs SET status = 'running', started_at = COALESCE(started_at, now()) "
+            "WHERE run_id = %s",
+            (run_id,),
+        )
+        _found(cur, "run", run_id)
+
+
+def finish_run(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    status: str,
+    valid: bool,
+    invalid_reasons: list[str],
+    requests_scheduled: int,
+    reason: str | None = None,
+) -> None:
+    """The run's end: final status, validity and why not, requests scheduled, ended_at."""
+    _check(status, RUN_STATUSES, "run status")
+    with _tx(conn) as cur:
+        cur.execute(
+            """UPDATE runs SET status = %s, valid = %s, invalid_reasons = %s,
+                   requests_scheduled = %s, status_reason = COALESCE(%s, status_reason),
+                   ended_at = now()
+               WHERE run_id = %s""",
+            (status, valid, Jsonb(list(invalid_reasons)), requests_scheduled, reason, run_id),
+        )
+        _found(cur, "run", run_id)
+
+
+def upsert_levels(conn: psycopg.Connection[Any], run_id: str, levels: list[dict[str, Any]]) -> None:
+    """Insert or update load levels. Keys: level, kind, value, duration_s, and optionally
+    warmup_s, cooldown_s, started_at_ns, ended_at_ns (wall ns; None keeps what is stored)."""
+    rows = []
+    for i, lv in enumerate(levels):
+        try:
+            rows.append((
+                run_id, int(lv["level"]), str(lv["kind"]), float(lv["value"]),
+                float(lv["duration_s"]), float(lv.get("warmup_s", 0.0)),
+                float(lv.get("cooldown_s", 0.0)), _wall(lv.get("started_at_ns")),
+                _wall(lv.get("ended_at_ns")),
+            ))  # fmt: skip
+        except (KeyError, TypeError, ValueError) as e:
+            raise StoreError(f"upsert_levels: level entry [{i}] is malformed: {e!r}") from e
+    with _tx(conn) as cur:
+        cur.executemany(
+            """INSERT INTO run_levels (run_id, level, kind, value, duration_s, warmup_s,
+                                       cooldown_s, started_at, ended_at)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, to_timestamp(%s), to_timestamp(%s))
+               ON CONFLICT (run_id, level) DO UPDATE SET
+                   kind = EXCLUDED.kind, value = EXCLUDED.value,
+                   duration_s = EXCLUDED.duration_s, warmup_s = EXCLUDED.warmup_s,
+                   cooldown_s = EXCLUDED.cooldown_s,
+                   started_at = COALESCE(EXCLUDED.started_at, run_levels.started_at),
+                   ended_at = COALESCE(EXCLUDED.ended_at, run_levels.ended_at)""",
+            rows,
+        )
+
+
+def upsert_shard(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    shard_id: str,
+    region: str,
+    slot: int,
+    plan: dict[str, Any],
+    *,
+    requests_scheduled: int = 0,
+) -> None:
+    """Insert a planned shard, or refresh its plan while it is still planned."""
+    json.dumps(plan)  # fail here, naming the shard, rather than deep inside psycopg
+    with _tx(conn) as cur:
+        cur.execute(
+            """INSERT INTO shards (run_id, shard_id, region, slot, plan, requests_scheduled)
+               VALUES (%s, %s, %s, %s, %s, %s)
+               ON CONFLICT (run_id, shard_id) DO UPDATE SET
+                   region = EXCLUDED.region, slot = EXCLUDED.slot, plan = EXCLUDED.plan,
+                   requests_scheduled = EXCLUDED.requests_scheduled
+               WHERE shards.state = 'planned'""",
+            (run_id, shard_id, region, slot, Jsonb(plan), requests_scheduled),
+        )
+
+
+def set_shard_state(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    shard_id: str,
+    state: str,
+    *,
+    reason: str | None = None,
+    valid: bool | None = None,
+    invalid_reasons: list[str] | None = None,
+    requests_scheduled: int | None = None,
+    records_written: int | None = None,
+) -> None:
+    """Move a shard to `state`; running stamps started_at, a terminal state ended_at. Fields
+    given as None are left as stored."""
+    _check(state, SHARD_STATES, "shard state")
+    terminal = state in ("completed", "interrupted", "timed_out", "aborted", "failed")
+    with _tx(conn) as cur:
+        cur.execute(
+            """UPDATE shards SET state = %s,
+                   state_reason = COALESCE(%s, state_reason),
+                   valid = COALESCE(%s, valid),
+                   invalid_reasons = COALESCE(%s, invalid_reasons),
+                   requests_scheduled = COALESCE(%s, requests_scheduled),
+                   records_written = COALESCE(%s, records_written),
+                   started_at = CASE WHEN %s THEN COALESCE(started_at, now()) ELSE started_at END,
+                   ended_at = CASE WHEN %s THEN now() ELSE ended_at END
+               WHERE run_id = %s AND shard_id = %s""",
+            (
+                state,
+                reason,
+                valid,
+                None if invalid_reasons is None else Jsonb(list(invalid_reasons)),
+                requests_scheduled,
+                records_written,
+                state == "running",
+                terminal,
+                run_id,
+                shard_id,
+            ),
+        )
+        _found(cur, "shard", f"{run_id}/{shard_id}")
+
+
+def count_requests(conn: psycopg.Connection[Any], run_id: str) -> int:
+    """Rows in `requests` for the run."""
+    with _tx(conn) as cur:
+        cur.execute("SELECT count(*) FROM requests WHERE run_id = %s", (run_id,))
+        row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
+    if value not in allowed:
+        raise StoreError(f"unknown {what} {value!r}; one of {', '.join(allowed)}")
+
+
+def _found(cur: psycopg.Cursor[Any], what: str, key: str) -> None:
+    if cur.rowcount == 0:
+        raise StoreError(f"no {what} {key} in the store")

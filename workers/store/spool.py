@@ -1,0 +1,157 @@
+"""The writer's disk spool: encoded batches (binary COPY payloads) kept while the database is
+unreachable, one file per batch, each written, fsync'd, then renamed into place, and deleted only
+after its rows are committed. Bounded in bytes. A writer owns its own subdirectory (flock'd);
+files left by a writer that died are adopted and replayed by the next writer of that run.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from loadgen.errors import SpoolFullError, StoreError
+
+MAGIC = b"PLSPOOL1"
+_HEAD = struct.Struct(">8sIIQQ")  # magic, n_records, n_ticks, len(requests), len(ticks)
+SUFFIX = ".batch"
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedBatch:
+    """What one transaction writes: two binary COPY payloads and their row counts."""
+
+    requests: bytes
+    ticks: bytes
+    n_records: int
+    n_ticks: int
+
+    @property
+    def nbytes(self) -> int:
+        return _HEAD.size + len(self.requests) + len(self.ticks)
+
+    def to_bytes(self) -> bytes:
+        head = _HEAD.pack(MAGIC, self.n_records, self.n_ticks, len(self.requests), len(self.ticks))
+        return head + self.requests + self.ticks
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str) -> EncodedBatch:
+        if len(data) < _HEAD.size:
+            raise StoreError(f"spool file {where} is truncated")
+        magic, n_rec, n_ticks, len_req, len_ticks = _HEAD.unpack_from(data)
+        if magic != MAGIC or len(data) != _HEAD.size + len_req + len_ticks:
+            raise StoreError(f"spool file {where} is not a complete peakload spool batch")
+        body = memoryview(data)[_HEAD.size :]
+        return cls(bytes(body[:len_req]), bytes(body[len_req:]), n_rec, n_ticks)
+
+
+class Spool:
+    """This writer's spool directory under `root`, holding at most `max_bytes` of batches."""
+
+    def __init__(self, root: Path, max_bytes: int) -> None:
+        self.root = root
+        self.max_bytes = max_bytes
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.dir = root / f"w-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.dir.mkdir(mode=0o700)
+        self._lock_fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._seq = 0
+        self.bytes = 0
+        self.adopt_orphans()
+
+    def adopt_orphans(self) -> int:
+        """Move batches of dead writers (their lock is free) into this spool, keeping their
+        order ahead of ours. Returns how many files were adopted."""
+        adopted = 0
+        for other in sorted(p for p in self.root.glob("w-*") if p.is_dir() and p != self.dir):
+            lock = other / ".lock"
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue  # a live writer owns it
+            try:
+                for f in sorted(other.glob("*" + SUFFIX)):
+                    self._seq += 1
+                    dest = self.dir / f"{self._seq:012d}-adopted{SUFFIX}"
+                    f.rename(dest)
+                    self.bytes += dest.stat().st_size
+                    adopted += 1
+                for leftover in other.iterdir():
+                    leftover.unlink()  # .lock and *.tmp from an interrupted write
+                other.rmdir()
+            finally:
+                os.close(fd)
+        if adopted:
+            _fsync_dir(self.dir)
+        return adopted
+
+    def files(self) -> list[Path]:
+        return sorted(self.dir.glob("*" + SUFFIX))
+
+    def __len__(self) -> int:
+        return len(self.files())
+
+    def put(self, batch: EncodedBatch) -> Path:
+        """Write a batch durably (tmp file, fsync, rename, fsync dir). Raises SpoolFullError,
+        writing nothing, when it would take the spool past `max_bytes`."""
+        size = batch.nbytes
+        if self.bytes + size > self.max_bytes:
+            raise SpoolFullError(
+                f"store spool full: {self.bytes + size} bytes needed, limit {self.max_bytes} "
+                f"(spool_max_bytes) at {self.dir}; the database has been unreachable too long "
+                f"and {batch.n_records} records of this run could not be kept"
+            )
+        self._seq += 1
+        final = self.dir / f"{self._seq:012d}{SUFFIX}"
+        tmp = final.with_suffix(".tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                view = memoryview(batch.to_bytes())
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            tmp.rename(final)
+            _fsync_dir(self.dir)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise SpoolFullError(f"cannot write the store spool at {self.dir}: {e}") from e
+        self.bytes += size
+        return final
+
+    def read(self, path: Path) -> EncodedBatch:
+        return EncodedBatch.from_bytes(path.read_bytes(), str(path))
+
+    def remove(self, path: Path) -> None:
+        """Forget a batch whose rows are committed."""
+        size = path.stat().st_size
+        path.unlink()
+        self.bytes = max(0, self.bytes - size)
+
+    def close(self) -> None:
+        """Release the directory: removed when it holds no batches (pending or rejected), else
+        left, unlocked, for the next writer of the run to adopt."""
+        if not any(p.suffix in (SUFFIX, ".rejected") for p in self.dir.iterdir()):
+            for leftover in self.dir.iterdir():
+                leftover.unlink()
+            self.dir.rmdir()
+        os.close(self._lock_fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

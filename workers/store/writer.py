@@ -1,0 +1,392 @@
+"""The store writer: the `Sink` a runner hands its batches to. `write` only appends to a deque; a
+thread encodes batches (bounded by rows and seconds) as binary COPY payloads and commits each in
+one transaction: COPY into TEMP staging tables, then INSERT ... ON CONFLICT DO NOTHING, so a
+replayed batch never duplicates. While the database is unreachable, batches go to a disk spool
+(workers/store/spool.py) and are replayed in order after reconnecting; a full spool fails the run.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from loadgen.errors import SpoolFullError, StoreError
+from loadgen.records import Batch
+from workers.store import copyenc, embedded
+from workers.store.connect import redact_url
+from workers.store.spool import EncodedBatch, Spool
+from workers.store.writer_stats import LagWindow, WriterStats
+
+DEFAULT_BATCH_MAX_ROWS = 5_000
+DEFAULT_BATCH_MAX_S = 0.5
+DEFAULT_SPOOL_MAX_BYTES = 1 << 30  # 1 GiB: about 500k requests of 128 chunks
+DEFAULT_IO_TIMEOUT_S = 30.0  # one batch's transaction; past it the socket is shut down
+DEFAULT_CONNECT_TIMEOUT_S = 5  # libpq connect_timeout (whole seconds, at least 2)
+DEFAULT_CLOSE_TIMEOUT_S = 60.0  # how long close() keeps retrying a spool backlog
+BACKOFF_MIN_S, BACKOFF_MAX_S = 0.25, 5.0
+PAUSE_ENV = "PEAKLOAD_TEST_PAUSE_BEFORE_COMMIT"  # tests only: seconds to sleep before COMMIT
+APPLICATION_NAME = "peakload-writer"
+
+_REQ_COLS = sql.SQL(", ").join(map(sql.Identifier, copyenc.REQUEST_COLUMNS))
+_TICK_COLS = sql.SQL(", ").join(map(sql.Identifier, copyenc.TICK_COLUMNS))
+_STAGE_REQ, _STAGE_TICKS = sql.Identifier("pl_stage_requests"), sql.Identifier("pl_stage_ticks")
+_SETUP = [
+    sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (LIKE requests) ON COMMIT DELETE ROWS").format(
+        _STAGE_REQ
+    ),
+    sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (LIKE ticks) ON COMMIT DELETE ROWS").format(
+        _STAGE_TICKS
+    ),
+]
+_COPY_REQ = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(_STAGE_REQ, _REQ_COLS)
+_COPY_TICKS = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(_STAGE_TICKS, _TICK_COLS)
+_INSERT_REQ = sql.SQL(
+    "INSERT INTO requests ({0}) SELECT {0} FROM {1} ON CONFLICT DO NOTHING"
+).format(_REQ_COLS, _STAGE_REQ)
+_INSERT_TICKS = sql.SQL(
+    "INSERT INTO ticks ({0}) SELECT {0} FROM {1} ON CONFLICT DO NOTHING"
+).format(_TICK_COLS, _STAGE_TICKS)
+
+
+class _Lost(Exception):
+    """The connection broke (or timed out) mid-transaction: the batch is not known committed."""
+
+
+class StoreWriter:
+    """A `Sink` writing one run's records and ticks to the store at `url`.
+
+    `write` is safe to call from the event loop (it never blocks on I/O); call it from one thread
+    at a time. `close` flushes, waits for the writer thread, and raises SpoolFullError if records
+    were lost to a full spool, or StoreError if data could not be written (e.g. spool left
+    behind). Counters and lag: `stats()`. Lag is measured on the monotonic clock from `write()`
+    to the commit of the transaction holding the record.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        run_id: str,
+        *,
+        batch_max_rows: int = DEFAULT_BATCH_MAX_ROWS,
+        batch_max_s: float = DEFAULT_BATCH_MAX_S,
+        spool_dir: str | Path | None = None,
+        spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES,
+        store_content: bool = False,
+        io_timeout_s: float = DEFAULT_IO_TIMEOUT_S,
+        connect_timeout_s: int = DEFAULT_CONNECT_TIMEOUT_S,
+        close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
+    ) -> None:
+        if batch_max_rows < 1 or batch_max_s <= 0:
+            raise StoreError("StoreWriter: batch_max_rows must be >= 1 and batch_max_s > 0")
+        self.url, self.run_id, self.store_content = url, run_id, store_content
+        self.batch_max_rows, self.batch_max_s = batch_max_rows, batch_max_s
+        self.io_timeout_s, self.close_timeout_s = io_timeout_s, close_timeout_s
+        self.connect_timeout_s = max(2, int(connect_timeout_s))
+        root = Path(spool_dir) if spool_dir else embedded.data_home() / "spool" / run_id
+        self.spool = Spool(root, spool_max_bytes)
+        self._pause_s = float(os.environ.get(PAUSE_ENV, "0") or 0)
+        self._q: collections.deque[tuple[int, Batch]] = collections.deque()
+        self._wake = threading.Event()
+        self._done_cv = threading.Condition()
+        self._written_seq = 0  # write() calls so far (event-loop thread only)
+        self._handled_seq = 0  # write() calls committed or spooled (writer thread only)
+        self._rows_in = 0  # rows appended (event-loop thread only)
+        self._rows_out = 0  # rows taken (writer thread only)
+        self._closing = False
+        self._closed = False
+        self._conn: psycopg.Connection[Any] | None = None
+        self._next_connect = 0.0  # perf_counter seconds
+        self._backoff = BACKOFF_MIN_S
+        self._spool_times: dict[str, tuple[int, int]] = {}  # spool file -> (oldest write ns, n)
+        self.stats_ = WriterStats()
+        self._lags = LagWindow()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name=f"store-writer-{run_id[:8]}")
+        self._thread.daemon = True
+        self._thread.start()
+
+    # ------------------------------------------------------------------ the hot path
+
+    def write(self, batch: Batch) -> None:
+        """Hand a batch to the writer thread (an append; never blocks on the database)."""
+        if self._closing:
+            raise StoreError("StoreWriter.write after close()")
+        self._q.append((time.perf_counter_ns(), batch))
+        self._written_seq += 1
+        self._rows_in += len(batch)
+        self.stats_.records_received += len(batch.records)
+        self.stats_.ticks_received += len(batch.ticks)
+        if self._rows_in - self._rows_out >= self.batch_max_rows:
+            self._wake.set()
+
+    # ------------------------------------------------------------------ control
+
+    @property
+    def failed(self) -> bool:
+        """True once records could not be kept (spool full, or rejected by the database)."""
+        return self.error is not None
+
+    def stats(self) -> WriterStats:
+        """A snapshot of the counters, with lag p50/max (seconds) over recent commits."""
+        return self.stats_.snapshot(self._lags, len(self.spool))
+
+    def flush(self, timeout_s: float = 60.0) -> bool:
+        """Wait until every batch written so far is committed or spooled. False on timeout."""
+        target = self._written_seq
+        self._wake.set()
+        deadline = time.perf_counter() + timeout_s
+        with self._done_cv:
+            while self._handled_seq < target and self._thread.is_alive():
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    return False
+                self._done_cv.wait(min(left, 0.1))
+        return self._handled_seq >= target
+
+    def close(self) -> None:
+        """Flush, replay the spool (retrying up to close_timeout_s), stop the thread; raise if
+        anything was lost or left behind. Idempotent."""
+        if not self._closed:
+            self._closing = True
+            self._wake.set()
+            self._thread.join()
+            self._closed = True
+            self.spool.close()
+        if self.error is not None:
+            if isinstance(self.error, StoreError):
+                raise self.error
+            raise StoreError(f"store writer failed: {self.error!r}") from self.error
+        left = self.spool.files()
+        if left:
+            raise StoreError(
+                f"the store at {redact_url(self.url)} stayed unreachable: {len(left)} batches "
+                f"remain spooled in {self.spool.dir}; the next StoreWriter for run {self.run_id} "
+                f"replays them"
+            )
+
+    # ------------------------------------------------------------------ the writer thread
+
+    def _main(self) -> None:
+        try:
+            if len(self.spool):
+                self._replay()
+            while True:
+                items = self._take()
+                if items is None:
+                    break
+                if items:
+                    self._deliver(items)
+                if len(self.spool) and time.perf_counter() >= self._next_connect:
+                    self._replay()
+            deadline = time.perf_counter() + self.close_timeout_s
+            while len(self.spool) and time.perf_counter() < deadline:
+                self._replay()
+                if len(self.spool):
+                    time.sleep(min(self._backoff, max(0.0, deadline - time.perf_counter())))
+        except BaseException as e:  # surfaced by close()
+            self._fail(StoreError(f"store writer crashed: {e!r}"))
+        finally:
+            self._drop_conn()
+            with self._done_cv:
+                self._handled_seq = max(self._handled_seq, self._written_seq)
+                self._done_cv.notify_all()
+
+    def _take(self) -> list[tuple[int, Batch]] | None:
+        """Wait for a full batch, the oldest item's time bound, a due replay, or close. Returns
+        the items to write (possibly empty), or None once closed and drained."""
+        max_ns = int(self.batch_max_s * 1e9)
+        while True:
+            if self._q:
+                age_ns = time.perf_counter_ns() - self._q[0][0]
+                rows = self._rows_in - self._rows_out
+                if rows >= self.batch_max_rows or age_ns >= max_ns or self._closing:
+                    break
+                wait_s = (max_ns - age_ns) / 1e9
+            elif self._closing:
+                return None
+            else:
+                wait_s = self.batch_max_s
+            if len(self.spool) and time.perf_counter() >= self._next_connect:
+                return []
+            self._wake.wait(min(wait_s, 0.25))
+            self._wake.clear()
+        items: list[tuple[int, Batch]] = []
+        rows = 0
+        while self._q and rows < self.batch_max_rows:
+            item = self._q.popleft()
+            items.append(item)
+            rows += len(item[1])
+        self._rows_out += rows
+        return items
+
+    def _deliver(self, items: list[tuple[int, Batch]]) -> None:
+        records = [r for _, b in items for r in b.records]
+        ticks = [t for _, b in items for t in b.ticks]
+        try:
+            enc = EncodedBatch(
+                copyenc.encode_requests(records, self.store_content) if records else b"",
+                copyenc.encode_ticks(ticks) if ticks else b"",
+                len(records),
+                len(ticks),
+            )
+        except copyenc.EncodeError as e:
+            self.stats_.records_lost += len(records)
+            self._fail(StoreError(f"a batch of run {self.run_id} cannot be stored: {e}"))
+            self._mark_handled(len(items))
+            return
+        oldest = items[0][0]
+        if not len(self.spool) and self._connected():
+            try:
+                if self._commit(enc):
+                    self._lags.add_batch(items, time.perf_counter_ns())
+                self._mark_handled(len(items))
+                return
+            except _Lost:
+                pass
+        try:
+            path = self.spool.put(enc)
+            self._spool_times[path.name] = (oldest, enc.n_records)
+            self.stats_.spooled_batches += 1
+        except SpoolFullError as e:
+            self.stats_.records_lost += enc.n_records
+            self._fail(e)
+        self._mark_handled(len(items))
+
+    def _replay(self) -> None:
+        """Commit spooled batches in order while the database answers."""
+        for path in self.spool.files():
+            if not self._connected():
+                return
+            try:
+                committed = self._commit(self.spool.read(path))
+            except _Lost:
+                return
+            if not committed:  # rejected for good: kept for inspection, never replayed
+                path.rename(path.with_suffix(".rejected"))
+                continue
+            self.spool.remove(path)
+            self.stats_.replayed_batches += 1
+            oldest, n = self._spool_times.pop(path.name, (0, 0))
+            if n:
+                self._lags.add(time.perf_counter_ns() - oldest, n)
+
+    def _mark_handled(self, n: int) -> None:
+        with self._done_cv:
+            self._handled_seq += n
+            self._done_cv.notify_all()
+
+    def _fail(self, error: BaseException) -> None:
+        if self.error is None:
+            self.error = error
+
+    # ------------------------------------------------------------------ the database
+
+    def _connected(self) -> bool:
+        """A live connection, reconnecting (with backoff) when due; False when not available."""
+        if self._conn is not None and not self._conn.closed:
+            return True
+        if time.perf_counter() < self._next_connect:
+            return False
+        try:
+            conn = psycopg.connect(
+                self.url,
+                autocommit=True,
+                connect_timeout=self.connect_timeout_s,
+                application_name=APPLICATION_NAME,
+                keepalives=1,
+                keepalives_idle=10,
+                keepalives_interval=3,
+                keepalives_count=3,
+            )
+            idle = max(60, int(self._pause_s) + 30)
+            conn.execute(
+                sql.SQL("SET idle_in_transaction_session_timeout = {}").format(
+                    sql.Literal(f"{idle}s")
+                )
+            )
+            for stmt in _SETUP:
+                conn.execute(stmt)
+        except psycopg.Error as e:
+            self.stats_.connect_failures += 1
+            self.stats_.last_error = f"connect: {str(e).strip()[:300]}"
+            self._schedule_retry()
+            return False
+        self._conn = conn
+        self._backoff = BACKOFF_MIN_S
+        return True
+
+    def _schedule_retry(self) -> None:
+        self._next_connect = time.perf_counter() + self._backoff
+        self._backoff = min(BACKOFF_MAX_S, self._backoff * 2)
+
+    def _drop_conn(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # already broken: nothing to release
+                self.stats_.last_error = self.stats_.last_error or "close failed"
+            self._conn = None
+
+    def _commit(self, enc: EncodedBatch) -> bool:
+        """One transaction: COPY to staging, INSERT ... ON CONFLICT DO NOTHING, COMMIT. Raises
+        _Lost on a connection problem (the batch must be kept); other database errors fail the
+        writer, count the records as lost and return False."""
+        conn = self._conn
+        assert conn is not None
+        watchdog = threading.Timer(self.io_timeout_s, _shutdown_socket, (conn,))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                if enc.n_records:
+                    with cur.copy(_COPY_REQ) as cp:
+                        cp.write(enc.requests)
+                if enc.n_ticks:
+                    with cur.copy(_COPY_TICKS) as cp:
+                        cp.write(enc.ticks)
+                inserted = ticks_inserted = 0
+                if enc.n_records:
+                    cur.execute(_INSERT_REQ)
+                    inserted = max(cur.rowcount, 0)
+                if enc.n_ticks:
+                    cur.execute(_INSERT_TICKS)
+                    ticks_inserted = max(cur.rowcount, 0)
+                if self._pause_s > 0:
+                    time.sleep(self._pause_s)
+        except psycopg.Error as e:
+            broken = conn.closed or conn.broken or isinstance(e, psycopg.OperationalError)
+            self.stats_.last_error = str(e).strip()[:300]
+            if broken:
+                self._drop_conn()
+                self._schedule_retry()
+                raise _Lost from e
+            self.stats_.records_lost += enc.n_records
+            self.stats_.rejected_batches += 1
+            self._fail(StoreError(f"the store rejected a batch of run {self.run_id}: {e}"))
+            return False
+        finally:
+            watchdog.cancel()
+        self.stats_.batches_committed += 1
+        self.stats_.rows_inserted += inserted
+        self.stats_.rows_duplicate += enc.n_records - inserted
+        self.stats_.ticks_inserted += ticks_inserted
+        return True
+
+
+def _shutdown_socket(conn: psycopg.Connection[Any]) -> None:
+    """Break a connection stuck past the I/O timeout (e.g. a silent network): the blocked call
+    in the writer thread then fails with OperationalError and the batch is spooled."""
+    try:
+        fd = conn.pgconn.socket
+        with socket.socket(fileno=os.dup(fd)) as s:
+            s.shutdown(socket.SHUT_RDWR)
+    except (OSError, psycopg.Error):
+        pass  # already closed
