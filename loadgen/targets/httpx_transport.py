@@ -227,7 +227,13 @@ def _translate(e: httpx.TransportError, where: str) -> TransportError:
     if isinstance(e, httpx.TimeoutException):
         return PhaseTimeout("deadline" if where == "body" else "headers", type(e).__name__)
     if isinstance(e, httpx.ConnectError):
-        cause = e.__cause__ or e.__context__
+        cause: BaseException | None = e
+        while cause is not None and (
+            not isinstance(cause, OSError) or type(cause) is OSError  # anyio's generic wrapper
+        ):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            cause = e.__cause__ or e.__context__
         url = e.request.url if _has_request(e) else None
         host = url.host if url is not None else "?"
         port = (url.port or (443 if url.scheme == "https" else 80)) if url is not None else 0

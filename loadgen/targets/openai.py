@@ -218,8 +218,15 @@ class OpenAITarget:
                     if not decoder.done:
                         raise
                     return  # after DONE: the response is complete, only the socket is lost
-                if not decoder.done:
-                    raise StreamTruncated("stream ended without [DONE]", t_ns=clock())
+                if not decoder.done:  # the body ended: a held CR may still complete [DONE]
+                    tail, _ = parser.finish()
+                    t_end = clock()
+                    for payload in tail:
+                        decoder.decode(payload, t_end, out)
+                    for ev in out:
+                        yield ev
+                    if not decoder.done:
+                        raise StreamTruncated("stream ended without [DONE]", t_ns=t_end)
             else:
                 if "json" not in ctype.lower():
                     raise await self._unexpected(ex, ctype, head.t_ns)

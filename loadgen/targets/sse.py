@@ -57,12 +57,14 @@ class SSEParser:
                     out.append(payload)
         return out
 
-    def finish(self) -> bool:
-        """At EOF: True when bytes of an unfinished event were left over (they are dropped)."""
+    def finish(self) -> tuple[list[bytes], bool]:
+        """At EOF: payloads completed only by a held trailing CR, and whether bytes of an
+        unfinished event were left over (they are dropped, as the SSE rules say)."""
+        out = self.feed(b"\n") if self._cr else []
         leftover = bool(self._buf.strip(b"\n"))
         self._buf = b""
         self._cr = False
-        return leftover
+        return out, leftover
 
 
 def _parse_block(block: bytes) -> bytes | None:

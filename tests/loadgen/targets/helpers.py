@@ -24,9 +24,7 @@ def request(
     rid: str = "r1", *, deadline_s: float = 10.0, idle_s: float = 5.0, **body: Any
 ) -> PreparedRequest:
     body = body or {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
-    return PreparedRequest(
-        request_id=rid, body=body, deadline_s=deadline_s, idle_timeout_s=idle_s
-    )
+    return PreparedRequest(request_id=rid, body=body, deadline_s=deadline_s, idle_timeout_s=idle_s)
 
 
 async def collect(
