@@ -134,7 +134,7 @@ def test_closed_loop_records_every_request_with_its_chunks() -> None:
         assert r.output_tokens == 5 and r.token_source is TokenSource.CLIENT
         assert r.sent_ns is not None and r.sent_ns >= 0
         ttft = ms(r.first_token_ns) - ms(r.sent_ns)
-        assert 19.0 <= ttft < 60.0
+        assert 19.0 <= ttft < 1000.0  # never shorter than the server took; load may add
         assert np.all(np.diff(r.chunk_offsets_us) >= 4000)  # itl 5 ms, never shorter
         assert r.end_ns is not None and r.end_ns >= r.first_token_ns  # type: ignore[operator]
     phases = {r.phase for r in by_level[1]}
