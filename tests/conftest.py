@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.support.ports",
     "tests.support.stores",
     "tests.support.sim",
+    "tests.support.celery_workers",
 ]

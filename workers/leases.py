@@ -15,7 +15,7 @@ from psycopg.types.json import Jsonb
 
 log = logging.getLogger(__name__)
 
-LEASE_TTL_S = 15.0  # a live worker renews every TTL/3; past the TTL the reaper interrupts it
+LEASE_TTL_S = 90.0  # renewed every TTL/3; must outlast a tolerated database outage (D3: 60 s)
 ACTIVE_STATES = ("claimed", "ready", "running")
 TERMINAL_STATES = ("completed", "interrupted", "timed_out", "aborted", "failed")
 

@@ -125,6 +125,7 @@ def finalize_run(conn: psycopg.Connection[Any], run_id: str) -> str | None:
         for r in rows:
             invalid.extend(f"{r[0]}: {x}" for x in (r[5] or []))
         valid = all(r[4] is True for r in rows) and status == "completed"
+        _merge_levels(conn, run_id)
         conn.execute(
             """
             UPDATE runs SET status = %s, status_reason = %s, ended_at = now(),
@@ -142,3 +143,20 @@ def finalize_run(conn: psycopg.Connection[Any], run_id: str) -> str | None:
         )
     log.info("run %s finished: %s", run_id, status)
     return status
+
+
+def _merge_levels(conn: psycopg.Connection[Any], run_id: str) -> None:
+    """The run's levels from its shards' own: earliest start and latest end of each level
+    (wall clock), so a level's window covers every region."""
+    from workers.store import runs as store_runs
+
+    merged: dict[int, dict[str, Any]] = {}
+    for (levels,) in conn.execute(
+        "SELECT extra->'levels' FROM shards WHERE run_id = %s AND extra ? 'levels'", (run_id,)
+    ).fetchall():
+        for lv in levels or []:
+            m = merged.setdefault(int(lv["level"]), dict(lv))
+            m["started_at_ns"] = min(m["started_at_ns"], lv["started_at_ns"])
+            m["ended_at_ns"] = max(m["ended_at_ns"], lv["ended_at_ns"])
+    if merged:
+        store_runs.upsert_levels(conn, run_id, [merged[k] for k in sorted(merged)])

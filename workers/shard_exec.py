@@ -142,11 +142,14 @@ class _Job:
         self.start_mono: int | None = None
 
     def run(self) -> dict[str, Any]:
+        from workers.store.embedded import data_home
         from workers.store.writer import StoreWriter
 
+        spool = data_home() / "spool" / self.plan.run_id / self.plan.shard_id
         sink = StoreWriter(
             self.settings.database_url,
             self.plan.run_id,
+            spool_dir=spool,  # one per shard: pool processes of one host never share a spool
             store_content=self.plan.run_spec().store_content,
         )
         try:
@@ -262,6 +265,19 @@ class _Job:
                 "start_mono_ns": self.start_mono,
                 "outcomes": dict(res.outcomes) if res else {},
                 "health": dict(res.health) if res else {},
+                "levels": [
+                    {
+                        "level": lv.index,
+                        "kind": lv.kind,
+                        "value": lv.value,
+                        "duration_s": lv.duration_s,
+                        "warmup_s": lv.warmup_s,
+                        "cooldown_s": lv.cooldown_s,
+                        "started_at_ns": lv.started_wall_ns,
+                        "ended_at_ns": lv.ended_wall_ns,
+                    }
+                    for lv in (res.levels if res else [])
+                ],
             },
         )
         return {
