@@ -123,9 +123,8 @@ def check_target(url: str, *, allow_private: bool, allowlist: list[str]) -> None
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         raise PolicyError("target URL has an invalid port") from None
-    if host == "localhost" or host.endswith(".localhost"):
-        addrs = [ipaddress.ip_address("127.0.0.1")]
-        addrs += [a for a in _resolve(host, port) if a not in addrs]
+    if host == "localhost" or host.endswith(".localhost"):  # loopback by RFC 6761: no lookup
+        addrs: list[IPAddress] = [ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")]
     else:
         addrs = _resolve(host, port)
     for ip in addrs:

@@ -1,14 +1,11 @@
-"""A small HTTP/1.1 client on asyncio Protocols for streaming responses: a keep-alive pool per
-origin, chunked and Content-Length bodies, TLS through asyncio's ssl. Each network read is stamped
-with the runner's clock inside `data_received`, before any parsing; timeouts use one timer handle
-per request, rescheduled lazily (reads only note the loop time).
+"""The raw HTTP/1.1 exchange: one request/response on a pooled connection (see rawpool), with
+chunked and Content-Length bodies and one timer handle per request, rescheduled lazily (reads
+only note the loop time). Each body read keeps the stamp its bytes got on arrival.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import ssl
 from collections.abc import AsyncIterator
 
 from loadgen.errors import PhaseTimeout, StreamProtocolError, TransportError
@@ -17,258 +14,12 @@ from loadgen.targets.http_common import (
     ResponseHead,
     StreamReset,
     StreamTruncated,
-    connect_error,
     parse_head,
 )
+from loadgen.targets.rawpool import DEFAULT_KEEPALIVE_EXPIRY_S, Conn, RawPool
 
 MAX_HEAD_BYTES = 64 * 1024
-PAUSE_READS = 64  # unconsumed reads before the socket is paused (consumer far behind)
-DEFAULT_KEEPALIVE_EXPIRY_S = 4.0  # below uvicorn's 5 s keep-alive: never reuse a dying socket
-_IDLE, _BUSY, _DEAD = 0, 1, 2
-
-
-def _no_clock() -> int:
-    return 0
-
-
-class _Conn(asyncio.Protocol):
-    """One TCP(/TLS) connection. While an exchange owns it, reads land in `reads` stamped."""
-
-    def __init__(self, pool: RawPool) -> None:
-        self.pool = pool
-        self.transport: asyncio.Transport | None = None
-        self.clock: Clock = _no_clock
-        self.time = pool.loop.time
-        self.reads: list[tuple[int, bytes]] = []
-        self.waiter: asyncio.Future[None] | None = None
-        self.last_read = 0.0  # loop time of the latest read
-        self.closed = False
-        self.eof = False
-        self.exc: BaseException | None = None
-        self.state = _BUSY
-        self.idle_since = 0.0
-        self.reading_paused = False
-        self.drain: asyncio.Future[None] | None = None
-
-    # --- asyncio callbacks: minimal work; the consumer parses
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        t = self.clock()
-        self.reads.append((t, data))
-        self.last_read = self.time()
-        w = self.waiter
-        if w is not None:
-            self.waiter = None
-            if not w.done():
-                w.set_result(None)
-        elif self.state != _BUSY:  # an idle keep-alive socket got bytes: it is unusable
-            self.close()
-        elif len(self.reads) > PAUSE_READS and self.transport is not None:
-            self.reading_paused = True
-            self.transport.pause_reading()
-
-    def eof_received(self) -> bool:
-        self.eof = True
-        self.wake()
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.exc = exc
-        self.wake()
-        if self.drain is not None and not self.drain.done():
-            self.drain.set_result(None)
-        self.pool.lost(self)
-
-    def pause_writing(self) -> None:
-        self.drain = self.pool.loop.create_future()
-
-    def resume_writing(self) -> None:
-        if self.drain is not None and not self.drain.done():
-            self.drain.set_result(None)
-        self.drain = None
-
-    # --- helpers
-    def wake(self) -> None:
-        w = self.waiter
-        if w is not None:
-            self.waiter = None
-            if not w.done():
-                w.set_result(None)
-
-    def close(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.close()
-        self.closed = True
-
-    def take_reads(self) -> list[tuple[int, bytes]]:
-        reads = self.reads
-        self.reads = []
-        if self.reading_paused and self.transport is not None and not self.closed:
-            self.reading_paused = False
-            self.transport.resume_reading()
-        return reads
-
-
-class RawPool:
-    """Keep-alive connections to one origin, at most `max_connections` open at once.
-
-    `connect_timeout_s` bounds TCP+TLS set-up; waiting for a free connection is bounded only by
-    the request's deadline (the caller sizes the pool to its concurrency).
-    """
-
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        *,
-        ssl_context: ssl.SSLContext | None,
-        max_connections: int,
-        connect_timeout_s: float,
-        keepalive_expiry_s: float = DEFAULT_KEEPALIVE_EXPIRY_S,
-    ) -> None:
-        if max_connections < 1:
-            raise ValueError(f"max_connections must be at least 1 (got {max_connections})")
-        self.host = host
-        self.port = port
-        self.ssl_context = ssl_context
-        self.max_connections = max_connections
-        self.connect_timeout_s = connect_timeout_s
-        self.keepalive_expiry_s = keepalive_expiry_s
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self.idle: list[_Conn] = []
-        self.open = 0
-        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # first use, or a new event loop: old sockets are unusable
-            self._loop, self.idle, self.open = loop, [], 0
-            self.waiters.clear()
-        return loop
-
-    async def _connect(self, deadline_at: float) -> _Conn:
-        loop = self.loop
-        budget = min(self.connect_timeout_s, deadline_at - loop.time())
-        try:
-            async with asyncio.timeout(max(budget, 0.0)):
-                _, conn = await loop.create_connection(
-                    lambda: _Conn(self),
-                    self.host,
-                    self.port,
-                    ssl=self.ssl_context,
-                    server_hostname=self.host if self.ssl_context is not None else None,
-                )
-        except TimeoutError:
-            raise PhaseTimeout(
-                "connect", f"no connection to {self.host}:{self.port} within {budget:.3g} s"
-            ) from None
-        except OSError as e:  # refused, DNS, unreachable, TLS (ssl.SSLError is an OSError)
-            raise connect_error(e, self.host, self.port) from None
-        return conn
-
-    async def acquire(self, deadline_at: float) -> _Conn:
-        """A connection for one exchange: a live idle one, a new one, or the next one freed."""
-        loop = self.loop
-        while True:
-            now = loop.time()
-            while self.idle:
-                conn = self.idle.pop()
-                if conn.closed or conn.eof or now - conn.idle_since > self.keepalive_expiry_s:
-                    self._discard(conn)
-                    continue
-                conn.state = _BUSY
-                return conn
-            if self.open < self.max_connections:
-                self.open += 1
-                try:
-                    return await self._connect(deadline_at)
-                except BaseException:
-                    self.open -= 1
-                    self._wake_one()
-                    raise
-            fut: asyncio.Future[None] = loop.create_future()
-            self.waiters.append(fut)
-            try:
-                async with asyncio.timeout_at(deadline_at):
-                    await fut
-            except TimeoutError:
-                raise PhaseTimeout(
-                    "connect", f"no free connection (pool of {self.max_connections}) by deadline"
-                ) from None
-            finally:
-                if not fut.done():
-                    fut.cancel()
-                elif not fut.cancelled() and fut in self.waiters:
-                    self.waiters.remove(fut)
-
-    def release(self, conn: _Conn, reusable: bool) -> None:
-        """Give a connection back after an exchange; closed unless `reusable` and healthy."""
-        if conn.state != _BUSY:
-            return
-        conn.clock = _no_clock
-        conn.waiter = None
-        if reusable and not (conn.closed or conn.eof) and not conn.reads:
-            conn.state = _IDLE
-            conn.idle_since = self.loop.time()
-            self.idle.append(conn)
-            self._wake_one()
-        else:
-            self._discard(conn)
-
-    def lost(self, conn: _Conn) -> None:
-        """connection_lost: an idle connection leaves the pool at once."""
-        if conn.state == _IDLE:
-            if conn in self.idle:
-                self.idle.remove(conn)
-            self._discard(conn)
-
-    def _discard(self, conn: _Conn) -> None:
-        if conn.state != _DEAD:
-            conn.state = _DEAD
-            conn.close()
-            self.open -= 1
-            self._wake_one()
-
-    def _wake_one(self) -> None:
-        while self.waiters:
-            fut = self.waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)
-                return
-
-    async def warm(self, connections: int, deadline_s: float) -> None:
-        """Open new connections until `connections` are idle (bounded by the pool size)."""
-        loop = self.loop
-        want = min(connections, self.max_connections) - len(self.idle)
-        want = min(want, self.max_connections - self.open)
-        if want <= 0:
-            return
-        deadline_at = loop.time() + deadline_s
-        self.open += want
-        results = await asyncio.gather(
-            *(self._connect(deadline_at) for _ in range(want)), return_exceptions=True
-        )
-        for r in results:
-            if isinstance(r, _Conn):
-                r.state = _BUSY
-                self.release(r, True)
-            else:
-                self.open -= 1
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
-
-    def close(self) -> None:
-        for conn in self.idle:
-            conn.state = _DEAD
-            conn.close()
-        self.open -= len(self.idle)
-        self.idle = []
+__all__ = ["DEFAULT_KEEPALIVE_EXPIRY_S", "RawExchange", "RawPool"]
 
 
 class RawExchange:
@@ -287,7 +38,7 @@ class RawExchange:
         self.loop = pool.loop
         self.deadline_at = self.loop.time() + deadline_s
         self.idle_s = idle_s
-        self.conn: _Conn | None = None
+        self.conn: Conn | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.failed: TransportError | None = None
         self.head_done = False
