@@ -1,0 +1,236 @@
+"""Full percentile spectra (p0 … p99.99 on a log-scaled tail axis, like HdrHistogram's plots),
+exact from raw rows and pooled across shards and regions, with bootstrap confidence bands; per
+metric, level and region. Percentiles are numpy `method="linear"`; large arrays use an exact
+O(n) selection (`exact_percentiles`) that returns the same numbers as np.percentile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from analysis import metrics as m
+
+STEPS_PER_DECADE = 10
+TAIL_DECADES = 4  # up to 1 - 10^-4: p99.99
+
+
+def tail_grid(steps_per_decade: int = STEPS_PER_DECADE, decades: int = TAIL_DECADES) -> np.ndarray:
+    """Percentiles at 1 - 10^(-j/steps) for j = 0 … decades·steps (p0, …, p90, …, p99, …,
+    p99.99), plus the usual 25/50/75/95/99.5/99.95 marks; sorted, in percent."""
+    j = np.arange(decades * steps_per_decade + 1)
+    q = 100.0 * (1.0 - 10.0 ** (-j / steps_per_decade))
+    marks = [25.0, 50.0, 75.0, 95.0, 99.5, 99.95]
+    return np.unique(np.round(np.concatenate([q, marks]), 10))
+
+
+def tail_x(percentiles: npt.ArrayLike) -> np.ndarray:
+    """The log axis coordinate 1 / (1 - q/100) (1 at p0, 10 at p90, 100 at p99, …)."""
+    q = np.asarray(percentiles, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        return 1.0 / (1.0 - q / 100.0)
+
+
+def _lerp(a: np.ndarray, b: np.ndarray, t: np.ndarray) -> np.ndarray:
+    # numpy's own formula (numpy/lib/_function_base_impl.py `_lerp`), so results match exactly
+    diff = b - a
+    out = a + diff * t
+    return np.asarray(np.where(t >= 0.5, b - diff * (1 - t), out), dtype=np.float64)
+
+
+_SELECT_MIN = 2_000_000  # below this a full sort is as fast
+
+
+_BLOCK = 1 << 20  # elements per pass: small temporaries, reused (big ones page-fault)
+
+
+def _blocks(n: int) -> range:
+    return range(0, n, _BLOCK)
+
+
+def order_statistics(values: np.ndarray, ranks: npt.ArrayLike) -> np.ndarray:
+    """The values at 0-based `ranks` of sorted(`values`) (finite float64), exactly. For large
+    arrays of non-negative values, in O(n): ranks are located by counting keys made of each
+    float's top bits (monotone for values >= 0: sign, exponent, top 12 mantissa bits), and only
+    the values in the few bins holding wanted ranks are sorted. Works block by block."""
+    r = np.asarray(ranks, dtype=np.int64)
+    n = values.size
+    if n < _SELECT_MIN or values.min() < 0:
+        return np.sort(values)[r]
+    uniq, inverse = np.unique(r, return_inverse=True)
+    bits = values.view(np.int64)
+    kmin = int(bits.min() >> 40)
+    nbins = int(bits.max() >> 40) - kmin + 1
+    counts = np.zeros(nbins, dtype=np.int64)
+    buf = np.empty(_BLOCK, dtype=np.int64)
+    for i in _blocks(n):
+        k = buf[: min(_BLOCK, n - i)]
+        np.right_shift(bits[i : i + _BLOCK], 40, out=k)
+        k -= kmin
+        counts += np.bincount(k, minlength=nbins)
+    cum = np.cumsum(counts)
+    bins = np.searchsorted(cum, uniq, side="right")  # the bin holding each rank
+    wanted = np.zeros(nbins, dtype=bool)
+    wanted[bins] = True
+    picked = []
+    for i in _blocks(n):
+        k = buf[: min(_BLOCK, n - i)]
+        np.right_shift(bits[i : i + _BLOCK], 40, out=k)
+        k -= kmin
+        picked.append(values[i : i + _BLOCK][wanted[k]])
+    sub = np.sort(np.concatenate(picked))
+    sub_key = (sub.view(np.int64) >> 40) - kmin
+    before = np.where(bins > 0, cum[np.maximum(bins - 1, 0)], 0)  # values in earlier bins
+    found = sub[np.searchsorted(sub_key, bins, side="left") + (uniq - before)]
+    return np.asarray(found[inverse], dtype=np.float64)
+
+
+def _finite(values: npt.ArrayLike) -> np.ndarray:
+    v = np.asarray(values, dtype=np.float64)
+    if all(np.isfinite(v[i : i + _BLOCK]).all() for i in _blocks(v.size)):
+        return v
+    return v[np.isfinite(v)]
+
+
+def _linear_ranks(n: int, qs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    h = (n - 1) * (qs / 100.0)
+    lo = np.floor(h).astype(np.int64)
+    return lo, np.minimum(lo + 1, n - 1), h - lo
+
+
+def exact_percentiles(values: npt.ArrayLike, q: npt.ArrayLike) -> np.ndarray:
+    """np.percentile(values, q, method="linear") of the finite values (same numbers), in O(n)
+    for large arrays (see `order_statistics`)."""
+    v = _finite(values)
+    qs = np.asarray(q, dtype=np.float64)
+    if v.size == 0:
+        return np.full(qs.shape, np.nan)
+    if v.size < _SELECT_MIN:
+        return np.asarray(np.percentile(v, qs, method="linear"), dtype=np.float64)
+    lo, hi, t = _linear_ranks(v.size, qs)
+    stats = order_statistics(v, np.concatenate([lo.ravel(), hi.ravel()]))
+    a, b = stats[: lo.size].reshape(lo.shape), stats[lo.size :].reshape(lo.shape)
+    return _lerp(a, b, t)
+
+
+def _band_ranks(n: int, qs: np.ndarray, resamples: int, seed: int) -> np.ndarray:
+    """0-based ranks, shape (resamples, len(qs)), of the bootstrap replicates' quantiles."""
+    rng = np.random.default_rng(seed)
+    r = 1.0 + (n - 1) * qs / 100.0
+    u = rng.beta(r, n + 1.0 - r, size=(resamples, qs.size))
+    return np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)
+
+
+def _band(draws: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    alpha = (1.0 - confidence) / 2.0
+    return np.quantile(draws, alpha, axis=0), np.quantile(draws, 1.0 - alpha, axis=0)
+
+
+def bootstrap_band(
+    values: npt.ArrayLike,
+    q: npt.ArrayLike,
+    *,
+    confidence: float = 0.95,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pointwise bootstrap bands (lower, upper) for percentiles `q` of `values`.
+
+    The percentile-bootstrap distribution of a sample quantile is drawn exactly without
+    resampling n values: in a resample of size n, the order statistic at rank r is
+    F̂⁻¹(U₍ᵣ₎) with U₍ᵣ₎ ~ Beta(r, n + 1 - r) and F̂⁻¹(u) = x₍⌈nu⌉₎ (the sorted data). So each
+    replicate costs one Beta draw per percentile: `resamples` * len(q), seeded, vectorised.
+    r is the (fractional) 1-based linear-interpolation rank 1 + (n - 1)·q/100."""
+    v = _finite(values)
+    qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
+    if v.size == 0:
+        nan = np.full(qs.shape, np.nan)
+        return nan, nan.copy()
+    idx = _band_ranks(v.size, qs, resamples, seed)
+    return _band(order_statistics(v, idx.ravel()).reshape(idx.shape), confidence)
+
+
+def spectrum(
+    values: npt.ArrayLike,
+    grid: Sequence[float] | np.ndarray | None = None,
+    *,
+    confidence: float = 0.95,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """One row per percentile: percentile, x (= 1/(1-q)), value, lower, upper, n."""
+    g = tail_grid() if grid is None else np.asarray(grid, dtype=np.float64)
+    v = _finite(values)
+    if v.size == 0:
+        value = lower = upper = np.full(g.shape, np.nan)
+    elif v.size < _SELECT_MIN:
+        value = np.asarray(np.percentile(v, g, method="linear"), dtype=np.float64)
+        lower, upper = bootstrap_band(v, g, confidence=confidence, resamples=resamples, seed=seed)
+    else:  # one selection pass for the percentiles and every bootstrap replicate
+        lo, hi, t = _linear_ranks(v.size, g)
+        idx = _band_ranks(v.size, g, resamples, seed)
+        stats = order_statistics(v, np.concatenate([lo, hi, idx.ravel()]))
+        value = _lerp(stats[: g.size], stats[g.size : 2 * g.size], t)
+        lower, upper = _band(stats[2 * g.size :].reshape(idx.shape), confidence)
+    return pd.DataFrame(
+        {
+            "percentile": g,
+            "x": tail_x(g),
+            "value": value,
+            "lower": lower,
+            "upper": upper,
+            "n": int(v.size),
+        }
+    )
+
+
+CURVE_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfat_ms", "ttft_sched_ms")
+
+
+def percentile_curves(
+    df: pd.DataFrame,
+    chunks: m.ChunkArrays | None = None,
+    *,
+    metrics: Sequence[str] = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"),
+    by_region: bool = True,
+    grid: Sequence[float] | np.ndarray | None = None,
+    confidence: float = 0.95,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Long table of spectra: metric, level, region ("all" = pooled over regions), then the
+    columns of `spectrum`. Samples are ok requests in the steady phase; `itl_ms` is per token."""
+    ok = ((df["outcome"] == "ok") & (df["phase"] == "steady")).to_numpy()
+    level = df["level"].to_numpy()
+    region = df["region"].to_numpy()
+    per_req = {k: m.per_request_values(df, k) for k in metrics if k != "itl_ms"}
+    ch = chunks
+    if "itl_ms" in metrics and ch is None:
+        ch = m.ChunkArrays.from_frame(df)
+    parts = []
+    for lvl in sorted(set(level.tolist())):
+        groups: list[tuple[str, np.ndarray]] = [("all", ok & (level == lvl))]
+        if by_region:
+            regions = sorted(set(region[level == lvl].tolist()))
+            if len(regions) > 1:
+                groups += [(str(r), ok & (level == lvl) & (region == r)) for r in regions]
+        for name, rows in groups:
+            for metric in metrics:
+                if metric == "itl_ms":
+                    assert ch is not None
+                    vals = m.itl_per_token_ms(ch, rows)
+                else:
+                    vals = per_req[metric][rows]
+                s = spectrum(vals, grid, confidence=confidence, resamples=resamples, seed=seed)
+                s.insert(0, "region", name)
+                s.insert(0, "level", int(lvl))
+                s.insert(0, "metric", metric)
+                parts.append(s)
+    if not parts:
+        return pd.DataFrame(
+            columns=["metric", "level", "region", "percentile", "x", "value", "lower", "upper", "n"]
+        )
+    return pd.concat(parts, ignore_index=True)

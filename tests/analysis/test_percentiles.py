@@ -1,0 +1,75 @@
+"""Percentile spectra: exact selection equals np.percentile; bootstrap bands agree with a
+brute-force bootstrap; curves pool regions and split them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis import percentiles as pc
+from tests.analysis.storedata import frame, streamed
+
+RUN = "00000000-0000-0000-0000-0000000000f1"
+
+
+def test_grid_is_the_log_tail() -> None:
+    g = pc.tail_grid()
+    assert g[0] == 0.0 and g[-1] == pytest.approx(99.99)
+    for mark in (50.0, 90.0, 99.0, 99.9):
+        assert np.isclose(g, mark).any()
+    assert pc.tail_x([0, 90, 99])[1:].tolist() == pytest.approx([10.0, 100.0])
+
+
+@pytest.mark.parametrize("kind", ["lognormal", "integers", "ties"])
+def test_selection_equals_numpy(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    monkeypatch.setattr(pc, "_SELECT_MIN", 1000)  # force the O(n) path on a small array
+    monkeypatch.setattr(pc, "_BLOCK", 4096)
+    rng = np.random.default_rng(7)
+    v = {
+        "lognormal": rng.lognormal(3, 1, 50_001),
+        "integers": rng.integers(0, 300, 50_000).astype(float),
+        "ties": np.r_[np.zeros(40_000), rng.random(13)],
+    }[kind]
+    g = pc.tail_grid()
+    assert np.array_equal(pc.exact_percentiles(v, g), np.percentile(v, g))
+    ranks = np.array([0, 5, 25_000, v.size - 1, 5])
+    assert np.array_equal(pc.order_statistics(v, ranks), np.sort(v)[ranks])
+
+
+def test_bootstrap_band_matches_brute_force() -> None:
+    rng = np.random.default_rng(3)
+    v = rng.exponential(100.0, 2000)
+    q = np.array([50.0, 90.0, 99.0])
+    lo, hi = pc.bootstrap_band(v, q, resamples=4000, seed=1)
+    boots = np.percentile(v[rng.integers(0, v.size, (4000, v.size))], q, axis=1).T
+    blo, bhi = np.quantile(boots, 0.025, axis=0), np.quantile(boots, 0.975, axis=0)
+    # same distribution up to Monte Carlo noise and interpolation: within 5% of the value
+    point = np.percentile(v, q)
+    assert np.all(np.abs(lo - blo) < 0.05 * point) and np.all(np.abs(hi - bhi) < 0.05 * point)
+    assert np.all(lo <= point) and np.all(point <= hi)
+    # seeded: same numbers again
+    lo2, hi2 = pc.bootstrap_band(v, q, resamples=4000, seed=1)
+    assert np.array_equal(lo, lo2) and np.array_equal(hi, hi2)
+
+
+def test_curves_pool_and_split_regions() -> None:
+    rows = [
+        streamed(
+            RUN,
+            i,
+            sent_ns=0,
+            offsets_us=[1000 * (10 + i), 1000 * (20 + i)],
+            tokens=[1, 1],
+            region="eu" if i < 10 else "us",
+        )
+        for i in range(20)
+    ]
+    curves = pc.percentile_curves(frame(rows), resamples=200)
+    ttft = curves[curves["metric"] == "ttft_ms"]
+    assert set(ttft["region"]) == {"all", "eu", "us"}
+    pooled = ttft[(ttft["region"] == "all") & (ttft["percentile"] == 50.0)]
+    assert pooled["value"].item() == 19.5  # TTFTs 10..29 ms: median of all, not of medians
+    eu = ttft[(ttft["region"] == "eu") & (ttft["percentile"] == 100 * (1 - 10**-0.0))]
+    assert eu["value"].item() == 10.0  # p0
+    itl = curves[(curves["metric"] == "itl_ms") & (curves["region"] == "all")]
+    assert (itl["value"] == 10.0).all() and (itl["n"] == 20).all()
