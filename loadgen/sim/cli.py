@@ -23,7 +23,8 @@ def _stall(text: str | None) -> tuple[float, float] | tuple[None, None]:
             raise ValueError
         return float(head), float(tail)
     except ValueError:
-        raise SpecError(f"expected SECONDS/EVERY_SECONDS like 5/30, got {text!r}", "--stall") from None
+        msg = f"expected SECONDS/EVERY_SECONDS like 5/30, got {text!r}"
+        raise SpecError(msg, "--stall") from None
 
 
 @click.command("sim")

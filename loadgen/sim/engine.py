@@ -34,6 +34,7 @@ class Scheduler:
         self._seq = itertools.count()
         self._handle: asyncio.Handle | None = None
         self._armed_due = _NEVER
+        self._running = False
         self._spin_ns = int(cfg.timer_spin_us * 1000)
         self._stall_every = int(cfg.stall_every_s * 1e9)
         self._stall_for = int(cfg.stall_for_s * 1e9)
@@ -54,7 +55,7 @@ class Scheduler:
 
     def at(self, due_ns: int, action: Action) -> None:
         heapq.heappush(self._heap, (due_ns, next(self._seq), action))
-        if due_ns < self._armed_due:
+        if due_ns < self._armed_due and not self._running:
             self._arm(due_ns)
 
     def now_or_stalled(self, action: Action) -> None:
@@ -84,10 +85,14 @@ class Scheduler:
         now = time.perf_counter_ns()
         if not self.stalled(now):
             pop = heapq.heappop
-            while heap and heap[0][0] <= now:
-                due, _, action = pop(heap)
-                action(due)
-        if heap and self._armed_due == _NEVER:
+            self._running = True  # actions schedule more; arm once, for the head, afterwards
+            try:
+                while heap and heap[0][0] <= now:
+                    due, _, action = pop(heap)
+                    action(due)
+            finally:
+                self._running = False
+        if heap:
             self._arm(heap[0][0])
 
     def close(self) -> None:
