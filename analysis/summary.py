@@ -56,7 +56,7 @@ def _level_rows(levels_df: pd.DataFrame, requests_df: pd.DataFrame) -> list[dict
     return [known[k] for k in sorted(known)]
 
 
-def _window_s(level: Mapping[str, Any], df: pd.DataFrame, rows: np.ndarray) -> float:
+def level_window_s(level: Mapping[str, Any], df: pd.DataFrame, rows: np.ndarray) -> float:
     """The level's steady span from run_levels; without it, first steady schedule to last end."""
     if level.get("duration_s") is not None and _num(level["duration_s"]) is not None:
         return m.steady_window_s(level)
@@ -87,7 +87,7 @@ def _block(
     v: _Values, rows: np.ndarray, level: Mapping[str, Any], slos: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
     df = v.df
-    window = _window_s(level, df, rows)
+    window = level_window_s(level, df, rows)
     sub = df[rows]
     lat = rows & v.ok & v.steady
     out: dict[str, Any] = {

@@ -1,0 +1,168 @@
+"""Throughput-latency frontiers: per level of a sweep, throughput against a chosen latency
+percentile (with its bootstrap band); the Pareto frontier across runs or targets; the knee
+(Kneedle); and the highest load that still meets the SLOs, bracketed by the next level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis import metrics as m
+from analysis import percentiles as pc
+from analysis import sla
+from analysis.summary import level_window_s
+
+
+def frontier_points(
+    df: pd.DataFrame,
+    levels_df: pd.DataFrame,
+    *,
+    metric: str = "ttft_ms",
+    percentile: float = 99.0,
+    chunks: m.ChunkArrays | None = None,
+    confidence: float = 0.95,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """One row per level: level, kind, value (configured load), request_rate (req/s),
+    output_tokens_per_s, latency (the metric's `percentile`, ms, ok steady requests) with its
+    bootstrap band latency_lower/latency_upper, and n samples."""
+    ok_steady = ((df["outcome"] == "ok") & (df["phase"] == "steady")).to_numpy()
+    level_col = df["level"].to_numpy()
+    if metric == "itl_ms":
+        ch = chunks if chunks is not None else m.ChunkArrays.from_frame(df)
+    else:
+        per_req = m.per_request_values(df, metric)
+    known = {int(r["level"]): dict(r) for _, r in levels_df.iterrows()}
+    rows = []
+    for lvl in sorted(set(level_col.tolist()) | set(known)):
+        sel = level_col == lvl
+        level = known.get(int(lvl), {"level": lvl, "kind": None, "value": None})
+        window = level_window_s(level, df, sel)
+        sub = df[sel]
+        lat_rows = sel & ok_steady
+        vals = m.itl_per_token_ms(ch, lat_rows) if metric == "itl_ms" else per_req[lat_rows]
+        s = pc.spectrum(vals, [percentile], confidence=confidence, resamples=resamples, seed=seed)
+        rows.append(
+            {
+                "level": int(lvl),
+                "kind": level.get("kind"),
+                "value": level.get("value"),
+                "request_rate": m.request_rate(sub, window),
+                "output_tokens_per_s": m.output_token_rate(sub, window),
+                "latency": float(s["value"].iloc[0]),
+                "latency_lower": float(s["lower"].iloc[0]),
+                "latency_upper": float(s["upper"].iloc[0]),
+                "n": int(s["n"].iloc[0]),
+            }
+        )
+    out = pd.DataFrame(rows)
+    out.attrs.update(metric=metric, percentile=percentile)
+    return out
+
+
+def pareto_frontier(
+    points: pd.DataFrame, *, x: str = "output_tokens_per_s", y: str = "latency"
+) -> pd.DataFrame:
+    """The points not dominated by any other (higher or equal `x` with lower or equal `y`, one
+    strictly better): more throughput, less latency. Sorted by `x` ascending."""
+    p = points.dropna(subset=[x, y])
+    if p.empty:
+        return p
+    order = p.sort_values([x, y], ascending=[False, True])
+    keep = []
+    best_y = np.inf
+    for idx, row in order.iterrows():
+        if row[y] < best_y:
+            keep.append(idx)
+            best_y = row[y]
+    return p.loc[keep].sort_values(x).reset_index(drop=True)
+
+
+def knee(x: Sequence[float], y: Sequence[float]) -> int | None:
+    """Kneedle (Satopää et al., 2011) for a rising, convex curve such as latency against load:
+    normalise x and y to [0, 1] (sorted by x), the difference curve is x_n - y_n, and the knee
+    is the point where it is largest: beyond it latency grows faster than load. Returns the
+    index into the given arrays, or None with fewer than 3 points or a flat curve."""
+    xa = np.asarray(x, dtype=np.float64)
+    ya = np.asarray(y, dtype=np.float64)
+    ok = np.isfinite(xa) & np.isfinite(ya)
+    if ok.sum() < 3:
+        return None
+    idx = np.flatnonzero(ok)[np.argsort(xa[ok], kind="stable")]
+    xs, ys = xa[idx], ya[idx]
+    if xs[-1] == xs[0] or ys.max() == ys.min():
+        return None
+    xn = (xs - xs[0]) / (xs[-1] - xs[0])
+    yn = (ys - ys.min()) / (ys.max() - ys.min())
+    d = xn - yn
+    best = int(np.argmax(d))
+    if d[best] <= 0:  # the curve never bends below the diagonal: no knee
+        return None
+    return int(idx[best])
+
+
+def max_load_meeting_slos(
+    df: pd.DataFrame,
+    levels_df: pd.DataFrame,
+    slos: Sequence[Mapping[str, Any]],
+    *,
+    confidence: float = sla.DEFAULT_CONFIDENCE,
+    chunks: m.ChunkArrays | None = None,
+) -> dict[str, Any]:
+    """The highest configured load whose level passes every SLO (the exact binomial verdict of
+    analysis.sla at `confidence`), with its uncertainty: the next level up, and why it did not
+    pass (fail or insufficient samples). Levels are ordered by configured value."""
+    if not slos:
+        return {"max_value": None, "level": None, "reason": "no SLOs", "levels": []}
+    ch = chunks
+    if ch is None and any(s["metric"] == "itl_ms" for s in slos):
+        ch = m.ChunkArrays.from_frame(df)
+    per_level = []
+    for _, lv in levels_df.sort_values(["value", "level"]).iterrows():
+        claims = [
+            sla.Claim(
+                metric=s["metric"],
+                percentile=s["percentile"],
+                threshold=s["threshold"],
+                level=int(lv["level"]),
+            )
+            for s in slos
+        ]
+        verdicts = sla.evaluate(df, claims, confidence=confidence, chunks=ch)
+        worst = (
+            "fail"
+            if any(v.verdict == "fail" for v in verdicts)
+            else "insufficient samples"
+            if any(v.verdict != "pass" for v in verdicts)
+            else "pass"
+        )
+        per_level.append(
+            {
+                "level": int(lv["level"]),
+                "value": float(lv["value"]),
+                "verdict": worst,
+                "claims": [v.to_json() for v in verdicts],
+            }
+        )
+    best = None
+    for i, entry in enumerate(per_level):
+        if entry["verdict"] == "pass":
+            best = i
+        else:
+            break  # loads above a level that does not pass are not claimed
+    above = per_level[(best + 1) if best is not None else 0] if per_level else None
+    if best is not None and best + 1 >= len(per_level):
+        above = None
+    return {
+        "max_value": per_level[best]["value"] if best is not None else None,
+        "level": per_level[best]["level"] if best is not None else None,
+        "next_value": above["value"] if above else None,
+        "next_verdict": above["verdict"] if above else None,
+        "confidence": confidence,
+        "levels": per_level,
+    }

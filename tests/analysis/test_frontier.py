@@ -1,0 +1,73 @@
+"""Frontier, Pareto set, knee and the highest load meeting the SLOs, on hand-built sweeps."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from analysis import frontier as fr
+from tests.analysis.storedata import frame, level_row, streamed
+
+RUN = "00000000-0000-0000-0000-0000000000a7"
+
+
+def test_pareto_frontier() -> None:
+    pts = pd.DataFrame(
+        {
+            "name": list("ABCDE"),
+            "output_tokens_per_s": [10, 20, 15, 30, 30],
+            "latency": [100, 90, 200, 300, 250],
+        }
+    )
+    # A is beaten by B (more throughput, less latency); C by B; D by E
+    assert fr.pareto_frontier(pts)["name"].tolist() == ["B", "E"]
+
+
+def test_knee_by_hand() -> None:
+    # x_n = 0 .25 .5 .75 1; y_n = 0 .02 .04 .2 1; x_n - y_n largest (0.55) at x = 4
+    assert fr.knee([1, 2, 3, 4, 5], [10, 11, 12, 20, 60]) == 3
+    assert fr.knee([5, 1, 3, 4, 2], [60, 10, 12, 20, 11]) == 3  # unsorted input: same point
+    assert fr.knee([1, 2], [1, 2]) is None
+    assert fr.knee([1, 2, 3], [5, 5, 5]) is None
+    assert fr.knee([1, 2, 3], [1, 4, 5]) is None  # concave: never below the diagonal
+
+
+def _sweep() -> tuple[pd.DataFrame, pd.DataFrame]:
+    rows, i = [], 0
+    for level, slow_every in ((0, 0), (1, 0), (2, 5)):
+        for j in range(500):
+            first = 2_000_000 if slow_every and j % slow_every == 0 else 100_000
+            rows.append(
+                streamed(
+                    RUN,
+                    i,
+                    sent_ns=0,
+                    offsets_us=[first, first + 20_000],
+                    tokens=[1, 1],
+                    level=level,
+                )
+            )
+            i += 1
+    levels = pd.DataFrame(
+        [level_row(RUN, lv, value=v, duration_s=50.0) for lv, v in ((0, 5.0), (1, 10.0), (2, 20.0))]
+    )
+    return frame(rows), levels
+
+
+def test_points_and_max_load() -> None:
+    df, levels = _sweep()
+    pts = fr.frontier_points(df, levels, metric="ttft_ms", percentile=99, resamples=200)
+    assert pts["request_rate"].tolist() == [10.0, 10.0, 10.0]  # 500 ok steady / 50 s
+    assert pts["output_tokens_per_s"].tolist() == [20.0, 20.0, 20.0]
+    assert pts["latency"].tolist()[:2] == [100.0, 100.0]
+    assert pts["latency"].iloc[2] == 2000.0  # 20% slow: p99 is slow
+    slos = [{"metric": "ttft_ms", "percentile": 99, "threshold": 800}]
+    best = fr.max_load_meeting_slos(df, levels, slos)
+    # 500 samples, no exceedance: passes (>= 459); level 2 has 100 exceedances: fails
+    assert (best["max_value"], best["next_value"], best["next_verdict"]) == (10.0, 20.0, "fail")
+    strict = fr.max_load_meeting_slos(
+        df, levels, [{"metric": "ttft_ms", "percentile": 99.9, "threshold": 800}]
+    )
+    assert strict["max_value"] is None and strict["next_verdict"] == "insufficient samples"
+    itl = fr.frontier_points(df, levels, metric="itl_ms", percentile=50, resamples=50)
+    assert itl["latency"].tolist() == pytest.approx([20.0, 20.0, 20.0])
