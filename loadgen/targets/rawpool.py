@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
+from typing import cast
 
 from loadgen.errors import PhaseTimeout
 from loadgen.target import Clock
@@ -42,8 +43,7 @@ class Conn(asyncio.Protocol):
 
     # --- asyncio callbacks: minimal work; the consumer parses
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
 
     def data_received(self, data: bytes) -> None:
         t = self.clock()

@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from loadgen.spec import TargetSpec
 from loadgen.target import Clock, EventKind, PreparedRequest, StreamEvent
 from loadgen.targets import OpenAITarget
 
+T = TypeVar("T")
 TRANSPORTS = ["raw", "httpx"]
+LOOPS = ["asyncio", "uvloop"]
+
+
+def run_on(loop: str, coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro` on a fresh event loop of the named kind (the runner may use either)."""
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(coro)
+    return asyncio.run(coro)
 
 
 def make_target(

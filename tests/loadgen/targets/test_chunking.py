@@ -13,7 +13,16 @@ from collections.abc import Callable, Iterable
 import pytest
 
 from loadgen.target import EventKind, StreamEvent
-from tests.loadgen.targets.helpers import TRANSPORTS, collect, count, make_target, request, text_of
+from tests.loadgen.targets.helpers import (
+    LOOPS,
+    TRANSPORTS,
+    collect,
+    count,
+    make_target,
+    request,
+    run_on,
+    text_of,
+)
 from tests.loadgen.targets.scripted import (
     END,
     Received,
@@ -152,8 +161,9 @@ def check_semantics(events: list[StreamEvent]) -> None:
     assert stamps == sorted(stamps)
 
 
+@pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_same_text_and_counts_every_way(transport: str) -> None:
+def test_same_text_and_counts_every_way(transport: str, loop: str) -> None:
     async def main() -> None:
         for name, script in WAYS.items():
             async with ScriptedServer(script) as srv:
@@ -166,9 +176,9 @@ def test_same_text_and_counts_every_way(transport: str) -> None:
             try:
                 check_semantics(events)
             except AssertionError as e:
-                raise AssertionError(f"{transport}/{name}: {e}") from e
+                raise AssertionError(f"{transport}/{loop}/{name}: {e}") from e
 
-    asyncio.run(main())
+    run_on(loop, main())
 
 
 def test_raw_stamps_once_per_read_before_parsing() -> None:

@@ -18,7 +18,15 @@ from loadgen.records import Outcome
 from loadgen.target import EventKind
 from loadgen.targets import classify
 from loadgen.targets.http_common import ConnectFailed, StreamReset, StreamTruncated
-from tests.loadgen.targets.helpers import TRANSPORTS, collect, count, make_target, request
+from tests.loadgen.targets.helpers import (
+    LOOPS,
+    TRANSPORTS,
+    collect,
+    count,
+    make_target,
+    request,
+    run_on,
+)
 from tests.loadgen.targets.scripted import (
     END,
     Close,
@@ -72,9 +80,10 @@ def test_in_band_error_after_200(transport: str) -> None:
     assert "engine overloaded" in exc.detail
 
 
+@pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_reset_after_n_tokens(transport: str) -> None:
-    kinds, exc, _ = asyncio.run(run_one(three_tokens_then(Sleep(0.02), Reset()), transport))
+def test_reset_after_n_tokens(transport: str, loop: str) -> None:
+    kinds, exc, _ = run_on(loop, run_one(three_tokens_then(Sleep(0.02), Reset()), transport))
     assert isinstance(exc, StreamReset), repr(exc)
     assert kinds.count(EventKind.CONTENT) == 3
     assert classify(exc)[:2] == (Outcome.STREAM_ERROR, "reset")
@@ -108,8 +117,9 @@ def trickle(first_token: bool) -> Script:
     return script
 
 
+@pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_trickle_hits_idle_timeout(transport: str) -> None:
+def test_trickle_hits_idle_timeout(transport: str, loop: str) -> None:
     async def main() -> None:
         t0 = asyncio.get_running_loop().time()
         kinds, exc, _ = await run_one(trickle(True), transport, idle_s=0.3)
@@ -121,11 +131,12 @@ def test_trickle_hits_idle_timeout(transport: str) -> None:
         kinds, exc, _ = await run_one(trickle(False), transport, idle_s=0.3)
         assert isinstance(exc, PhaseTimeout) and exc.phase == "first_token", repr(exc)
 
-    asyncio.run(main())
+    run_on(loop, main())
 
 
+@pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_overall_deadline_while_streaming(transport: str) -> None:
+def test_overall_deadline_while_streaming(transport: str, loop: str) -> None:
     def forever(_: Received) -> Iterable[Step]:
         yield head()
         for _ in range(100):
@@ -140,7 +151,7 @@ def test_overall_deadline_while_streaming(transport: str) -> None:
         assert 3 <= kinds.count(EventKind.CONTENT) <= 11
         assert 0.5 <= elapsed < 1.5
 
-    asyncio.run(main())
+    run_on(loop, main())
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
