@@ -80,7 +80,11 @@ def test_slots_and_kv_budget_queue_requests() -> None:
     assert seqs[1].times == [20 * ms, 30 * ms, 40 * ms, 50 * ms]
     assert seqs[2].times[0] == 50 * ms  # no slot until seqs[0] finished at 40 ms
     eng, sched = _engine(
-        slots=8, decode_step_ms=10, decode_step_ms_per_seq=0, kv_capacity_tokens=10
+        slots=8,
+        decode_step_ms=10,
+        decode_step_ms_per_seq=0,
+        kv_capacity_tokens=10,
+        prefill_tokens_per_s=1e12,
     )
     seqs = [Seq(prompt=2, max_tokens=3) for _ in range(3)]  # 5 tokens of KV each: two fit
     for s in seqs:
