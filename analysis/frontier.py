@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from analysis import metrics as m
@@ -83,7 +84,7 @@ def pareto_frontier(
     return p.loc[keep].sort_values(x).reset_index(drop=True)
 
 
-def knee(x: Sequence[float], y: Sequence[float]) -> int | None:
+def knee(x: npt.ArrayLike, y: npt.ArrayLike) -> int | None:
     """Kneedle (Satopää et al., 2011) for a rising, convex curve such as latency against load:
     normalise x and y to [0, 1] (sorted by x), the difference curve is x_n - y_n, and the knee
     is the point where it is largest: beyond it latency grows faster than load. Returns the

@@ -43,3 +43,6 @@ cli.add_command(abort_command)
 cli.add_command(schedule_group)
 cli.add_command(submit_command)
 cli.add_command(worker_command)
+from ui.commands.report import report_command  # noqa: E402
+
+cli.add_command(report_command)

@@ -210,3 +210,109 @@ def insert_run(
         _insert(conn, "shards", shards)
         _insert(conn, "requests", requests)
         _insert(conn, "ticks", ticks)
+
+
+def synthetic_run(
+    run_id: str,
+    *,
+    levels: Sequence[tuple[str, float]] = (("rate", 10.0),),
+    regions: Sequence[str] = ("local",),
+    per_level: int = 60,
+    duration_s: float = 10.0,
+    fail_every: int = 0,
+    reasoning: bool = False,
+    seed: int = 0,
+    run_over: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """A whole run (run, levels, requests, ticks), seeded. Latency grows with the level; every
+    `fail_every`-th request is a 503 (or a stream error keeping 3 tokens); reasoning runs have
+    a first answer token 200 ms after the first (reasoning) token."""
+    rng = np.random.default_rng(seed)
+    run = run_row(run_id, **(run_over or {}))
+    lv_rows, reqs, ticks = [], [], []
+    i = 0
+    for lvl, (kind, value) in enumerate(levels):
+        lv_rows.append(
+            level_row(
+                run_id,
+                lvl,
+                kind=kind,
+                value=value,
+                duration_s=duration_s,
+                started_at=T0 + dt.timedelta(seconds=lvl * duration_s),
+            )
+        )
+        for j in range(per_level):
+            region = regions[j % len(regions)]
+            sched = T0 + dt.timedelta(seconds=lvl * duration_s + j * duration_s / per_level)
+            over = {
+                "scheduled_at": sched,
+                "level": lvl,
+                "region": region,
+                "shard_id": f"{region}-0",
+                "prompt_text": "CANARY-PROMPT-9c1d",
+                "response_text": "CANARY-RESPONSE-9c1d",
+            }
+            if fail_every and j % fail_every == fail_every - 1:
+                if j % 2:
+                    reqs.append(
+                        request_row(
+                            run_id, i, outcome="http_error", http_status=503, end_ns=3 * MS, **over
+                        )
+                    )
+                else:
+                    reqs.append(
+                        streamed(
+                            run_id,
+                            i,
+                            sent_ns=0,
+                            offsets_us=[50_000, 60_000, 70_000],
+                            tokens=[1, 1, 1],
+                            outcome="stream_error",
+                            error_detail="reset",
+                            **over,
+                        )
+                    )
+                i += 1
+                continue
+            ttft_us = int(rng.gamma(4.0, 10_000 * (1 + lvl)))
+            n_chunks = int(rng.integers(3, 12))
+            gaps = rng.gamma(2.0, 5_000 * (1 + lvl), n_chunks - 1).astype(int) + 1
+            offs = np.r_[ttft_us, ttft_us + np.cumsum(gaps)].tolist()
+            toks = rng.integers(1, 3, n_chunks).tolist()
+            sent = int(rng.integers(0, 500_000))
+            extra = {"first_answer_ns": sent + 1000 * (ttft_us + 200_000)} if reasoning else {}
+            if reasoning:
+                offs = [o + (200_000 if k > 0 else 0) for k, o in enumerate(offs)]
+                extra["reasoning_tokens"] = int(toks[0])
+            reqs.append(
+                streamed(
+                    run_id,
+                    i,
+                    sent_ns=sent,
+                    offsets_us=offs,
+                    tokens=toks,
+                    usage_completion_tokens=int(sum(toks)),
+                    **extra,
+                    **over,
+                )
+            )
+            i += 1
+        for s in range(int(duration_s)):
+            for region in regions:
+                ticks.append(
+                    tick_row(
+                        run_id,
+                        int(lvl * duration_s) + s,
+                        region=region,
+                        shard_id=f"{region}-0",
+                        level=lvl,
+                        in_flight=int(value) // len(regions),
+                        completed=5,
+                        output_tokens=40,
+                        errors=int(fail_every > 0),
+                    )
+                )
+    run["requests_scheduled"] = len(reqs)
+    run["ended_at"] = T0 + dt.timedelta(seconds=len(levels) * duration_s)
+    return run, lv_rows, reqs, ticks

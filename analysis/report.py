@@ -1,0 +1,209 @@
+"""A run's report as data: every number the HTML report, the PNG figures and `--json` show
+(summary, percentile curves, frontier, time series per region, a sample timeline of requests,
+test-matrix labels, validity, SLA verdicts). Never prompts, responses or keys.
+Rendering lives in analysis/render.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import psycopg
+
+from analysis import frontier as fr
+from analysis import load, sla
+from analysis import metrics as m
+from analysis import percentiles as pc
+from analysis.summary import level_summary
+
+REPORT_VERSION = 1
+TIMELINE_SAMPLE = 40
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe: NaN/inf to None, numpy scalars to Python, timestamps to ISO strings."""
+    if isinstance(x, Mapping):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return [_clean(v) for v in x.tolist()]
+    if isinstance(x, pd.Timestamp):
+        return None if pd.isna(x) else x.isoformat()
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, float | np.floating):
+        f = float(x)
+        return f if math.isfinite(f) else None
+    if x is pd.NaT or x is pd.NA:
+        return None
+    if hasattr(x, "isoformat"):
+        return x.isoformat()
+    return x
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    return [_clean(r) for r in df.to_dict(orient="records")]
+
+
+def timeline_sample(
+    df: pd.DataFrame, run_start: pd.Timestamp | None, n: int = TIMELINE_SAMPLE, seed: int = 0
+) -> list[dict[str, Any]]:
+    """Up to `n` requests (seeded sample, ordered by schedule): each with its scheduled time
+    (s from the run's start, wall clock), and from there (s, monotonic): sent, first token,
+    end, and every chunk's arrival (send + chunk offset)."""
+    if df.empty:
+        return []
+    rng = np.random.default_rng(seed)
+    pick = np.sort(rng.choice(len(df), size=min(n, len(df)), replace=False))
+    sub = df.iloc[pick]
+    t0 = (
+        run_start if run_start is not None and not pd.isna(run_start) else sub["scheduled_at"].min()
+    )
+    out = []
+    for _, r in sub.iterrows():
+        at = (r["scheduled_at"] - t0).total_seconds()
+        sent = r["sent_ns"] / 1e9 if np.isfinite(r["sent_ns"]) else None
+        chunks = (
+            (r["sent_ns"] / 1e9 + np.asarray(r["chunk_offsets_us"], dtype=float) / 1e6).tolist()
+            if sent is not None
+            else []
+        )
+        out.append(
+            _clean(
+                {
+                    "request_id": r["request_id"],
+                    "region": r["region"],
+                    "level": int(r["level"]),
+                    "outcome": m.failure_kind(sub.loc[[_]]).iloc[0],
+                    "scheduled_s": at,
+                    "sent_s": sent,
+                    "first_token_s": r["first_token_ns"] / 1e9,
+                    "end_s": r["end_ns"] / 1e9,
+                    "chunk_s": chunks,
+                    "chunk_tokens": np.asarray(r["chunk_tokens"]).tolist(),
+                }
+            )
+        )
+    return out
+
+
+def validity_flags(run: Mapping[str, Any], shards: pd.DataFrame) -> dict[str, Any]:
+    """The run's validity, its reasons, and per-shard flags (invalid shards, clock uncertainty,
+    start skew, shards that did not complete)."""
+    flags: dict[str, Any] = {
+        "valid": None
+        if run.get("valid") is None or pd.isna(run.get("valid"))
+        else bool(run["valid"]),
+        "status": run.get("status"),
+        "status_reason": run.get("status_reason"),
+        "invalid_reasons": list(run.get("invalid_reasons") or []),
+        "shards": [],
+    }
+    for _, s in shards.iterrows():
+        flags["shards"].append(
+            _clean(
+                {
+                    "shard_id": s["shard_id"],
+                    "region": s["region"],
+                    "state": s["state"],
+                    "valid": None if pd.isna(s["valid"]) else bool(s["valid"]),
+                    "invalid_reasons": list(s["invalid_reasons"] or []),
+                    "clock_uncertainty_ms": None
+                    if pd.isna(s["clock_uncertainty_ns"])
+                    else s["clock_uncertainty_ns"] / 1e6,
+                    "start_skew_ms": None
+                    if pd.isna(s["start_skew_ns"])
+                    else s["start_skew_ns"] / 1e6,
+                    "requests_scheduled": s["requests_scheduled"],
+                    "records_written": s["records_written"],
+                }
+            )
+        )
+    return flags
+
+
+def build_report(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    *,
+    claims: sla.ClaimsFile | None = None,
+    frontier_metric: str = "ttft_ms",
+    frontier_percentile: float = 99.0,
+    bucket_s: float | None = None,
+    resamples: int = 500,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Everything in the report for one stored run (JSON-safe). Latencies ms, rates per s."""
+    run = load.load_run(conn, run_id)
+    df = load.load_requests(conn, run_id)
+    levels = load.load_levels(conn, run_id)
+    shards = load.load_shards(conn, run_id)
+    chunks = m.ChunkArrays.from_frame(df)
+    summary = level_summary(df, levels, run, chunks=chunks)
+    curves = pc.percentile_curves(df, chunks, resamples=resamples, seed=seed)
+    points = fr.frontier_points(
+        df,
+        levels,
+        metric=frontier_metric,
+        percentile=frontier_percentile,
+        chunks=chunks,
+        resamples=resamples,
+        seed=seed,
+    )
+    knee_i = fr.knee(points["output_tokens_per_s"], points["latency"]) if len(points) else None
+    slos = list((run.get("spec") or {}).get("slos") or [])
+    duration = run.get("duration_s")
+    if bucket_s is None:  # about 120 buckets over the run, at least 1 s
+        span = float(duration) if duration and np.isfinite(duration) else 60.0
+        bucket_s = max(1.0, math.ceil(span / 120.0))
+    ts = load.timeseries(conn, run_id, bucket_s)
+    verdicts = sla.evaluate(df, claims, chunks=chunks) if claims else []
+    labels = run.get("labels") or {}
+    out: dict[str, Any] = _clean(
+        {
+            "report_version": REPORT_VERSION,
+            "run": {
+                "run_id": run["run_id"],
+                "name": run["name"],
+                "mode": run["mode"],
+                "api": run["api"],
+                "target_url": run["target_url"],
+                "model": run["model"],
+                "schedule_name": run.get("schedule_name"),
+                "created_at": run["created_at"],
+                "started_at": run["started_at"],
+                "ended_at": run["ended_at"],
+                "duration_s": duration,
+                "requests": run["requests"],
+                "errors": run["errors"],
+                "requests_scheduled": run.get("requests_scheduled"),
+            },
+            "labels": labels,
+            "validity": validity_flags(run, shards),
+            "summary": summary,
+            "error_rates": m.error_rates(df) if len(df) else {},
+            "token_agreement": m.token_agreement(df) if len(df) else {},
+            "curves": _records(curves),
+            "frontier": {
+                "metric": frontier_metric,
+                "percentile": frontier_percentile,
+                "points": _records(points),
+                "pareto": _records(fr.pareto_frontier(points)) if len(points) else [],
+                "knee_level": int(points["level"].iloc[knee_i]) if knee_i is not None else None,
+                "knee_method": "Kneedle: max of x_n - y_n, throughput vs latency normalised",
+                "max_load_meeting_slos": fr.max_load_meeting_slos(df, levels, slos, chunks=chunks)
+                if slos
+                else None,
+            },
+            "timeseries": {"bucket_s": bucket_s, "rows": _records(ts)},
+            "timeline": timeline_sample(df, run.get("started_at"), seed=seed),
+            "sla": [v.to_json() for v in verdicts],
+            "sla_exit_code": sla.exit_code(verdicts) if verdicts else None,
+        }
+    )
+    return out

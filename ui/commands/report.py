@@ -1,0 +1,81 @@
+"""`peakload report RUN [--html FILE] [--json FILE] [--png-dir DIR] [--claims FILE]`: the summary
+table, and optionally a self-contained HTML report, its numbers as JSON, and PNG figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import psycopg
+from rich.console import Console
+
+from analysis import render, sla
+from analysis.report import build_report
+from analysis.summary import render_summary_table
+from loadgen.errors import SpecError, StoreError
+from ui.commands.runs import analysis_store, fail, resolve_or_fail
+from ui.commands.sla import verdict_table
+
+
+@click.command("report")
+@click.argument("run")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), help="write the HTML report")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write every number")
+@click.option("--png-dir", type=click.Path(file_okay=False), help="write PNG figures here")
+@click.option(
+    "--claims",
+    "claims_path",
+    type=click.Path(dir_okay=False),
+    help="SLA claims TOML to judge in the report",
+)
+@click.option(
+    "--metric",
+    default="ttft_ms",
+    show_default=True,
+    type=click.Choice(["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"]),
+    help="latency metric of the frontier",
+)
+@click.option(
+    "--percentile",
+    default=99.0,
+    show_default=True,
+    type=click.FloatRange(0, 100, max_open=True),
+    help="frontier percentile",
+)
+def report_command(
+    run: str,
+    html_out: str | None,
+    json_out: str | None,
+    png_dir: str | None,
+    claims_path: str | None,
+    metric: str,
+    percentile: float,
+) -> None:
+    """Report on RUN (id, id prefix or name)."""
+    try:
+        claims = sla.load_claims(claims_path) if claims_path else None
+        with analysis_store() as conn:
+            run_id = resolve_or_fail(conn, run)
+            report = build_report(
+                conn, run_id, claims=claims, frontier_metric=metric, frontier_percentile=percentile
+            )
+    except (SpecError, StoreError, psycopg.Error) as e:
+        fail(str(e))
+    console = Console()
+    console.print(render_summary_table(report["summary"]))
+    if claims is not None:
+        verdicts = [sla.ClaimVerdict(**v) for v in report["sla"]]
+        console.print(verdict_table(verdicts))
+    try:
+        if json_out:
+            Path(json_out).write_text(json.dumps(report, indent=1), encoding="utf-8")
+            console.print(f"JSON: {json_out}")
+        if html_out:
+            Path(html_out).write_text(render.render_html(report), encoding="utf-8")
+            console.print(f"HTML: {html_out}")
+        if png_dir:
+            paths = render.write_pngs(report, png_dir)
+            console.print(f"PNG: {len(paths)} figures in {png_dir}")
+    except OSError as e:
+        fail(f"cannot write the report: {e}")
