@@ -41,6 +41,9 @@ from loadgen.targets.failures import classify
 from loadgen.workload import Prompt, Workload, request_body
 
 FLUSH_RECORDS = 1024  # hand records to the sink at least this often (and once a second)
+# Closed-loop users of a level start this far apart rather than all in one instant: a burst of
+# N simultaneous sends is the generator's serialisation, not the server's latency.
+SPAWN_INTERVAL_NS = 1_000_000
 _NS = 1_000_000_000
 
 
@@ -325,23 +328,28 @@ class ShardRunner:
     # ------------------------------------------------------------------ load models
 
     async def closed_loop_user(self, window: _LevelWindow, user: int) -> None:
+        """One virtual user: send, wait for the answer, think, repeat until the level ends.
+        The next prompt is built before its send time, so building it never delays the send."""
         think = int(self.spec.load.think_time_s * _NS)
-        ready = window.start
+        ready = window.start + user * SPAWN_INTERVAL_NS
         sessions = self.spec.workload.sessions
-        while not self.stopping:
-            if ready >= window.end:
-                return
-            await self.sleep_until(ready)
-            if sessions is None:
-                index = self.take_index()
-                if index is None:
-                    return
-                await self.execute(index, window, ready, self.workload.prompt(index))
-                ready = max(ready, self.clock() + think)
-            else:
+        while not self.stopping and ready < window.end:
+            if sessions is not None:
+                await self.sleep_until(ready)
                 ready = await self.run_session(window, ready, think)
                 if ready < 0:
                     return
+                continue
+            index = self.take_index()
+            if index is None:
+                return
+            prompt = self.workload.prompt(index)
+            await self.sleep_until(ready)
+            if self.stopping:
+                self.not_sent(index, window, ready, self.stop_reason or "run_ended")
+                return
+            await self.execute(index, window, ready, prompt)
+            ready = max(ready, self.clock() + think)
 
     async def run_session(self, window: _LevelWindow, ready: int, think: int) -> int:
         """One multi-turn session: each turn's context is the conversation so far. Returns when
@@ -375,31 +383,39 @@ class ShardRunner:
     async def open_loop(
         self, window: _LevelWindow, offsets: Any, forced: list[Any] | None = None
     ) -> None:
-        """Dispatch requests at `window.start + offset`; `forced` gives per-request lengths."""
+        """Dispatch requests at `window.start + offset`; `forced` gives per-request lengths.
+        Each prompt is built before its send time; a send the cap forbids is `not_sent`."""
         cap = self.spec.load.max_concurrency
         think = int(self.spec.load.think_time_s * _NS)
+        sessions = self.spec.workload.sessions is not None
         for j, off in enumerate(offsets):
             sched = window.start + int(off * _NS)
             if sched >= window.end or self.stopping:
                 return
-            index = self.take_index()
-            if index is None:
-                return
-            await self.sleep_until(sched)
-            if self.stopping:
-                self.not_sent(index, window, sched, self.stop_reason or "run_ended")
-                return
-            if len(self.in_flight) >= cap:
-                self.not_sent(index, window, sched, "concurrency_cap")
-                continue
-            if self.spec.workload.sessions is not None:
-                self.next_index -= 1  # the session takes its own indices
-                coro: Any = self.run_session(window, sched, think)
+            coro: Any
+            if sessions:
+                if self.next_index >= self.plan.max_requests:
+                    return
+                await self.sleep_until(sched)
+                if self.stopping:
+                    return
+                coro = self.run_session(window, sched, think)  # takes its own indices
             else:
+                index = self.take_index()
+                if index is None:
+                    return
                 pt, ot = (
                     (forced[j].prompt_tokens, forced[j].output_tokens) if forced else (None, None)
                 )
-                coro = self.execute(index, window, sched, self.workload.prompt(index, pt, ot))
+                prompt = self.workload.prompt(index, pt, ot)
+                await self.sleep_until(sched)
+                if self.stopping:
+                    self.not_sent(index, window, sched, self.stop_reason or "run_ended")
+                    return
+                if len(self.in_flight) >= cap:
+                    self.not_sent(index, window, sched, "concurrency_cap")
+                    continue
+                coro = self.execute(index, window, sched, prompt)
             task = asyncio.create_task(coro)
             self.in_flight.add(task)
             task.add_done_callback(self.in_flight.discard)

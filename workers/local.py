@@ -21,15 +21,20 @@ from loadgen.calibrate import calibrate
 from loadgen.plan import ShardPlan
 from loadgen.records import Tick
 from loadgen.runner import ShardResult, run_shard
+from loadgen.runtime import run_measurement
 from loadgen.schedule import static_levels
 from loadgen.spec import RunSpec
 from loadgen.targets import OpenAITarget, check_target, policy_from_env, preflight
 from workers.planner import plan_run
 from workers.store import runs as store_runs
 from workers.store.connect import connect_store
+from workers.store.connect import database_url as default_database_url
 from workers.store.writer import StoreWriter
 
-START_DELAY_S = 0.5  # time between warm-up and the first scheduled request
+START_DELAY_S = 0.5
+# A local run is started by the operator on their own machine: loopback and private targets
+# are theirs to test. Link-local and metadata addresses stay refused by the policy regardless.
+LOCAL_RUNS_ALLOW_PRIVATE = True  # time between warm-up and the first scheduled request
 
 
 @dataclass(slots=True)
@@ -73,18 +78,14 @@ def run_local(
     policy = policy_from_env()
     check_target(
         spec.target.base_url,
-        allow_private=policy.allow_private or _local_default(),
+        allow_private=policy.allow_private or LOCAL_RUNS_ALLOW_PRIVATE,
         allowlist=policy.allowlist,
     )
     run_id = str(uuid.uuid4())
     plans = with_fraction_offsets(plan_run(spec, run_id))
-    return asyncio.run(_run(spec, run_id, plans, database_url, on_tick, on_started, schedule_name))
-
-
-def _local_default() -> bool:
-    """A local run is started by the operator on their own machine: loopback and private
-    targets are theirs to test. Link-local and metadata addresses stay refused by the policy."""
-    return True
+    return run_measurement(
+        _run(spec, run_id, plans, database_url, on_tick, on_started, schedule_name)
+    )
 
 
 async def _run(
@@ -102,7 +103,8 @@ async def _run(
     try:
         await preflight(targets[0])
         tpw = await calibrate(spec, targets[0], run_id)
-        conn = connect_store(database_url)
+        url = database_url or default_database_url()
+        conn = connect_store(url)
         store_runs.create_run(conn, run_id, spec, mode="local", schedule_name=schedule_name)
         store_runs.upsert_levels(
             conn,

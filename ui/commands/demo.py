@@ -13,11 +13,10 @@ from contextlib import contextmanager
 
 import click
 import httpx
-from rich.console import Console
 
 from loadgen.errors import PeakloadError
 from loadgen.spec import spec_from_dict
-from ui.commands.run import EXIT_ERROR, execute
+from ui.commands.run import EXIT_ERROR, execute, terminal_console
 
 DEMO_PRESET = "small-gpu"
 SIM_START_TIMEOUT_S = 30.0
@@ -96,7 +95,7 @@ def simulated_engine(preset: str) -> Iterator[str]:
 )
 def demo_command(json_out: str | None) -> None:
     """Run a short sweep against the simulated engine into the embedded store."""
-    console = Console()
+    console = terminal_console()
     try:
         with simulated_engine(DEMO_PRESET) as base_url:
             console.print(f"simulated engine ([bold]{DEMO_PRESET}[/]) at {base_url}")

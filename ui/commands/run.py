@@ -22,6 +22,14 @@ from workers.local import LocalRun, run_local
 EXIT_OK, EXIT_ERROR, EXIT_INVALID, EXIT_INCOMPLETE = 0, 1, 3, 4
 
 
+WIDE_OUTPUT_COLUMNS = 160  # for logs and pipes: rich's 80-column default folds the table
+
+
+def terminal_console() -> Console:
+    """A console as wide as the terminal, or wide enough for the summary when piped."""
+    return Console(width=None if sys.stdout.isatty() else WIDE_OUTPUT_COLUMNS)
+
+
 def planned_seconds(spec: RunSpec) -> float:
     load = spec.load
     if load.concurrency is not None:
@@ -99,7 +107,7 @@ def execute(
 @click.option("--quiet", is_flag=True, help="no progress bar or table")
 def run_command(spec_path: str, json_out: str | None, quiet: bool) -> None:
     """Run SPEC in this process, store every record, print a table per load level."""
-    console = Console(stderr=False)
+    console = terminal_console()
     try:
         spec = load_spec(spec_path)
         code = execute(spec, console, json_out, quiet=quiet)
