@@ -70,18 +70,19 @@ def describe(faults: Faults) -> list[str]:
 class RateBudget:
     """A token bucket of `rps` requests per second holding at most `burst` (monotonic clock)."""
 
-    def __init__(self, rps: float, burst: float) -> None:
+    def __init__(self, rps: float, burst: float, now_ns: int | None = None) -> None:
         self.rps = rps
         self.burst = burst if burst > 0 else max(rps, 1.0)
         self._tokens = self.burst
-        self._last_ns = time.perf_counter_ns()
+        self._last_ns = time.perf_counter_ns() if now_ns is None else now_ns
 
     def take(self, now_ns: int) -> float | None:
         """None if the request fits; otherwise the seconds until it would (for Retry-After)."""
         if self.rps <= 0:
             return None
-        self._tokens = min(self.burst, self._tokens + (now_ns - self._last_ns) / 1e9 * self.rps)
-        self._last_ns = now_ns
+        elapsed_ns = max(0, now_ns - self._last_ns)
+        self._tokens = min(self.burst, self._tokens + elapsed_ns / 1e9 * self.rps)
+        self._last_ns = max(now_ns, self._last_ns)
         if self._tokens >= 1.0:
             self._tokens -= 1.0
             return None
