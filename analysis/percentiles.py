@@ -116,7 +116,7 @@ def exact_percentiles(values: npt.ArrayLike, q: npt.ArrayLike) -> np.ndarray:
     return _lerp(a, b, t)
 
 
-def _band_ranks(n: int, qs: np.ndarray, resamples: int, seed: int) -> np.ndarray:
+def bootstrap_ranks(n: int, qs: np.ndarray, resamples: int, seed: int) -> np.ndarray:
     """0-based ranks, shape (resamples, len(qs)), of the bootstrap replicates' quantiles."""
     rng = np.random.default_rng(seed)
     r = 1.0 + (n - 1) * qs / 100.0
@@ -149,7 +149,7 @@ def bootstrap_band(
     if v.size == 0:
         nan = np.full(qs.shape, np.nan)
         return nan, nan.copy()
-    idx = _band_ranks(v.size, qs, resamples, seed)
+    idx = bootstrap_ranks(v.size, qs, resamples, seed)
     return _band(order_statistics(v, idx.ravel()).reshape(idx.shape), confidence)
 
 
@@ -171,7 +171,7 @@ def spectrum(
         lower, upper = bootstrap_band(v, g, confidence=confidence, resamples=resamples, seed=seed)
     else:  # one selection pass for the percentiles and every bootstrap replicate
         lo, hi, t = _linear_ranks(v.size, g)
-        idx = _band_ranks(v.size, g, resamples, seed)
+        idx = bootstrap_ranks(v.size, g, resamples, seed)
         stats = order_statistics(v, np.concatenate([lo, hi, idx.ravel()]))
         value = _lerp(stats[: g.size], stats[g.size : 2 * g.size], t)
         lower, upper = _band(stats[2 * g.size :].reshape(idx.shape), confidence)

@@ -46,3 +46,6 @@ cli.add_command(worker_command)
 from ui.commands.report import report_command  # noqa: E402
 
 cli.add_command(report_command)
+from ui.commands.compare import compare_command  # noqa: E402
+
+cli.add_command(compare_command)
