@@ -1,0 +1,282 @@
+"""The instrument against the simulated engine, checked against the engine's own log of when it
+wrote every token (both processes read CLOCK_MONOTONIC, so times compare directly).
+
+Accuracy is a tolerance on correctness: either the measurement agrees with the truth, or the
+run marked itself invalid. A run that is valid and wrong fails the test."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+
+from loadgen.records import Outcome, RequestRecord
+from tests.support.memsink import MemorySink
+from tests.support.shards import CountingSink, make_spec, run_spec
+from tests.support.sim import SimProcess
+
+pytestmark = pytest.mark.integration
+
+
+def truth_by_id(sim: SimProcess, n: int) -> dict[str, dict[str, Any]]:
+    rows = sim.wait_truth(n, timeout_s=20.0)
+    return {r["request_id"]: r for r in rows if r.get("type", "request") == "request"}
+
+
+def errors_against_truth(
+    records: list[RequestRecord], truth: dict[str, dict[str, Any]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Measured minus true TTFT (per request) and ITL (per chunk gap), in ms.
+
+    True TTFT is the engine's first token write minus the moment it had the request; measured
+    is the client's first arrival minus its send. Both include loopback transit (~0.05 ms)."""
+    ttft_err, itl_err = [], []
+    for r in records:
+        t = truth.get(r.request_id)
+        if (
+            r.outcome is not Outcome.OK
+            or t is None
+            or r.sent_ns is None
+            or r.first_token_ns is None
+        ):
+            continue
+        chunk_ns = [c for c, k in zip(t["chunk_ns"], t["chunk_tokens"], strict=True) if k > 0]
+        true_ttft = (chunk_ns[0] - t["request_ns"]) / 1e6
+        ttft_err.append((r.first_token_ns - r.sent_ns) / 1e6 - true_ttft)
+        true_gaps = np.diff(chunk_ns) / 1e6
+        got_gaps = np.diff(r.chunk_offsets_us) / 1e3
+        if len(got_gaps) == len(true_gaps):
+            itl_err.extend((got_gaps - true_gaps).tolist())
+    return np.asarray(ttft_err), np.asarray(itl_err)
+
+
+def test_runner_agrees_with_ground_truth_at_64_streams(sim: SimProcess) -> None:
+    spec = make_spec(
+        sim.base_url,
+        {"concurrency": [64], "duration_s": 4.0, "warmup_s": 0.5},
+        workload={"prompt_tokens": 16, "output_tokens": 32},
+    )
+    result, sink = run_spec(spec)
+    recs = sink.records
+    truth = truth_by_id(sim, len(recs))
+    ttft_err, itl_err = errors_against_truth(recs, truth)
+    assert len(ttft_err) > 100 and len(itl_err) > 1000
+    if not result.valid:
+        pytest.fail(f"64 streams must be within the generator's range: {result.invalid_reasons}")
+    assert np.percentile(np.abs(ttft_err), 50) < 1.0
+    assert np.percentile(np.abs(ttft_err), 99) < 2.0
+    assert np.percentile(np.abs(itl_err), 99) < 2.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("streams", [256, 1024])
+def test_at_high_concurrency_accurate_or_flagged_invalid(sim_factory: Any, streams: int) -> None:
+    """M3 and the ground-truth test at 256 streams (~25,000 tokens/s), and 1,024 beyond."""
+    sim = sim_factory(["--preset", "fixed", "--ttft-ms", "50", "--itl-ms", "10"])
+    spec = make_spec(
+        sim.base_url,
+        {"concurrency": [streams], "duration_s": 5.0, "warmup_s": 1.0},
+        workload={"prompt_tokens": 16, "output_tokens": 64},
+    )
+    result, sink = run_spec(spec)
+    truth = truth_by_id(sim, len(sink.records))
+    ttft_err, itl_err = errors_against_truth(sink.records, truth)
+    assert len(ttft_err) > streams
+    accurate = (
+        np.percentile(np.abs(ttft_err), 99) < 2.0 and np.percentile(np.abs(itl_err), 99) < 2.0
+    )
+    assert accurate or not result.valid, (
+        f"valid but inaccurate at {streams} streams: TTFT err p99 "
+        f"{np.percentile(np.abs(ttft_err), 99):.2f} ms, ITL err p99 {np.percentile(np.abs(itl_err), 99):.2f} ms"
+    )
+
+
+@pytest.mark.slow
+def test_with_a_cpu_hog_beside_it_accurate_or_flagged_invalid(sim: SimProcess) -> None:
+    hogs = [
+        subprocess.Popen(
+            [sys.executable, "-c", "import time\nt=time.time()+30\nwhile time.time()<t: pass"]
+        )
+        for _ in range(2)
+    ]
+    try:
+        spec = make_spec(
+            sim.base_url,
+            {"concurrency": [128], "duration_s": 4.0, "warmup_s": 0.5},
+            workload={"prompt_tokens": 16, "output_tokens": 32},
+        )
+        result, sink = run_spec(spec)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    ttft_err, itl_err = errors_against_truth(sink.records, truth_by_id(sim, len(sink.records)))
+    accurate = (
+        np.percentile(np.abs(ttft_err), 99) < 2.0 and np.percentile(np.abs(itl_err), 99) < 2.0
+    )
+    assert accurate or not result.valid
+
+
+def test_http_error_counts_equal_the_servers_log(sim_factory: Any) -> None:
+    """M7: seeded 429 (with Retry-After) and 503; no silent retries; counts match exactly."""
+    sim = sim_factory(
+        [
+            "--preset",
+            "fixed",
+            "--ttft-ms",
+            "5",
+            "--itl-ms",
+            "2",
+            "--fault",
+            "429=0.15",
+            "--fault",
+            "503=0.1",
+            "--seed",
+            "11",
+        ]
+    )
+    spec = make_spec(
+        sim.base_url, {"rate": [60.0], "arrival": "poisson", "duration_s": 3.0, "seed": 3}
+    )
+    result, sink = run_spec(spec)
+    client = Counter(r.http_status for r in sink.records if r.outcome is Outcome.HTTP_ERROR)
+    truth = truth_by_id(sim, len(sink.records))
+    server = Counter(t["status"] for t in truth.values() if t["status"] in (429, 503))
+    assert client == server and client[429] > 5 and client[503] > 3
+    assert len(truth) == len(sink.records)  # one attempt per scheduled request
+    assert all(r.retry_after_s == 1.0 for r in sink.records if r.http_status == 429)
+    assert result.outcomes["http_error"] == sum(client.values())
+
+
+@pytest.mark.parametrize(
+    ("fault", "outcome", "phase"),
+    [
+        ("error_event:5", Outcome.STREAM_ERROR, None),
+        ("reset:7", Outcome.STREAM_ERROR, None),
+        ("no_done", Outcome.STREAM_ERROR, None),
+    ],
+)
+def test_stream_failures_keep_their_partial_tokens(
+    sim: SimProcess, fault: str, outcome: Outcome, phase: str | None
+) -> None:
+    """M6: each failure is a record keeping what arrived, matching the engine's writes."""
+    spec = make_spec(
+        sim.base_url,
+        {"concurrency": [2], "duration_s": 0.8},
+        target={"headers": {"x-peakload-sim-fault": fault}},
+    )
+    _, sink = run_spec(spec)
+    truth = truth_by_id(sim, len(sink.records))
+    assert sink.records
+    for r in sink.records:
+        assert r.outcome is outcome, (r.outcome, r.error_detail)
+        written = sum(truth[r.request_id]["chunk_tokens"])
+        assert r.output_tokens == written > 0
+
+
+def test_a_trickling_stream_hits_the_idle_timeout(sim: SimProcess) -> None:
+    spec = make_spec(
+        sim.base_url,
+        {"concurrency": [1], "duration_s": 0.5},
+        target={
+            "headers": {"x-peakload-sim-fault": "trickle:2"},
+            "idle_timeout_s": 0.5,
+            "deadline_s": 10,
+        },
+    )
+    _, sink = run_spec(spec, max_requests=1)
+    (r,) = sink.records
+    # the trickle starts before any whole token: the idle timer fires waiting for the first one
+    assert r.outcome is Outcome.TIMEOUT and r.error_phase == "first_token"
+    assert r.output_tokens == 0 and r.headers_ns is not None
+
+
+@pytest.mark.parametrize(
+    "fault", ["multi_token:3", "utf8_split", "coalesce:5", "reasoning:6", "none"]
+)
+def test_odd_chunking_gives_the_same_counts(sim: SimProcess, fault: str) -> None:
+    """M5 end to end: tokens per event, UTF-8 split across writes, many events per write and
+    reasoning deltas: the same token count as the server's usage, every way."""
+    headers = {} if fault == "none" else {"x-peakload-sim-fault": fault}
+    spec = make_spec(
+        sim.base_url,
+        {"concurrency": [2], "duration_s": 0.6},
+        target={"headers": headers},
+        workload={"prompt_tokens": 16, "output_tokens": 24},
+        store_content=True,
+    )
+    _, sink = run_spec(spec)
+    for r in sink.records:
+        assert r.outcome is Outcome.OK, r.error_detail
+        assert r.output_tokens == r.usage_completion_tokens == 24
+        assert sum(r.chunk_tokens) == 24
+        assert r.response_text is not None and "\ufffd" not in r.response_text
+        if fault.startswith("reasoning"):
+            assert r.reasoning_tokens == 6
+            assert r.first_answer_ns is not None and r.first_token_ns is not None
+            assert r.first_answer_ns > r.first_token_ns
+
+
+@pytest.mark.slow
+def test_a_frozen_server_shows_in_p99_from_the_schedule(sim_factory: Any) -> None:
+    """M1: open loop at 20 req/s; the server freezes 5 s every 30 s."""
+    sim = sim_factory(["--preset", "fixed", "--ttft-ms", "20", "--itl-ms", "5", "--stall", "5/30"])
+    spec = make_spec(
+        sim.base_url,
+        {"rate": [20.0], "arrival": "constant", "duration_s": 36.0},
+        workload={"prompt_tokens": 16, "output_tokens": 8},
+    )
+    _, sink = run_spec(spec)
+    recs = [r for r in sink.records if r.outcome is Outcome.OK]
+    ttft_sched = np.array([r.first_token_ns for r in recs]) / 1e6
+    assert np.percentile(ttft_sched, 50) < 500
+    assert np.percentile(ttft_sched, 99) > 3000  # the freeze is visible, not omitted
+    assert len(sink.records) == 720  # arrivals never paused
+
+
+@pytest.mark.slow
+def test_poisson_200_per_s_sends_on_time(sim_factory: Any) -> None:
+    """M2: seeded Poisson at 200 req/s for 60 s: every scheduled request sent, drift p99 < 5 ms."""
+    sim = sim_factory(["--preset", "fixed", "--ttft-ms", "20", "--itl-ms", "5"])
+    spec = make_spec(
+        sim.base_url,
+        {"rate": [200.0], "arrival": "poisson", "duration_s": 60.0, "seed": 9},
+        workload={"prompt_tokens": 16, "output_tokens": 4},
+    )
+    result, sink = run_spec(spec, warm=64)
+    sent = [r for r in sink.records if r.sent_ns is not None]
+    assert abs(len(sink.records) - 12_000) <= 120
+    assert len(sent) == len(sink.records)  # none blocked, none skipped
+    drift_ms = np.array([r.sent_ns for r in sent]) / 1e6
+    assert np.percentile(drift_ms, 99) < 5.0 or not result.valid
+
+
+@pytest.mark.slow
+def test_memory_stays_flat_at_1000_streams(sim_factory: Any) -> None:
+    """M9: a soak against a fast server; RSS after warm-up does not grow."""
+    sim = sim_factory(["--preset", "fixed", "--ttft-ms", "2", "--itl-ms", "1"])
+    spec = make_spec(
+        sim.base_url,
+        {"concurrency": [1000], "duration_s": 24.0},
+        workload={"prompt_tokens": 8, "output_tokens": 4},
+    )
+    _, sink = run_spec(spec, sink=CountingSink())
+    assert sink.records > 5000
+    rss = [b for _, b in sink.rss]
+    early = float(np.median(rss[6:10]))
+    late = float(np.median(rss[-5:]))
+    assert late < early * 1.10 + 8 * 2**20, (
+        f"RSS grew from {early / 2**20:.1f} to {late / 2**20:.1f} MiB"
+    )
+
+
+def test_memory_sink_collects(sim: SimProcess) -> None:
+    """A plain short run: every request ok, counts from usage, one record each."""
+    spec = make_spec(sim.base_url, {"concurrency": [4], "duration_s": 1.0})
+    result, sink = run_spec(spec)
+    assert isinstance(sink, MemorySink) and result.status == "completed"
+    assert all(r.outcome is Outcome.OK and r.output_tokens == 16 for r in sink.records)
