@@ -13,6 +13,7 @@ from loadgen.errors import InBandError, StreamProtocolError
 from loadgen.target import EventKind, StreamEvent, Usage
 
 MAX_DETAIL_CHARS = 200
+_raw_decode = json.JSONDecoder().raw_decode
 _CONTENT = EventKind.CONTENT
 _REASONING = EventKind.REASONING
 _TOOL_CALL = EventKind.TOOL_CALL
@@ -75,7 +76,12 @@ class OpenAIStreamDecoder:
             out.append(StreamEvent(_DONE, t_ns))
             return
         try:
-            obj = json.loads(payload)
+            text = payload.decode()
+            if text[:1].isspace():
+                text = text.lstrip()
+            obj, end = _raw_decode(text)  # skips json.loads' encoding sniffing and wrappers
+            if end != len(text) and text[end:].strip():
+                raise ValueError("extra data")
         except ValueError:  # JSONDecodeError and UnicodeDecodeError
             raise StreamProtocolError(
                 f"event data is not JSON: {short(payload[:80].decode('utf-8', 'replace'))}",

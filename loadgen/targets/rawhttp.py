@@ -247,6 +247,18 @@ class _Chunked:
         out: list[bytes] = []
         pos, n = 0, len(buf)
         while pos < n:
+            if not (self.remaining or self.crlf or self.trailers):  # fast path: a whole chunk
+                i = buf.find(b"\r\n", pos)
+                if i > pos:
+                    try:
+                        size = int(buf[pos:i], 16)
+                    except ValueError:
+                        size = 0  # extensions or garbage: the general path below decides
+                    end = i + 2 + size
+                    if size > 0 and buf[end : end + 2] == b"\r\n":
+                        out.append(buf[i + 2 : end])
+                        pos = end + 2
+                        continue
             if self.remaining:
                 take = min(self.remaining, n - pos)
                 out.append(buf[pos : pos + take] if take < n or pos else buf)

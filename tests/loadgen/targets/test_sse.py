@@ -170,6 +170,12 @@ def test_decoder_errors() -> None:
         decode([{"object": "error", "message": "bad thing"}])
     with pytest.raises(StreamProtocolError, match="not JSON"):
         decode(["{not json"])
+    with pytest.raises(StreamProtocolError, match="not JSON"):
+        decode(['{"choices": []} {"x": 1}'])
+    with pytest.raises(StreamProtocolError, match="not JSON"):
+        OpenAIStreamDecoder().decode(b'{"a": "\xff"}', 0, [])
+    padded = decode([' \t{"choices": [{"delta": {"content": "ok"}}]} \n'])
+    assert [e.text for e in padded] == ["ok"]
     with pytest.raises(StreamProtocolError, match="not a string"):
         decode([{"choices": [{"delta": {"content": 5}}]}])
     with pytest.raises(StreamProtocolError, match="unexpected shape"):
