@@ -135,6 +135,7 @@ def finish_shard(
     valid: bool | None = None,
     invalid_reasons: list[str] | None = None,
     extra: dict[str, Any] | None = None,
+    start_skew_ns: int | None = None,
 ) -> bool:
     """Move an active shard to a terminal state; False if fenced out (the reaper got there
     first: the shard stays `interrupted`, its rows stay)."""
@@ -144,7 +145,8 @@ def finish_shard(
         """
         UPDATE shards SET state = %s, state_reason = %s, ended_at = now(),
                requests_scheduled = %s, records_written = %s, valid = %s,
-               invalid_reasons = %s, extra = extra || %s, lease_expires_at = NULL
+               invalid_reasons = %s, extra = extra || %s, lease_expires_at = NULL,
+               start_skew_ns = COALESCE(start_skew_ns, %s)
          WHERE run_id = %s AND shard_id = %s AND fencing_token = %s AND state = ANY(%s)
         RETURNING 1
         """,
@@ -156,6 +158,7 @@ def finish_shard(
             valid,
             Jsonb(invalid_reasons or []),
             Jsonb(extra or {}),
+            start_skew_ns,
             lease.run_id,
             lease.shard_id,
             lease.token,

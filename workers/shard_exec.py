@@ -6,12 +6,14 @@ build the target, check in (warm-up probes, clock offset), wait for the coordina
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 import redis
@@ -26,9 +28,11 @@ if TYPE_CHECKING:
     from loadgen.runner import ShardResult
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 READY_WAIT_S = 300.0  # how long a checked-in shard waits for the coordinator's start time
 SOFT_LIMIT_GRACE_S = 20.0  # the runner stops this long before the soft limit, to flush
+DB_RETRY_S = 300.0  # how long the final bookkeeping retries through a store outage
 SPIN_NS = 2_000_000  # the last 2 ms before the start are spun, not slept (sleep overshoots)
 
 
@@ -115,7 +119,8 @@ def execute_shard(
             return job.run()
         finally:
             control.stop()
-            runctl.finalize_run(conn, plan.run_id)
+            job.db(lambda c: runctl.finalize_run(c, plan.run_id))
+            conn = job.conn
     finally:
         conn.close()
 
@@ -234,9 +239,13 @@ class _Job:
                     tokens_per_word=self.tpw,
                 )
             )
-            await asyncio.to_thread(
-                leases.mark_running, self.conn, self.lease, start_skew_ns=self.skew_ns
-            )
+            skew = self.skew_ns
+            try:
+                await asyncio.to_thread(
+                    leases.mark_running, self.conn, self.lease, start_skew_ns=skew
+                )
+            except psycopg.Error as exc:  # the store is down (D3): recorded again at the end
+                log.warning("shard %s: could not mark running: %s", plan.shard_id, exc)
             self.result = await task
             self.status = _STATUS.get(self.result.status, "failed")
             self.reason = None if self.status == "completed" else f"runner: {self.result.status}"
@@ -245,40 +254,64 @@ class _Job:
         finally:
             await target.aclose()
 
+    def db(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run `fn` on the control connection, reconnecting through a store outage (D3) for up
+        to DB_RETRY_S: the shard's final state must land even if the database blinked."""
+        end = time.perf_counter_ns() + int(DB_RETRY_S * 1e9)
+        delay = 0.25
+        while True:
+            try:
+                if self.conn.closed or self.conn.broken:
+                    self.conn = psycopg.connect(
+                        self.settings.database_url, autocommit=True, connect_timeout=5
+                    )
+                return fn(self.conn)
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                if time.perf_counter_ns() > end:
+                    raise
+                log.warning("shard %s: store unreachable (%s); retrying", self.plan.shard_id, exc)
+                with contextlib.suppress(Exception):
+                    self.conn.close()
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
     def _clock(self) -> ClockEstimate:
         with redis.Redis.from_url(self.settings.redis_url, socket_timeout=5) as r:
             return measure_offset(r)
 
     def _finish(self) -> dict[str, Any]:
         plan, res = self.plan, self.result
-        written = _count_rows(self.conn, plan)
-        leases.finish_shard(
-            self.conn,
-            self.lease,
-            self.status,
-            reason=self.reason,
-            requests_scheduled=res.requests_scheduled if res else written,
-            records_written=written,
-            valid=res.valid if res else None,
-            invalid_reasons=list(res.invalid_reasons) if res else [],
-            extra={
-                "start_mono_ns": self.start_mono,
-                "outcomes": dict(res.outcomes) if res else {},
-                "health": dict(res.health) if res else {},
-                "levels": [
-                    {
-                        "level": lv.index,
-                        "kind": lv.kind,
-                        "value": lv.value,
-                        "duration_s": lv.duration_s,
-                        "warmup_s": lv.warmup_s,
-                        "cooldown_s": lv.cooldown_s,
-                        "started_at_ns": lv.started_wall_ns,
-                        "ended_at_ns": lv.ended_wall_ns,
-                    }
-                    for lv in (res.levels if res else [])
-                ],
-            },
+        written = self.db(lambda c: _count_rows(c, plan))
+        self.db(
+            lambda c: leases.finish_shard(
+                c,
+                self.lease,
+                self.status,
+                reason=self.reason,
+                requests_scheduled=res.requests_scheduled if res else written,
+                records_written=written,
+                valid=res.valid if res else None,
+                invalid_reasons=list(res.invalid_reasons) if res else [],
+                extra={
+                    "start_mono_ns": self.start_mono,
+                    "outcomes": dict(res.outcomes) if res else {},
+                    "health": dict(res.health) if res else {},
+                    "levels": [
+                        {
+                            "level": lv.index,
+                            "kind": lv.kind,
+                            "value": lv.value,
+                            "duration_s": lv.duration_s,
+                            "warmup_s": lv.warmup_s,
+                            "cooldown_s": lv.cooldown_s,
+                            "started_at_ns": lv.started_wall_ns,
+                            "ended_at_ns": lv.ended_wall_ns,
+                        }
+                        for lv in (res.levels if res else [])
+                    ],
+                },
+                start_skew_ns=self.skew_ns,
+            )
         )
         return {
             "shard_id": plan.shard_id,
