@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import os
+import queue
 import socket
 import threading
 import time
@@ -60,6 +61,18 @@ class _Lost(Exception):
     """The connection broke (or timed out) mid-transaction: the batch is not known committed."""
 
 
+class _Job:
+    """An encoded batch on its way from the encoder thread to the database thread."""
+
+    __slots__ = ("enc", "n_items", "times")
+
+    def __init__(self, enc: EncodedBatch, times: list[tuple[int, int]], n_items: int) -> None:
+        self.enc, self.times, self.n_items = enc, times, n_items
+
+
+_IDLE = _Job(EncodedBatch(b"", b"", 0, 0), [], 0)  # "nothing new": time to retry the spool
+
+
 class StoreWriter:
     """A `Sink` writing one run's records and ticks to the store at `url`.
 
@@ -109,8 +122,16 @@ class StoreWriter:
         self.stats_ = WriterStats()
         self._lags = LagWindow()
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._main, name=f"store-writer-{run_id[:8]}")
-        self._thread.daemon = True
+        # Two threads, so encoding batch N+1 (Python, holds the GIL) overlaps the database
+        # working on batch N (the GIL is released while psycopg waits on the socket).
+        self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=2)
+        self._encoder = threading.Thread(
+            target=self._encode_main, name=f"store-encode-{run_id[:8]}", daemon=True
+        )
+        self._thread = threading.Thread(
+            target=self._db_main, name=f"store-writer-{run_id[:8]}", daemon=True
+        )
+        self._encoder.start()
         self._thread.start()
 
     # ------------------------------------------------------------------ the hot path
@@ -157,6 +178,7 @@ class StoreWriter:
         if not self._closed:
             self._closing = True
             self._wake.set()
+            self._encoder.join()
             self._thread.join()
             self._closed = True
             self.spool.close()
@@ -174,16 +196,33 @@ class StoreWriter:
 
     # ------------------------------------------------------------------ the writer thread
 
-    def _main(self) -> None:
+    def _encode_main(self) -> None:
+        try:
+            while (items := self._take()) is not None:
+                job = self._encode(items)
+                if job is not None:
+                    self._jobs.put(job)
+        except BaseException as e:  # surfaced by close()
+            self._fail(StoreError(f"store writer (encoder) crashed: {e!r}"))
+            self._closing = True
+            while self._q:  # nothing more will be taken: count it lost, release flush()
+                self.stats_.records_lost += len(self._q.popleft()[1].records)
+        finally:
+            self._jobs.put(None)
+
+    def _db_main(self) -> None:
         try:
             if len(self.spool):
                 self._replay()
             while True:
-                items = self._take()
-                if items is None:
+                try:
+                    job = self._jobs.get(timeout=0.25 if len(self.spool) else None)
+                except queue.Empty:
+                    job = _IDLE
+                if job is None:
                     break
-                if items:
-                    self._deliver(items)
+                if job is not _IDLE:
+                    self._deliver(job)
                 if len(self.spool) and time.perf_counter() >= self._next_connect:
                     self._replay()
             deadline = time.perf_counter() + self.close_timeout_s
@@ -195,13 +234,16 @@ class StoreWriter:
             self._fail(StoreError(f"store writer crashed: {e!r}"))
         finally:
             self._drop_conn()
+            if self._encoder.is_alive():  # after a crash: let the encoder's put() finish
+                while (job := self._jobs.get()) is not None:
+                    self.stats_.records_lost += job.enc.n_records
             with self._done_cv:
                 self._handled_seq = max(self._handled_seq, self._written_seq)
                 self._done_cv.notify_all()
 
     def _take(self) -> list[tuple[int, Batch]] | None:
-        """Wait for a full batch, the oldest item's time bound, a due replay, or close. Returns
-        the items to write (possibly empty), or None once closed and drained."""
+        """Wait for a full batch, the oldest item's time bound, or close. Returns the items to
+        write, or None once closed and drained."""
         max_ns = int(self.batch_max_s * 1e9)
         while True:
             if self._q:
@@ -214,8 +256,6 @@ class StoreWriter:
                 return None
             else:
                 wait_s = self.batch_max_s
-            if len(self.spool) and time.perf_counter() >= self._next_connect:
-                return []
             self._wake.wait(min(wait_s, 0.25))
             self._wake.clear()
         items: list[tuple[int, Batch]] = []
@@ -227,7 +267,7 @@ class StoreWriter:
         self._rows_out += rows
         return items
 
-    def _deliver(self, items: list[tuple[int, Batch]]) -> None:
+    def _encode(self, items: list[tuple[int, Batch]]) -> _Job | None:
         records = [r for _, b in items for r in b.records]
         ticks = [t for _, b in items for t in b.ticks]
         try:
@@ -241,24 +281,27 @@ class StoreWriter:
             self.stats_.records_lost += len(records)
             self._fail(StoreError(f"a batch of run {self.run_id} cannot be stored: {e}"))
             self._mark_handled(len(items))
-            return
-        oldest = items[0][0]
+            return None
+        return _Job(enc, [(t, len(b.records)) for t, b in items], len(items))
+
+    def _deliver(self, job: _Job) -> None:
+        enc = job.enc
         if not len(self.spool) and self._connected():
             try:
                 if self._commit(enc):
-                    self._lags.add_batch(items, time.perf_counter_ns())
-                self._mark_handled(len(items))
+                    self._lags.add_batch(job.times, time.perf_counter_ns())
+                self._mark_handled(job.n_items)
                 return
             except _Lost:
                 pass
         try:
             path = self.spool.put(enc)
-            self._spool_times[path.name] = (oldest, enc.n_records)
+            self._spool_times[path.name] = (job.times[0][0], enc.n_records)
             self.stats_.spooled_batches += 1
         except SpoolFullError as e:
             self.stats_.records_lost += enc.n_records
             self._fail(e)
-        self._mark_handled(len(items))
+        self._mark_handled(job.n_items)
 
     def _replay(self) -> None:
         """Commit spooled batches in order while the database answers."""

@@ -52,10 +52,10 @@ class LagWindow:
             self._samples.append((lag_ns, records))
             self._max_ns = max(self._max_ns, lag_ns)
 
-    def add_batch(self, items: list[tuple[int, Any]], commit_ns: int) -> None:
-        """`items` are (write() time ns, Batch) pairs committed at `commit_ns`."""
-        for t_ns, batch in items:
-            self.add(commit_ns - t_ns, len(batch.records))
+    def add_batch(self, times: list[tuple[int, int]], commit_ns: int) -> None:
+        """`times` are (write() time ns, records) pairs committed at `commit_ns`."""
+        for t_ns, n in times:
+            self.add(commit_ns - t_ns, n)
 
     def p50_max_s(self) -> tuple[float | None, float | None]:
         samples = sorted(self._samples)
