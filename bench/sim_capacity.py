@@ -98,14 +98,15 @@ def _run(coro: Any) -> None:
         uvloop.run(coro)
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of `pid` so far (from /proc; the child runs under taskset)."""
-    children = Path(f"/proc/{pid}/task")
-    total = 0
-    for task in children.iterdir():
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of `pid` so far, all threads (from /proc)."""
+    user = system = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
         fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime in clock ticks
-    return total / os.sysconf("SC_CLK_TCK")
+        user += int(fields[11])  # utime, clock ticks
+        system += int(fields[12])  # stime
+    tick = os.sysconf("SC_CLK_TCK")
+    return user / tick, system / tick
 
 
 def _free_port() -> int:
@@ -160,7 +161,8 @@ def run_level(streams: int, args: argparse.Namespace) -> dict[str, float]:
             "late_p99_ms": float(np.percentile(arr, 99)),
             "late_max_ms": float(arr.max()),
             "writes": len(late),
-            "cpu_pct": 100.0 * cpu_s / ((t_end - t_start) / 1e9),
+            "cpu_pct": 100.0 * sum(cpu_s) / ((t_end - t_start) / 1e9),
+            "sys_pct": 100.0 * cpu_s[1] / ((t_end - t_start) / 1e9),
         }
 
 
@@ -188,7 +190,7 @@ def main() -> None:
         print(
             f"| {n} | {r['offered_tok_s']:.0f} | {r['tok_s']:.0f} | {r['late_p50_ms']:.2f} "
             f"| {r['late_p99_ms']:.2f} | {r['late_max_ms']:.2f} | {r['writes']:.0f} "
-            f"| {r['cpu_pct']:.0f} |",
+            f"| {r['cpu_pct']:.0f} ({r['sys_pct']:.0f}) |",
             flush=True,
         )
 

@@ -45,6 +45,11 @@ def _stall(text: str | None) -> tuple[float, float] | tuple[None, None]:
 @click.option("--seed", type=int, help="Seed for fault draws and output text.")
 @click.option("--model", help="Model name reported by the server.")
 @click.option("--truth-log", type=click.Path(path_type=Path), help="Ground-truth JSONL file.")
+@click.option(
+    "--timer-spin-us",
+    type=float,
+    help="Spin this long before each due time for sub-ms precision (default 1000; 0 saves CPU).",
+)
 def sim(
     host: str,
     port: int,
@@ -63,8 +68,20 @@ def sim(
     seed: int | None,
     model: str | None,
     truth_log: Path | None,
+    timer_spin_us: float | None,
 ) -> None:
-    """Run the simulated OpenAI-compatible engine until SIGINT/SIGTERM."""
+    """Run the simulated OpenAI-compatible engine until SIGINT/SIGTERM.
+
+    \b
+    Serves POST /v1/chat/completions and /v1/completions (stream true or false), GET /v1/models,
+    /health and /metrics (Prometheus, peakload_sim:*). Prompt tokens = whitespace-separated
+    words of the prompt text; output = one pseudo-word per token (some multi-byte UTF-8).
+    Force faults per request with the header `x-peakload-sim-fault: KIND[:ARG][, ...]`;
+    name the request with `x-peakload-request-id` (echoed; made up when absent).
+    Fault kinds: http_429 (429), http_503 (503), error_event, reset, trickle, no_done,
+    multi_token, utf8_split, coalesce, reasoning, tool_calls, html_error, non_streaming.
+    The truth log (JSONL) has one line per request with the monotonic ns of every write.
+    """
     from loadgen.sim.server import run
 
     try:
@@ -82,6 +99,7 @@ def sim(
             "stall_every_s": stall_every,
             "seed": seed,
             "model": model,
+            "timer_spin_us": timer_spin_us,
             "faults": [parse_fault_rule(f) for f in faults],
         }
         cfg = load_config(preset, config_file, overrides)

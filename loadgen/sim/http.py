@@ -51,6 +51,7 @@ class RequestParser:
         self._buf = bytearray()
         self._head: tuple[str, str, dict[str, str], bool, int, int] | None = None
         self.ready: deque[Request] = deque()
+        self.expect_continue = False  # a head asked `Expect: 100-continue`; answer it now
 
     def feed(self, data: bytes, now_ns: int) -> None:
         """Parse as much as possible. Raises HttpParseError on a malformed request."""
@@ -64,6 +65,11 @@ class RequestParser:
                     return
                 self._head = _parse_head(bytes(self._buf[:end]), now_ns)
                 del self._buf[: end + 4]
+                if (
+                    self._head[4] > len(self._buf)
+                    and "100-continue" in self._head[2].get("expect", "").lower()
+                ):
+                    self.expect_continue = True
             method, path, headers, keep_alive, length, headers_ns = self._head
             if len(self._buf) < length:
                 return
@@ -133,3 +139,4 @@ def chunk(data: bytes) -> bytes:
 
 
 LAST_CHUNK = b"0\r\n\r\n"
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"

@@ -5,6 +5,7 @@ endpoints plus /health, /v1/models and /metrics, request validation, and `serve`
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import math
 import signal
@@ -18,11 +19,12 @@ from loadgen.sim import text
 from loadgen.sim.config import FaultKind, SimConfig
 from loadgen.sim.engine import BatchEngine, FixedEngine, Scheduler, make_engine
 from loadgen.sim.faults import FAULT_HEADER, RateBudget, choose_faults
-from loadgen.sim.http import HttpParseError, Request, RequestParser, response_head
+from loadgen.sim.http import CONTINUE, HttpParseError, Request, RequestParser, response_head
 from loadgen.sim.stream import Completion, Plan
 from loadgen.sim.truth import TruthLog
 
 REQUEST_ID_HEADER = "x-peakload-request-id"
+GC_GEN0_THRESHOLD = 20_000
 COMPLETION_PATHS = {"/v1/chat/completions": True, "/v1/completions": False}
 HTML_PAGE = (
     "<html><head><title>{status} Error</title></head><body><center><h1>{status} Error</h1>"
@@ -117,6 +119,9 @@ class Connection(asyncio.Protocol):
         except HttpParseError as e:
             self._reply_json(e.status, {"error": {"message": str(e), "code": e.status}}, False)
             return
+        if self.parser.expect_continue:
+            self.parser.expect_continue = False
+            self.t.write(CONTINUE)
         self._next()
 
     def _next(self) -> None:
@@ -293,6 +298,10 @@ def run(
     """Run `serve` in the foreground (uvloop when installed) until SIGINT or SIGTERM."""
 
     async def main() -> None:
+        # Objects alive after start-up never need collecting; a larger young generation makes
+        # collections rarer (each token allocates a heap entry), keeping pauses off the schedule.
+        gc.freeze()
+        gc.set_threshold(GC_GEN0_THRESHOLD, 20, 20)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

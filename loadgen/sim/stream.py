@@ -87,6 +87,16 @@ class Completion:
         self.fmt = text.EventFormat(plan.chat, plan.request_id, cfg.model, cfg.reasoning_field)
         self.generated = 0
         self.finished = False
+        self._plain = (
+            self.streaming
+            and self.k == 1
+            and self.per_write == 1
+            and self.reasoning == 0
+            and not self.tool
+            and not self.utf8_split
+            and self.fault_end is None
+        )
+        self._pre, self._post = self.fmt.content_pre, self.fmt.content_post
         self._words: list[bytes] = []
         self._events: list[tuple[bytes, int]] = []
         self._carry = b""
@@ -148,6 +158,13 @@ class Completion:
         n = i + 1
         self.generated = n
         self.state.tokens_generated += 1
+        if self._plain and n < self.max_tokens:  # the hot path: one token, one event, one write
+            ev = self._pre + text.token_bytes(self.offset, i, i != 0) + self._post
+            self.t.write(b"%x\r\n%s\r\n" % (len(ev), ev))
+            self.chunk_ns.append(time.perf_counter_ns())
+            self.chunk_tokens.append(1)
+            self.chunk_due_ns.append(due_ns)
+            return False
         if not self.streaming:
             if n == self.fault_at and self.fault_end is not None:
                 self._end_with_fault(due_ns)

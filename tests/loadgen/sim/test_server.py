@@ -4,6 +4,7 @@ non-streaming bodies, the side endpoints, request ids, and bad requests."""
 from __future__ import annotations
 
 import json
+import socket
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -125,3 +126,19 @@ def test_keep_alive_and_summary_on_sigterm(sim: SimProcess) -> None:
     assert summary["by_status"] == {"200": 3} and summary["by_outcome"] == {"ok": 3}
     lines = sim.truth_log.read_text().splitlines()
     assert json.loads(lines[-1])["type"] == "summary" and len(lines) == 4
+
+
+def test_raw_socket_pipelining_and_expect_continue(sim: SimProcess) -> None:
+    body = json.dumps(chat_body(max_tokens=2, stream=False)).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", sim.port), timeout=10) as s:
+        s.sendall(head + b"\r\n" + body + head + b"\r\n" + body)  # two requests, one write
+        got = b""
+        while got.count(b"HTTP/1.1 200 OK") < 2 or not got.endswith(b"}"):
+            got += s.recv(65536)
+        s.sendall(head + b"expect: 100-continue\r\n\r\n")
+        assert s.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        s.sendall(body)
+        assert s.recv(65536).startswith(b"HTTP/1.1 200 OK")
