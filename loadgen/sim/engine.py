@@ -69,10 +69,11 @@ class Scheduler:
     def _arm(self, due_ns: int) -> None:
         if self._handle is not None:
             self._handle.cancel()
-        if self.stalled(due_ns):
-            due_ns = self.stall_end(due_ns)
+        now = time.perf_counter_ns()
+        if self._stall_every and self.stalled(max(due_ns, now)):
+            due_ns = self.stall_end(max(due_ns, now))  # sleep through a stall, never spin in it
         self._armed_due = due_ns
-        delay_ns = due_ns - time.perf_counter_ns() - self._spin_ns
+        delay_ns = due_ns - now - self._spin_ns
         if delay_ns > 0:
             self._handle = self._loop.call_later(delay_ns / 1e9, self._run)
         else:
