@@ -265,15 +265,19 @@ def goodput(
 def failure_kind(df: pd.DataFrame) -> pd.Series:
     """A failure's kind: `http_<status>` for HTTP errors, `timeout:<phase>`, `not_sent:<reason>`,
     else the outcome (`stream_error`, `cancelled`); `ok` for successes."""
-    outcome = df["outcome"].astype(str)
-    status = df["http_status"].map(lambda s: "" if pd.isna(s) else str(int(s)))
-    phase = df["error_phase"].fillna("").astype(str)
+    outcome = df["outcome"].astype(object).to_numpy()
     kind = outcome.copy()
-    http = outcome == "http_error"
-    kind[http] = "http_" + status[http].where(status[http] != "", "unknown")
-    timed = outcome.isin(["timeout", "not_sent"]) & (phase != "")
-    kind[timed] = outcome[timed] + ":" + phase[timed]
-    return kind
+    http = np.flatnonzero(outcome == "http_error")
+    if http.size:
+        status = df["http_status"].to_numpy(dtype=np.float64, na_value=np.nan)[http]
+        kind[http] = [f"http_{int(x)}" if np.isfinite(x) else "http_unknown" for x in status]
+    phase = df["error_phase"].astype(object).to_numpy()
+    timed = np.flatnonzero(((outcome == "timeout") | (outcome == "not_sent")) & pd.notna(phase))
+    if timed.size:
+        kind[timed] = [
+            f"{o}:{p}" if p else o for o, p in zip(outcome[timed], phase[timed], strict=True)
+        ]
+    return pd.Series(kind, index=df.index, dtype=object)
 
 
 def error_rates(df: pd.DataFrame) -> dict[str, dict[str, float]]:

@@ -17,9 +17,18 @@ RID = "00000000-0000-0000-0000-0000000000c7"
 
 
 def _store(conn: psycopg.Connection[Any]) -> None:
-    insert_run(conn, *synthetic_run(RID, levels=(("rate", 4.0), ("rate", 8.0)),
-                                    regions=("eu", "us", "ap"), fail_every=7, reasoning=True,
-                                    per_level=90, duration_s=12.0))
+    insert_run(
+        conn,
+        *synthetic_run(
+            RID,
+            levels=(("rate", 4.0), ("rate", 8.0)),
+            regions=("eu", "us", "ap"),
+            fail_every=7,
+            reasoning=True,
+            per_level=90,
+            duration_s=12.0,
+        ),
+    )
 
 
 @pytest.mark.integration

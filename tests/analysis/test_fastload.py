@@ -1,0 +1,64 @@
+"""The binary-COPY loader gives the same rows, arrays and numbers as load_requests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import psycopg
+import pytest
+
+from analysis import fastload, load
+from analysis import metrics as m
+from analysis.summary import level_summary
+from tests.analysis.storedata import insert_run, request_row, synthetic_run
+
+RID = "00000000-0000-0000-0000-0000000000d9"
+
+
+@pytest.mark.integration
+def test_same_as_load_requests(
+    pg_conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run, levels, reqs, ticks = synthetic_run(
+        RID,
+        levels=(("rate", 2.0), ("concurrency", 4.0)),
+        regions=("eu", "us"),
+        fail_every=4,
+        reasoning=True,
+        per_level=150,
+    )
+    reqs.append(
+        request_row(
+            RID,
+            10_000,
+            outcome="not_sent",
+            error_phase="run_ended",
+            sent_ns=None,
+            prompt_tokens=None,
+            region="eu",
+        )
+    )
+    insert_run(pg_conn, run, levels, reqs, ticks)
+    monkeypatch.setattr(fastload, "_BLOCK_BYTES", 4096)  # many blocks, rows split across them
+    fast, chunks = fastload.load_requests_fast(pg_conn, RID)
+    slow = load.load_requests(pg_conn, RID)
+    assert len(fast) == len(slow) == 301
+    order = np.argsort(fast["idx"].to_numpy())
+    f = fast.iloc[order].reset_index(drop=True)
+    s = slow.sort_values("idx").reset_index(drop=True)
+    for col in f.columns:
+        left = f[col].astype(object) if isinstance(f[col].dtype, pd.CategoricalDtype) else f[col]
+        pd.testing.assert_series_equal(left, s[col], check_dtype=False, check_names=False, obj=col)
+    slow_chunks = m.ChunkArrays.from_frame(s)
+    lengths = np.diff(chunks.ptr)[order]
+    assert lengths.tolist() == np.diff(slow_chunks.ptr).tolist()
+    offs = [chunks.offsets_us[chunks.ptr[i] : chunks.ptr[i + 1]].tolist() for i in order]
+    toks = [chunks.tokens[chunks.ptr[i] : chunks.ptr[i + 1]].tolist() for i in order]
+    assert offs == [a.tolist() for a in s["chunk_offsets_us"]]
+    assert toks == [a.tolist() for a in s["chunk_tokens"]]
+    # and the same summary, whatever the row order
+    lv = load.load_levels(pg_conn, RID)
+    r = load.load_run(pg_conn, RID)
+    assert level_summary(fast, lv, r, chunks=chunks) == level_summary(slow, lv, r)
