@@ -151,6 +151,11 @@ class SimConfig(BaseModel):
             raise ValueError("default_max_tokens exceeds max_tokens_limit")
         return self
 
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> SimConfig:
+        """A named preset (see PRESETS) with fields replaced, e.g. preset("fixed", itl_ms=20)."""
+        return load_config(name, None, overrides)
+
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Exact schedule for accuracy benchmarks: no batching effect at any load.

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.errors import SpecError
-from loadgen.sim.config import PRESETS, FaultKind, load_config, parse_fault_rule
+from loadgen.sim.config import PRESETS, FaultKind, SimConfig, load_config, parse_fault_rule
 from loadgen.sim.faults import RateBudget, choose_faults, parse_fault_header
 from loadgen.sim.http import HttpParseError, RequestParser
 from loadgen.sim.text import BadRequest
@@ -144,3 +144,10 @@ def test_parser_rejects(raw: bytes, status: int) -> None:
     with pytest.raises(HttpParseError) as e:
         RequestParser().feed(raw, 0)
     assert e.value.status == status
+
+
+def test_preset_constructor() -> None:
+    cfg = SimConfig.preset("fixed", itl_ms=20)
+    assert (cfg.ttft_ms, cfg.itl_ms) == (50.0, 20.0)
+    with pytest.raises(SpecError, match="unknown preset"):
+        SimConfig.preset("nope")
