@@ -1,0 +1,5 @@
+"""`python -m ui` is the `peakload` command (for environments without the console script)."""
+
+from ui.cli import main
+
+main()
