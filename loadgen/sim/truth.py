@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import IO, Any
 
-FLUSH_SLICE = 8  # records serialised per loop callback (~0.1 ms each)
+FLUSH_SLICE = 4  # records serialised per loop callback (~0.1-0.2 ms each)
 
 
 class TruthLog:
