@@ -184,6 +184,25 @@ async def client(
     }
 
 
+def parse_only(n: int = 200_000) -> dict[str, float]:
+    """CPU µs per event of the raw path's parsing alone: chunked decode + SSE + JSON -> events,
+    one event per read (the worst case), no sockets and no event loop."""
+    from loadgen.targets.openai_stream import OpenAIStreamDecoder
+    from loadgen.targets.rawhttp import _Chunked
+    from loadgen.targets.sse import SSEParser
+
+    reads = [_event(1_700_000_000_000_000_000 + i) for i in range(1000)]
+    chunked, sse, dec = _Chunked(), SSEParser(), OpenAIStreamDecoder()
+    out: list[object] = []
+    t0 = time.process_time()
+    for i in range(n):
+        body, _ = chunked.feed(reads[i % 1000])
+        for payload in sse.feed(body):
+            dec.decode(payload, i, out)  # type: ignore[arg-type]
+        out.clear()
+    return {"us_per_event": (time.process_time() - t0) / n * 1e6}
+
+
 def _pin(core: int) -> None:
     with contextlib.suppress(AttributeError, OSError):
         os.sched_setaffinity(0, {core})
@@ -198,10 +217,16 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=100, help="events per request")
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--duration", type=float, default=8.0)
+    ap.add_argument("--parse-only", action="store_true", help="time parsing alone and exit")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--client", help=argparse.SUPPRESS)
     args = ap.parse_args()
     ncpu = os.cpu_count() or 1
+    if args.parse_only:
+        _pin(0)
+        cost = parse_only()["us_per_event"]
+        print(f"parse only (chunked + SSE + JSON -> events): {cost:.2f} µs/event")
+        return
     if args.serve:
         _pin(ncpu - 1)
         import uvloop

@@ -24,6 +24,7 @@ from loadgen.targets.http_common import (
 from loadgen.targets.rawhttp import DEFAULT_KEEPALIVE_EXPIRY_S
 
 _SENT_EVENT = "http11.send_request_body.complete"
+_HEADERS_STARTED = "http11.send_request_headers.started"  # a connection was acquired
 
 
 class _Deadline:
@@ -119,6 +120,7 @@ class HttpxExchange:
         self.clock = clock
         self.idle_s = idle_s
         self.sent_ns: int | None = None
+        self.connected = False
         loop = asyncio.get_running_loop()
         self.guard = _Deadline(loop, loop.time() + deadline_s)
         connect = min(owner.connect_timeout_s, deadline_s)
@@ -138,6 +140,8 @@ class HttpxExchange:
     async def _trace(self, name: str, info: dict[str, Any]) -> None:
         if name == _SENT_EVENT:
             self.sent_ns = self.clock()
+        elif name == _HEADERS_STARTED:
+            self.connected = True
 
     async def send(self) -> int:
         """Send and wait for the response head; the clock when the body was written (ns).
@@ -148,6 +152,10 @@ class HttpxExchange:
             self.response = await self.owner.client.send(self.request, stream=True)
         except asyncio.CancelledError:
             if guard.ours():
+                if not self.connected:
+                    raise PhaseTimeout(
+                        "connect", "deadline passed before a connection was free"
+                    ) from None
                 raise PhaseTimeout("headers", "deadline passed (no response headers)") from None
             raise
         except httpx.TransportError as e:

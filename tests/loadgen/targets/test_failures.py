@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable
 
 import pytest
@@ -280,3 +281,54 @@ def test_classify_foreign_exceptions() -> None:
         InBandError("echo: Authorization: Bearer sk-canary1234567890 ?key=zzz")
     )
     assert "sk-canary" not in detail and "zzz" not in detail
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_done_without_body_end_still_finishes_cleanly(transport: str) -> None:
+    """A server that sends [DONE] but never ends the chunked body: DONE is yielded at once and
+    the stream ends without an error (the socket is dropped, not reused)."""
+
+    def script(_: Received) -> Iterable[Step]:
+        yield head() + TOKENS[0] + chunk(sse("[DONE]"))
+        yield Hang()
+
+    kinds, exc, _ = asyncio.run(run_one(script, transport, idle_s=0.5))
+    assert exc is None, repr(exc)
+    assert kinds == [EventKind.SENT, EventKind.HEADERS, EventKind.CONTENT, EventKind.DONE]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_cancel_mid_stream_and_pool_wait_are_bounded(transport: str) -> None:
+    """Cancelling the task that streams releases its connection; a request waiting for a free
+    connection is bounded by its deadline (phase connect)."""
+
+    def script(req: Received) -> Iterable[Step]:
+        if req.headers["x-peakload-request-id"].startswith("hang"):
+            yield head() + TOKENS[0]
+            yield Hang()
+        else:
+            yield head() + chunk(sse(chat_delta(content="ok")) + sse("[DONE]")) + END
+
+    async def main() -> None:
+        async with ScriptedServer(script) as srv:
+            target = make_target(srv.base_url, transport, max_connections=1)
+            first_token = asyncio.Event()
+
+            async def consume() -> None:
+                async for ev in target.stream(request("hang1"), time.perf_counter_ns):
+                    if ev.kind == EventKind.CONTENT:
+                        first_token.set()
+
+            task = asyncio.create_task(consume())
+            await asyncio.wait_for(first_token.wait(), 5)
+            _, exc = await collect(target, request("waits", deadline_s=0.3))
+            assert isinstance(exc, PhaseTimeout) and exc.phase == "connect", repr(exc)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert classify(asyncio.CancelledError())[0] == Outcome.CANCELLED
+            events, exc = await collect(target, request("after", deadline_s=2))
+            assert exc is None and count(events, EventKind.DONE) == 1
+            await target.aclose()
+
+    asyncio.run(main())
