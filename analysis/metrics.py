@@ -98,8 +98,8 @@ class ChunkArrays:
     """Every request's chunks concatenated: request i owns `offsets_us[ptr[i]:ptr[i+1]]` (µs from
     send) and `tokens[ptr[i]:ptr[i+1]]` (tokens attributed to each chunk)."""
 
-    offsets_us: IntArray
-    tokens: IntArray
+    offsets_us: npt.NDArray[np.integer[Any]]  # int64, or int32 from analysis.fastload
+    tokens: npt.NDArray[np.integer[Any]]  # int64, or int16 from analysis.fastload
     ptr: IntArray
 
     @property
@@ -128,32 +128,62 @@ class ChunkArrays:
     def from_frame(cls, df: pd.DataFrame) -> ChunkArrays:
         return cls.from_lists(df["chunk_offsets_us"], df["chunk_tokens"])
 
-    def row_of_each_chunk(self) -> IntArray:
-        return np.repeat(np.arange(self.n_requests, dtype=np.int64), np.diff(self.ptr))
-
 
 @dataclass(frozen=True, slots=True)
 class Gaps:
     """Inter-chunk gaps of the selected requests: gap j (µs) arrived at a chunk carrying
-    `tokens[j]` tokens, in request `row[j]` (row index into the requests frame)."""
+    `tokens[j]` tokens; `label[j]` is the owning request's label (its row index by default)."""
 
-    gap_us: IntArray
-    tokens: IntArray
-    row: IntArray
+    gap_us: npt.NDArray[np.integer[Any]]
+    tokens: npt.NDArray[np.integer[Any]]
+    label: npt.NDArray[np.integer[Any]]
 
 
-def chunk_gaps(chunks: ChunkArrays, rows: BoolArray | None = None) -> Gaps:
+def chunk_gaps(
+    chunks: ChunkArrays,
+    rows: BoolArray | None = None,
+    *,
+    labels: npt.NDArray[np.integer[Any]] | None = None,
+) -> Gaps:
     """Gaps between consecutive chunks carrying tokens (> 0), from the first such chunk, within
-    each selected request. Chunks with no tokens (role-only, usage-only) are skipped."""
-    row = chunks.row_of_each_chunk()
+    each selected request. Chunks with no tokens (role-only, usage-only) are skipped. `labels`
+    (one int per request; default the row index) is carried to each gap.
+
+    When every chunk carries tokens, no per-chunk row index is built (memory: one bool per
+    chunk); otherwise an int32 row index per chunk is."""
+    lengths = np.diff(chunks.ptr)
+    n_total = chunks.offsets_us.size
+    lab_src = labels if labels is not None else np.arange(chunks.n_requests, dtype=np.int64)
+    if n_total and bool((chunks.tokens > 0).all()):
+        valid = np.ones(max(n_total - 1, 0), dtype=bool)
+        bounds = chunks.ptr[1:-1]
+        valid[bounds[(bounds > 0) & (bounds < n_total)] - 1] = False  # across two requests
+        if rows is not None:
+            valid &= np.repeat(np.asarray(rows, dtype=bool), lengths)[1:]
+        gaps = np.diff(chunks.offsets_us)[valid]
+        return Gaps(
+            gap_us=gaps,
+            tokens=chunks.tokens[1:][valid],
+            label=np.repeat(lab_src, lengths)[1:][valid],
+        )
+    owner = np.repeat(np.arange(chunks.n_requests, dtype=np.int32), lengths)
     keep = chunks.tokens > 0
     if rows is not None:
-        keep &= np.asarray(rows, dtype=bool)[row]
-    r = row[keep]
+        keep &= np.asarray(rows, dtype=bool)[owner]
+    r = owner[keep]
     off = chunks.offsets_us[keep]
     tok = chunks.tokens[keep]
     same = r[1:] == r[:-1]
-    return Gaps(gap_us=(off[1:] - off[:-1])[same], tokens=tok[1:][same], row=r[1:][same])
+    return Gaps(gap_us=(off[1:] - off[:-1])[same], tokens=tok[1:][same], label=lab_src[r[1:][same]])
+
+
+def per_token_values(g: Gaps) -> tuple[FloatArray, npt.NDArray[np.integer[Any]]]:
+    """Per-token ITL samples (ms) and their labels: a gap g before a chunk of k tokens gives k
+    samples of g/k."""
+    if bool((g.tokens == 1).all()):
+        return g.gap_us.astype(np.float64) / 1e3, g.label
+    per = g.gap_us.astype(np.float64) / g.tokens / 1e3
+    return np.repeat(per, g.tokens), np.repeat(g.label, g.tokens)
 
 
 def itl_per_chunk_ms(chunks: ChunkArrays, rows: BoolArray | None = None) -> FloatArray:
@@ -166,9 +196,7 @@ def itl_per_token_ms(chunks: ChunkArrays, rows: BoolArray | None = None) -> Floa
     """ITL per token (the ITL reported): a chunk carrying k tokens that arrived g after the
     previous token-carrying chunk contributes k samples of g/k. Extra tokens in the *first*
     chunk contribute nothing (they arrived with the first token, which TTFT measures)."""
-    g = chunk_gaps(chunks, rows)
-    per = g.gap_us.astype(np.float64) / g.tokens / 1e3
-    return np.repeat(per, g.tokens)
+    return per_token_values(chunk_gaps(chunks, rows))[0]
 
 
 def max_itl_ms(chunks: ChunkArrays, rows: BoolArray | None = None) -> FloatArray:
@@ -176,10 +204,10 @@ def max_itl_ms(chunks: ChunkArrays, rows: BoolArray | None = None) -> FloatArray
     requests with fewer than two token-carrying chunks. Used by goodput's `itl_ms` SLO."""
     g = chunk_gaps(chunks, rows)
     out = np.full(chunks.n_requests, np.nan)
-    if g.row.size:
+    if g.label.size:
         per = g.gap_us.astype(np.float64) / g.tokens / 1e3
-        starts = np.flatnonzero(np.r_[True, g.row[1:] != g.row[:-1]])
-        out[g.row[starts]] = np.maximum.reduceat(per, starts)
+        starts = np.flatnonzero(np.r_[True, g.label[1:] != g.label[:-1]])
+        out[g.label[starts]] = np.maximum.reduceat(per, starts)
     return out
 
 

@@ -205,32 +205,64 @@ def percentile_curves(
     columns of `spectrum`. Samples are ok requests in the steady phase; `itl_ms` is per token."""
     ok = ((df["outcome"] == "ok") & (df["phase"] == "steady")).to_numpy()
     level = df["level"].to_numpy()
-    region = df["region"].to_numpy()
+    region = df["region"].astype(object).to_numpy()
     per_req = {k: m.per_request_values(df, k) for k in metrics if k != "itl_ms"}
-    ch = chunks
-    if "itl_ms" in metrics and ch is None:
-        ch = m.ChunkArrays.from_frame(df)
+    levels = sorted(set(level.tolist()))
+    regions = sorted(set(region.tolist()))
+    itl: dict[tuple[int, str], np.ndarray] = {}
+    if "itl_ms" in metrics:
+        ch = chunks if chunks is not None else m.ChunkArrays.from_frame(df)
+        itl = _itl_groups(ch, ok, level, region, levels, regions, by_region)
     parts = []
-    for lvl in sorted(set(level.tolist())):
-        groups: list[tuple[str, np.ndarray]] = [("all", ok & (level == lvl))]
-        if by_region:
-            regions = sorted(set(region[level == lvl].tolist()))
-            if len(regions) > 1:
-                groups += [(str(r), ok & (level == lvl) & (region == r)) for r in regions]
+
+    def add(metric: str, lvl: int, name: str, vals: np.ndarray) -> None:
+        s = spectrum(vals, grid, confidence=confidence, resamples=resamples, seed=seed)
+        s.insert(0, "region", name)
+        s.insert(0, "level", int(lvl))
+        s.insert(0, "metric", metric)
+        parts.append(s)
+
+    for lvl in levels:
+        in_level = level == lvl
+        names = sorted(set(region[in_level].tolist())) if by_region else []
+        groups = [("all", ok & in_level)]
+        if len(names) > 1:
+            groups += [(str(r), ok & in_level & (region == r)) for r in names]
         for name, rows in groups:
             for metric in metrics:
                 if metric == "itl_ms":
-                    assert ch is not None
-                    vals = m.itl_per_token_ms(ch, rows)
+                    add(metric, lvl, name, itl.get((lvl, name), np.zeros(0)))
                 else:
-                    vals = per_req[metric][rows]
-                s = spectrum(vals, grid, confidence=confidence, resamples=resamples, seed=seed)
-                s.insert(0, "region", name)
-                s.insert(0, "level", int(lvl))
-                s.insert(0, "metric", metric)
-                parts.append(s)
+                    add(metric, lvl, name, per_req[metric][rows])
     if not parts:
         return pd.DataFrame(
             columns=["metric", "level", "region", "percentile", "x", "value", "lower", "upper", "n"]
         )
     return pd.concat(parts, ignore_index=True)
+
+
+def _itl_groups(
+    chunks: m.ChunkArrays,
+    ok: np.ndarray,
+    level: np.ndarray,
+    region: np.ndarray,
+    levels: list[int],
+    regions: list[str],
+    by_region: bool,
+) -> dict[tuple[int, str], np.ndarray]:
+    """Per-token ITL samples (ms) per (level, "all") and (level, region), from one pass over
+    the chunks: each request is labelled level_index * len(regions) + region_index."""
+    nreg = max(len(regions), 1)
+    li = np.searchsorted(np.asarray(levels), level)
+    ri = np.searchsorted(np.asarray(regions, dtype=object), region)
+    labels = (li * nreg + ri).astype(np.int32)
+    vals, lab = m.per_token_values(m.chunk_gaps(chunks, ok, labels=labels))
+    out: dict[tuple[int, str], np.ndarray] = {}
+    for i, lvl in enumerate(levels):
+        in_level = (lab >= i * nreg) & (lab < (i + 1) * nreg)
+        lv_vals, lv_lab = vals[in_level], lab[in_level]
+        out[(lvl, "all")] = lv_vals
+        if by_region and len(regions) > 1:
+            for j, r in enumerate(regions):
+                out[(lvl, str(r))] = lv_vals[lv_lab == i * nreg + j]
+    return out

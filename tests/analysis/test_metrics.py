@@ -112,3 +112,35 @@ def test_token_agreement() -> None:
 def test_unknown_metric_named() -> None:
     with pytest.raises(ValueError, match="unknown metric 'ttft'"):
         m.per_request_values(frame(_rows()), "ttft")
+
+
+def _brute_itl(offs: list[list[int]], toks: list[list[int]], rows: list[bool]) -> list[float]:
+    out: list[float] = []
+    for o, t, keep in zip(offs, toks, rows, strict=True):
+        if not keep:
+            continue
+        prev = None
+        for oi, ti in zip(o, t, strict=True):
+            if ti <= 0:
+                continue
+            if prev is not None:
+                out += [(oi - prev) / ti / 1e3] * ti
+            prev = oi
+    return out
+
+
+@pytest.mark.parametrize("zero_token_chunks", [False, True])
+def test_itl_paths_match_brute_force(zero_token_chunks: bool) -> None:
+    rng = np.random.default_rng(4)
+    offs, toks = [], []
+    for _ in range(300):
+        n = int(rng.integers(0, 9))
+        offs.append(np.cumsum(rng.integers(1, 5000, n)).tolist())
+        low = 0 if zero_token_chunks else 1
+        toks.append(rng.integers(low, 4, n).tolist())
+    rows = (rng.random(300) < 0.7).tolist()
+    ch = m.ChunkArrays.from_lists(offs, toks)
+    got = m.itl_per_token_ms(ch, np.array(rows))
+    assert got.tolist() == pytest.approx(_brute_itl(offs, toks, rows), rel=1e-12)
+    g = m.chunk_gaps(ch, np.array(rows), labels=np.arange(300) % 7)
+    assert set(np.unique(g.label).tolist()) <= set(range(7))
