@@ -5,6 +5,7 @@ the OpenAI-style SSE events and JSON bodies, pre-encoded so the hot path only co
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -86,6 +87,17 @@ def completion_prompt_tokens(body: dict[str, Any]) -> int:
     raise BadRequest("'prompt' must be a string, a list of strings, or token ids")
 
 
+_ROLE_CHOICES = (
+    '"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
+    '"logprobs":null,"finish_reason":null}]}'
+)
+
+
+@functools.lru_cache(maxsize=16)
+def _quoted(s: str) -> str:
+    return json.dumps(s)
+
+
 class EventFormat:
     """Pre-encoded pieces of one response's SSE events (chat or text completion)."""
 
@@ -94,9 +106,9 @@ class EventFormat:
         created = int(time.time())  # a label (seconds since epoch), never used for a duration
         rid = json.dumps(("chatcmpl-" if chat else "cmpl-") + request_id)
         obj = "chat.completion.chunk" if chat else "text_completion"
-        mod = json.dumps(model)
+        mod = _quoted(model)
         self.head = f'{{"id":{rid},"object":"{obj}","created":{created},"model":{mod},'
-        self.call_id = json.dumps("call_" + request_id)
+        self.request_id = request_id
         if chat:
             pre = self.head + '"choices":[{"index":0,"delta":{'
             self.content_pre = ("data: " + pre + '"content":"').encode()
@@ -111,11 +123,11 @@ class EventFormat:
             self.content_post = self.tool_post = b'","logprobs":null,"finish_reason":null}]}\n\n'
 
     def role_event(self) -> bytes:
-        return self._choice({"delta": {"role": "assistant", "content": ""}})
+        return self._event(_ROLE_CHOICES)
 
     def tool_open_event(self) -> bytes:
         fn = {"name": "get_weather", "arguments": ""}
-        call = {"index": 0, "id": json.loads(self.call_id), "type": "function", "function": fn}
+        call = {"index": 0, "id": "call_" + self.request_id, "type": "function", "function": fn}
         return self._choice({"delta": {"tool_calls": [call]}})
 
     def content_event(self, text: bytes, kind: str) -> bytes:
