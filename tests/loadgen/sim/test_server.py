@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -142,3 +143,25 @@ def test_raw_socket_pipelining_and_expect_continue(sim: SimProcess) -> None:
         assert s.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
         s.sendall(body)
         assert s.recv(65536).startswith(b"HTTP/1.1 200 OK")
+
+
+def test_sigterm_mid_stream_logs_the_open_request(sim: SimProcess) -> None:
+    url = sim.base_url + "/chat/completions"
+    with ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(
+            stream_post, url, chat_body(max_tokens=1000), {"x-peakload-request-id": "long"}
+        )
+        deadline = time.monotonic() + 10
+        while (
+            "peakload_sim:active_responses 1"
+            not in httpx.get(sim.base_url.removesuffix("/v1") + "/metrics").text
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.2)
+        assert sim.stop() == 0
+        partial = fut.result(timeout=10)
+    assert partial.error is not None  # the stream was cut, not completed
+    (row,) = [r for r in sim.read_truth() if r["request_id"] == "long"]
+    assert row["outcome"] == "shutdown" and 0 < row["completion_tokens"] < 1000
+    assert sim.read_summary()["by_outcome"] == {"shutdown": 1}  # type: ignore[index]
