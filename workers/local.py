@@ -123,9 +123,7 @@ async def _run(
         )
         for p in plans:
             store_runs.upsert_shard(conn, run_id, p.shard_id, p.region, p.slot, p.to_json())
-        writer = StoreWriter(
-            database_url or conn.info.dsn, run_id, store_content=spec.store_content
-        )
+        writer = StoreWriter(url, run_id, store_content=spec.store_content)
         if on_started is not None:
             on_started(run_id)
         await asyncio.gather(
