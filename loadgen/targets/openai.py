@@ -186,6 +186,7 @@ class OpenAITarget:
             yield StreamEvent(EventKind.HEADERS, head.t_ns, status=head.status)
             ctype = head.headers.get("content-type", "")
             if not 200 <= head.status < 300:
+                ex.expect_end(DRAIN_GRACE_S)  # the detail is not worth waiting an idle timeout
                 raw = await ex.read_some(ERROR_BODY_BYTES)
                 detail = body_summary(raw, ctype) if raw else ""
                 if 300 <= head.status < 400:
@@ -257,6 +258,7 @@ class OpenAITarget:
     async def _unexpected(
         self, ex: RawExchange | HttpxExchange, ctype: str, t_ns: int
     ) -> StreamProtocolError:
+        ex.expect_end(DRAIN_GRACE_S)
         raw = await ex.read_some(ERROR_BODY_BYTES)
         main = ctype.split(";")[0].strip()
         what = body_summary(raw, ctype) if raw else "empty body"

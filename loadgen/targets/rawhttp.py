@@ -82,6 +82,8 @@ class RawExchange:
         self.failed = PhaseTimeout(phase, detail, t_ns=self.clock())
         if conn is not None:
             conn.wake()
+            if conn.drain is not None and not conn.drain.done():  # stuck writing a large body
+                conn.drain.set_result(None)
 
     async def _wait(self, fut: asyncio.Future[None]) -> None:
         await fut

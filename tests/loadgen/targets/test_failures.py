@@ -332,3 +332,29 @@ def test_cancel_mid_stream_and_pool_wait_are_bounded(transport: str) -> None:
             await target.aclose()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_deadline_while_the_server_does_not_read_a_large_body(transport: str) -> None:
+    async def main() -> None:
+        stop = asyncio.Event()
+
+        async def never_reads(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await stop.wait()
+            writer.close()
+
+        port = free_port()
+        server = await asyncio.start_server(never_reads, "127.0.0.1", port)
+        target = make_target(f"http://127.0.0.1:{port}/v1", transport)
+        big = request(deadline_s=0.5, messages=[{"role": "user", "content": "x" * 16_000_000}])
+        t0 = asyncio.get_running_loop().time()
+        _, exc = await collect(target, big)
+        elapsed = asyncio.get_running_loop().time() - t0
+        await target.aclose()
+        stop.set()
+        server.close()
+        await server.wait_closed()
+        assert isinstance(exc, PhaseTimeout) and exc.phase == "headers", repr(exc)
+        assert elapsed < 3.0
+
+    asyncio.run(main())
