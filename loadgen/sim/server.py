@@ -97,6 +97,7 @@ class Connection(asyncio.Protocol):
         self.current: Completion | None = None
         self.closed = False
         self._dispatching = False
+        self._bad: HttpParseError | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.t = cast(asyncio.Transport, transport)  # uvloop's is not a subclass, same API
@@ -114,12 +115,13 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter_ns()
+        if self._bad is not None:
+            return  # after a malformed request nothing more is read
         try:
             self.parser.feed(data, now)
         except HttpParseError as e:
-            self._reply_json(e.status, {"error": {"message": str(e), "code": e.status}}, False)
-            return
-        if self.parser.expect_continue:
+            self._bad = e  # answered (then closed) once the requests before it are done
+        if self.parser.expect_continue and self.current is None and not self.parser.ready:
             self.parser.expect_continue = False
             self.t.write(CONTINUE)
         self._next()
@@ -131,6 +133,9 @@ class Connection(asyncio.Protocol):
         try:
             while self.current is None and self.parser.ready and not self.closed:
                 self._dispatch(self.parser.ready.popleft())
+            if self.current is None and self._bad is not None and not self.closed:
+                e = self._bad
+                self._reply_json(e.status, {"error": {"message": str(e), "code": e.status}}, False)
         finally:
             self._dispatching = False
 

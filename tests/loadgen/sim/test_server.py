@@ -165,3 +165,13 @@ def test_sigterm_mid_stream_logs_the_open_request(sim: SimProcess) -> None:
     (row,) = [r for r in sim.read_truth() if r["request_id"] == "long"]
     assert row["outcome"] == "shutdown" and 0 < row["completion_tokens"] < 1000
     assert sim.read_summary()["by_outcome"] == {"shutdown": 1}  # type: ignore[index]
+
+
+def test_malformed_request_gets_400_and_close(sim: SimProcess) -> None:
+    with socket.create_connection(("127.0.0.1", sim.port), timeout=10) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\n\r\nNONSENSE\r\n\r\n")
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+    assert got.startswith(b"HTTP/1.1 200 OK")  # the good request before it is answered
+    assert b"HTTP/1.1 400 Bad Request" in got and b"malformed request line" in got
