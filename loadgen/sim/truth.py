@@ -108,11 +108,13 @@ class TruthLog:
 
 
 def read_truth(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """(request lines, summary line or None) of a truth log."""
+    """(request lines, summary line or None) of a truth log; safe while the sim is writing."""
     requests: list[dict[str, Any]] = []
     summary: dict[str, Any] | None = None
     with path.open(encoding="utf-8") as f:
         for line in f:
+            if not line.endswith("\n"):
+                break  # a line still being written by a running sim
             if not line.strip():
                 continue
             rec = json.loads(line)
