@@ -9,6 +9,7 @@ import math
 import socket
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +52,7 @@ class Completion:
         transport: asyncio.Transport,
         plan: Plan,
         faults: Faults,
-        on_done: Any,
+        on_done: Callable[[bool], None],
         *,
         reject: tuple[int, bytes, dict[str, str], str] | None = None,
         labels: list[str] | None = None,
