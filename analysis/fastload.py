@@ -6,12 +6,13 @@ analysis.load.load_requests (without ids, error text or content) plus flat `Chun
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
 
 from analysis.metrics import ChunkArrays
 
@@ -119,13 +120,7 @@ def _parse_block(
     )
 
 
-def load_requests_fast(
-    conn: psycopg.Connection[Any], run_id: str
-) -> tuple[pd.DataFrame, ChunkArrays]:
-    """One run's requests as (frame, chunks): the columns of load_requests except request_id,
-    error_detail, session/turn, retry_after and content; arrays only in `chunks` (offsets µs
-    from send, int32; tokens int16). Row order is the store's (not sorted)."""
-    dicts = _dictionaries(conn, run_id)
+def _query(run_id: str, dicts: dict[str, list[str | None]], part: int, parts: int) -> bytes:
     exprs: list[sql.Composable] = [
         sql.SQL("COALESCE(({e})::int8, {null})").format(e=sql.SQL(e), null=sql.Literal(NULL))
         if nullable
@@ -140,44 +135,119 @@ def load_requests_fast(
             )
         )
     exprs += [sql.Identifier("chunk_offsets_us"), sql.Identifier("chunk_tokens")]
-    query = sql.SQL(
-        "COPY (SELECT {} FROM requests WHERE run_id = {}::uuid) TO STDOUT (FORMAT BINARY)"
-    ).format(sql.SQL(", ").join(exprs), sql.Literal(run_id))
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-    pending = bytearray()
-    first = True
-    with conn.cursor() as cur, cur.copy(query) as cp:
-        for data in cp:
-            pending += data
-            if len(pending) >= _BLOCK_BYTES:
-                first = _consume(pending, parts, first)
-    _consume(pending, parts, first, final=True)
-    return _assemble(parts, dicts)
+    where = sql.SQL("run_id = {}::uuid").format(sql.Literal(run_id))
+    if parts > 1:  # each row has one idx: the partitions are disjoint and cover the run
+        where += sql.SQL(" AND idx % {} = {}").format(sql.Literal(parts), sql.Literal(part))
+    q = sql.SQL("COPY (SELECT {} FROM requests WHERE {}) TO STDOUT (FORMAT BINARY)").format(
+        sql.SQL(", ").join(exprs), where
+    )
+    return q.as_bytes(None)
 
 
-def _consume(
-    pending: bytearray,
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
-    first: bool,
-    *,
-    final: bool = False,
-) -> bool:
-    start = 0
+Parsed = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _read_partition(url_or_conn: str | psycopg.Connection[Any], query: bytes) -> list[Parsed]:
+    """Run one binary COPY at the libpq level (one call per row message, no Python generator
+    per row) and parse it block by block. The server sends one message per row; row starts come
+    from the message lengths and are checked against each row's own length fields."""
+    own = isinstance(url_or_conn, str)
+    conn = (
+        psycopg.connect(url_or_conn, autocommit=True)
+        if isinstance(url_or_conn, str)
+        else (url_or_conn)
+    )
+    parsed: list[Parsed] = []
+    try:
+        with conn.lock:
+            pg = conn.pgconn
+            pg.send_query(query)
+            res = pg.get_result()
+            if res is None or res.status != pq.ExecStatus.COPY_OUT:
+                msg = res.error_message.decode(errors="replace") if res is not None else ""
+                while pg.get_result() is not None:
+                    pass
+                raise psycopg.DatabaseError(f"binary COPY of requests failed: {msg}")
+            msgs: list[bytes] = []
+            size = 0
+            first = True
+            while True:
+                nbytes, data = pg.get_copy_data(0)
+                if nbytes < 0:
+                    break
+                msgs.append(bytes(data))
+                size += nbytes
+                if size >= _BLOCK_BYTES:
+                    parsed += _parse_messages(msgs, first)
+                    msgs, size, first = [], 0, False
+            parsed += _parse_messages(msgs, first, final=True)
+            error = ""
+            while (res := pg.get_result()) is not None:
+                if res.status == pq.ExecStatus.FATAL_ERROR:
+                    error = res.error_message.decode(errors="replace")
+            if error:
+                raise psycopg.DatabaseError(f"binary COPY of requests failed: {error}")
+    finally:
+        if own:
+            conn.close()
+    return parsed
+
+
+def _parse_messages(msgs: list[bytes], first: bool, *, final: bool = False) -> list[Parsed]:
+    if not msgs:
+        return []
+    buf = b"".join(msgs)
+    lengths = np.fromiter((len(m) for m in msgs), dtype=np.int64, count=len(msgs))
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]
     if first:
-        if bytes(pending[: len(_SIGNATURE)]) != _SIGNATURE:
+        if buf[: len(_SIGNATURE)] != _SIGNATURE:
             raise ValueError("not a PostgreSQL binary COPY stream")
-        start = _HEADER
-    view = memoryview(pending)
-    starts, end = _row_starts(view, start, len(pending))
-    if starts:
-        raw = np.frombuffer(view[:end], dtype=np.uint8)
-        parts.append(_parse_block(raw, np.asarray(starts, dtype=np.int64)))
-        del raw
-    view.release()
-    if final and len(pending) - end not in (0, 2):
-        raise ValueError(f"binary COPY ended inside a row ({len(pending) - end} bytes left)")
-    del pending[:end]
-    return False
+        if lengths[0] == _HEADER:  # the header alone in its message
+            starts = starts[1:]
+        else:  # the header travels with the first row
+            starts[0] += _HEADER
+    if final and msgs[-1][:2] == b"\xff\xff":
+        starts = starts[:-1]  # the trailer message
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    starts = starts[starts + _FIXED <= len(buf)]  # drop a trailer-only tail
+    ends = np.r_[starts[1:], len(buf) - (2 if final and buf[-2:] == b"\xff\xff" else 0)]
+    n = _values(raw, starts + 6, ">i8") if starts.size else starts
+    expected = _FIXED + 8 + _array_bytes(n, 4) + _array_bytes(n, 2)
+    if not np.array_equal(expected, ends - starts):  # not one row per message: walk the rows
+        walked, end = _row_starts(memoryview(buf), int(_HEADER if first else 0), len(buf))
+        if end not in (len(buf), len(buf) - 2):
+            raise ValueError("binary COPY rows do not line up with its messages")
+        starts = np.asarray(walked, dtype=np.int64)
+    return [_parse_block(raw, starts)] if starts.size else []
+
+
+def load_requests_fast(
+    conn: psycopg.Connection[Any] | str, run_id: str, *, parallel: int = 1
+) -> tuple[pd.DataFrame, ChunkArrays]:
+    """One run's requests as (frame, chunks): the columns of load_requests except request_id,
+    error_detail, session/turn, retry_after and content; arrays only in `chunks` (offsets µs
+    from send, int32; tokens int16). Row order is the store's (not sorted).
+
+    With a connection URL and `parallel` > 1, the run is read over that many connections at
+    once (partitioned by idx modulo `parallel`): the server's array serialisation, not the
+    network or numpy, is what limits one connection."""
+    if parallel < 1:
+        raise ValueError(f"parallel must be at least 1 (got {parallel})")
+    if isinstance(conn, str):
+        with psycopg.connect(conn, autocommit=True) as c:
+            dicts = _dictionaries(c, run_id)
+    else:
+        dicts = _dictionaries(conn, run_id)
+        parallel = 1  # more connections need a URL
+    if parallel == 1:
+        return _assemble(_read_partition(conn, _query(run_id, dicts, 0, 1)), dicts)
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        futures = [
+            pool.submit(_read_partition, conn, _query(run_id, dicts, k, parallel))
+            for k in range(parallel)
+        ]
+        parsed = [p for f in futures for p in f.result()]
+    return _assemble(parsed, dicts)
 
 
 def _assemble(

@@ -156,9 +156,8 @@ def max_load_meeting_slos(
             best = i
         else:
             break  # loads above a level that does not pass are not claimed
-    above = per_level[(best + 1) if best is not None else 0] if per_level else None
-    if best is not None and best + 1 >= len(per_level):
-        above = None
+    nxt = best + 1 if best is not None else 0
+    above = per_level[nxt] if nxt < len(per_level) else None
     return {
         "max_value": per_level[best]["value"] if best is not None else None,
         "level": per_level[best]["level"] if best is not None else None,

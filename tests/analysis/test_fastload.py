@@ -62,3 +62,29 @@ def test_same_as_load_requests(
     lv = load.load_levels(pg_conn, RID)
     r = load.load_run(pg_conn, RID)
     assert level_summary(fast, lv, r, chunks=chunks) == level_summary(slow, lv, r)
+
+
+@pytest.mark.integration
+def test_parallel_empty_and_unaligned(pg_conn: psycopg.Connection[Any]) -> None:
+    run, levels, reqs, ticks = synthetic_run(RID, regions=("eu", "us"), fail_every=3, per_level=40)
+    insert_run(pg_conn, run, levels, reqs, ticks)
+    one, ch1 = fastload.load_requests_fast(pg_conn, RID)
+    url = pg_conn.peakload_url  # type: ignore[attr-defined]
+    three, ch3 = fastload.load_requests_fast(url, RID, parallel=3)
+    key1, key3 = np.argsort(one["idx"].to_numpy()), np.argsort(three["idx"].to_numpy())
+    assert one["idx"].to_numpy()[key1].tolist() == three["idx"].to_numpy()[key3].tolist()
+    assert [ch1.offsets_us[ch1.ptr[i] : ch1.ptr[i + 1]].tolist() for i in key1] == [
+        ch3.offsets_us[ch3.ptr[i] : ch3.ptr[i + 1]].tolist() for i in key3
+    ]
+    empty, ch0 = fastload.load_requests_fast(pg_conn, "00000000-0000-0000-0000-00000000ffff")
+    assert len(empty) == 0 and ch0.n_requests == 0
+    # a stream cut into messages that do not follow rows is walked row by row instead
+    dicts = fastload._dictionaries(pg_conn, RID)
+    with pg_conn.cursor() as cur, cur.copy(fastload._query(RID, dicts, 0, 1).decode()) as cp:
+        stream = b"".join(bytes(b) for b in cp)
+    pieces = [stream[i : i + 777] for i in range(0, len(stream), 777)]
+    walked = fastload._parse_messages(pieces, True, final=True)
+    aligned = fastload._read_partition(pg_conn, fastload._query(RID, dicts, 0, 1))
+    assert len(walked) == 1 and all(
+        np.array_equal(a, b) for a, b in zip(walked[0], aligned[0], strict=True)
+    )

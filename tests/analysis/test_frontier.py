@@ -65,6 +65,10 @@ def test_points_and_max_load() -> None:
     best = fr.max_load_meeting_slos(df, levels, slos)
     # 500 samples, no exceedance: passes (>= 459); level 2 has 100 exceedances: fails
     assert (best["max_value"], best["next_value"], best["next_verdict"]) == (10.0, 20.0, "fail")
+    loose = fr.max_load_meeting_slos(
+        df, levels, [{"metric": "ttft_ms", "percentile": 99, "threshold": 5000}]
+    )
+    assert (loose["max_value"], loose["next_value"]) == (20.0, None)  # every level passes
     strict = fr.max_load_meeting_slos(
         df, levels, [{"metric": "ttft_ms", "percentile": 99.9, "threshold": 800}]
     )

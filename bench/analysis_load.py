@@ -1,0 +1,173 @@
+"""Benchmark: load a stored run of N requests x C chunks and compute every percentile curve
+(TTFT, TPOT, ITL per token, E2E; per level, pooled and per region; 95% bootstrap bands) and the
+frontier. Prints timings (time.perf_counter_ns) and peak RSS.
+
+    PEAKLOAD_BENCH_URL=postgresql://... python bench/analysis_load.py [--requests 1000000]
+
+The URL is an admin URL of a PostgreSQL/TimescaleDB server (default: PEAKLOAD_TEST_TIMESCALE_URL);
+the run is generated server-side once into the database `peakload_bench` and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from analysis import fastload, frontier, load, percentiles  # noqa: E402
+from analysis.summary import level_summary  # noqa: E402
+
+DB = "peakload_bench"
+LEVELS = (50.0, 100.0, 200.0, 400.0)
+REGIONS = ("eu-west", "us-east", "ap-south")
+SQL_DIR = Path(__file__).resolve().parents[1] / "deploy" / "sql"
+
+
+def run_id_for(n: int, chunks: int) -> str:
+    return f"00000000-0000-0000-bbbb-{n:06d}{chunks:06d}"[:36]
+
+
+def ensure_db(admin_url: str) -> str:
+    with psycopg.connect(admin_url, autocommit=True) as c:
+        if c.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB,)).fetchone() is None:
+            c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB)))
+    url = psycopg.conninfo.make_conninfo(admin_url, dbname=DB)
+    with psycopg.connect(url, autocommit=True) as c:
+        for f in sorted(SQL_DIR.glob("*.sql")):
+            c.execute(f.read_text())
+    return url
+
+
+def generate(conn: psycopg.Connection[tuple[object, ...]], rid: str, n: int, chunks: int) -> None:
+    """Server-side: n requests over 4 rate levels and 3 regions; every 200th a 503 with no
+    chunks; others `chunks` chunks, one token each except every 20th chunk (two)."""
+    per_level = n // len(LEVELS)
+    dur = per_level / LEVELS[0]
+    conn.execute("DELETE FROM runs WHERE run_id = %s", (rid,))
+    conn.execute("DELETE FROM requests WHERE run_id = %s", (rid,))
+    conn.execute(
+        "INSERT INTO runs (run_id, name, status, valid, api, target_url, model, labels, spec, "
+        "started_at, ended_at, requests_scheduled) VALUES (%s, 'bench-analysis', 'completed', "
+        "true, 'openai-chat', 'http://127.0.0.1:9/v1', 'bench', '{\"engine\": \"bench\"}', "
+        "'{\"slos\": [{\"metric\": \"ttft_ms\", \"percentile\": 99, \"threshold\": 800}]}', "
+        "'2026-11-01T00:00:00Z', '2026-11-01T00:00:00Z'::timestamptz + make_interval(secs => %s),"
+        " %s)",
+        (rid, dur * len(LEVELS), n),
+    )
+    for i, rate in enumerate(LEVELS):
+        conn.execute(
+            "INSERT INTO run_levels (run_id, level, kind, value, duration_s) "
+            "VALUES (%s, %s, 'rate', %s, %s)", (rid, i, rate, dur))
+    step = 100_000
+    for lo in range(0, n, step):
+        t = time.perf_counter_ns()
+        conn.execute(
+            """
+            INSERT INTO requests (request_id, scheduled_at, run_id, shard_id, region, level, idx,
+                phase, outcome, http_status, token_source, sent_ns, first_token_ns,
+                first_answer_ns, end_ns, prompt_tokens, output_tokens, client_tokens,
+                usage_completion_tokens, chunk_offsets_us, chunk_tokens)
+            SELECT gen_random_uuid(),
+                   '2026-11-01T00:00:00Z'::timestamptz + make_interval(secs => g * %(dt)s),
+                   %(rid)s, 'shard-' || (g %% 6), (%(regions)s::text[])[1 + g %% 3],
+                   g / %(per)s, g, 'steady',
+                   CASE WHEN g %% 200 = 199 THEN 'http_error' ELSE 'ok' END,
+                   CASE WHEN g %% 200 = 199 THEN 503 END, 'usage', s.sent,
+                   CASE WHEN g %% 200 = 199 THEN NULL ELSE s.sent + s.ttft * 1000 END,
+                   CASE WHEN g %% 200 = 199 THEN NULL ELSE s.sent + s.ttft * 1000 END,
+                   CASE WHEN g %% 200 = 199 THEN s.sent + 2000000
+                        ELSE s.sent + a.offs[%(c)s::int]::int8 * 1000 END,
+                   512, a.toks_sum, a.toks_sum, a.toks_sum,
+                   CASE WHEN g %% 200 = 199 THEN '{}'::int[] ELSE a.offs END,
+                   CASE WHEN g %% 200 = 199 THEN '{}'::smallint[] ELSE a.toks END
+            FROM generate_series(%(lo)s::int8, %(hi)s::int8) g
+            CROSS JOIN LATERAL (SELECT (random() * 200000)::int8 AS sent,
+                   (20000 + (g / %(per)s) * 15000 + random() * 60000)::int AS ttft) s
+            CROSS JOIN LATERAL (
+                SELECT array_agg(s.ttft + k * (15000 + (g / %(per)s) * 2000)
+                                 + (random() * 8000)::int ORDER BY k) AS offs,
+                       array_agg((1 + (k %% 20 = 19)::int)::smallint ORDER BY k) AS toks,
+                       sum(1 + (k %% 20 = 19)::int)::int AS toks_sum
+                FROM generate_series(0, %(c)s::int - 1) k) a
+            """,
+            {"dt": 1.0 / LEVELS[0], "rid": rid, "regions": list(REGIONS), "per": per_level,
+             "c": chunks, "lo": lo, "hi": min(lo + step, n) - 1},
+        )
+        print(f"  generated {min(lo + step, n):>9,} rows "
+              f"({(time.perf_counter_ns() - t) / 1e9:.1f} s)", flush=True)
+    conn.execute("ANALYZE requests")
+
+
+def timed(label: str, results: dict[str, float], fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+    t = time.perf_counter_ns()
+    out = fn(*args, **kwargs)
+    results[label] = (time.perf_counter_ns() - t) / 1e9
+    print(f"{label:<40} {results[label]:8.2f} s", flush=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=1_000_000)
+    ap.add_argument("--chunks", type=int, default=128)
+    ap.add_argument("--resamples", type=int, default=1000)
+    ap.add_argument("--regenerate", action="store_true")
+    ap.add_argument("--summary", action="store_true", help="also time level_summary")
+    args = ap.parse_args()
+    admin = os.environ.get("PEAKLOAD_BENCH_URL") or os.environ.get("PEAKLOAD_TEST_TIMESCALE_URL")
+    if not admin:
+        sys.exit("set PEAKLOAD_BENCH_URL (or PEAKLOAD_TEST_TIMESCALE_URL) to a server's admin URL")
+    url = ensure_db(admin)
+    rid = run_id_for(args.requests, args.chunks)
+    with psycopg.connect(url, autocommit=True) as conn:
+        have = conn.execute("SELECT count(*) FROM requests WHERE run_id = %s", (rid,)).fetchone()
+        if args.regenerate or not have or have[0] != args.requests:
+            print(f"generating {args.requests:,} requests x {args.chunks} chunks ...")
+            generate(conn, rid, args.requests, args.chunks)
+        store = "TimescaleDB " + str(conn.execute(
+            "SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'").fetchone()) \
+            if load.has_timescaledb(conn) else "PostgreSQL (no TimescaleDB)"
+        server = conn.execute("SHOW server_version").fetchone()
+    results: dict[str, float] = {}
+    t0 = time.perf_counter_ns()
+    with psycopg.connect(url, autocommit=True) as conn:
+        df, chunks = timed("load (binary COPY + numpy parse)", results,
+                           fastload.load_requests_fast, conn, rid)
+        levels = load.load_levels(conn, rid)
+        run = load.load_run(conn, rid)
+    curves = timed("percentile curves (4 metrics, bands)", results, percentiles.percentile_curves,
+                   df, chunks, resamples=args.resamples)
+    pts = timed("frontier (p99 TTFT per level)", results, frontier.frontier_points, df, levels,
+                chunks=chunks, resamples=args.resamples)
+    timed("max load meeting SLOs", results, frontier.max_load_meeting_slos, df, levels,
+          run["spec"]["slos"], chunks=chunks)
+    results["total"] = (time.perf_counter_ns() - t0) / 1e9
+    if args.summary:
+        timed("level_summary (extra)", results, level_summary, df, levels, run, chunks=chunks)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text()
+                .splitlines() if ln.startswith("model name")), platform.processor())
+    report = {
+        "requests": len(df), "chunks": int(chunks.offsets_us.size), "store": store,
+        "server_version": server[0] if server else None, "curve_rows": len(curves),
+        "frontier_levels": len(pts), "seconds": results, "peak_rss_gib": rss / 2**30,
+        "nproc": os.cpu_count(), "cpu": cpu,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    print(f"{'total (load + curves + frontier)':<40} {results['total']:8.2f} s")
+    print(f"peak RSS {rss / 2**30:.2f} GiB")
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
