@@ -199,7 +199,7 @@ class OpenAITarget:
                 )
             if streaming:
                 if ctype and not ctype.lower().startswith("text/event-stream"):
-                    raise await self._unexpected(ex, ctype, head.t_ns)
+                    raise await self._unexpected(ex, ctype, head.t_ns, streaming=True)
                 parser = SSEParser()
                 decoder = OpenAIStreamDecoder()
                 out: list[StreamEvent] = []
@@ -230,7 +230,7 @@ class OpenAITarget:
                         raise StreamTruncated("stream ended without [DONE]", t_ns=t_end)
             else:
                 if "json" not in ctype.lower():
-                    raise await self._unexpected(ex, ctype, head.t_ns)
+                    raise await self._unexpected(ex, ctype, head.t_ns, streaming=False)
                 parts: list[bytes] = []
                 size, last = 0, head.t_ns
                 async for t, chunk in ex.body():
@@ -256,26 +256,30 @@ class OpenAITarget:
             await ex.aclose()
 
     async def _unexpected(
-        self, ex: RawExchange | HttpxExchange, ctype: str, t_ns: int
+        self, ex: RawExchange | HttpxExchange, ctype: str, t_ns: int, *, streaming: bool
     ) -> StreamProtocolError:
+        """The error for a 2xx response of the wrong content type, with a summary of its body."""
         ex.expect_end(DRAIN_GRACE_S)
         raw = await ex.read_some(ERROR_BODY_BYTES)
-        main = ctype.split(";")[0].strip()
+        main = ctype.split(";")[0].strip().lower()
         what = body_summary(raw, ctype) if raw else "empty body"
-        want = "text/event-stream" if "json" in main.lower() or "html" in main.lower() else ""
-        if "json" in main.lower():
+        expected = "text/event-stream" if streaming else "JSON"
+        if streaming and "json" in main:
             why = "the server ignored stream=true (not a streaming server?)"
-        elif "html" in main.lower():
-            why = "HTML instead of SSE (a proxy or web page at this URL?)"
+        elif "html" in main:
+            why = f"HTML instead of {'SSE' if streaming else 'JSON'} (a proxy or web page here?)"
         else:
-            why = f"expected {want or 'text/event-stream or JSON'}"
+            why = f"expected {expected}"
         return StreamProtocolError(f"got {main}: {why}; body: {what}", t_ns=t_ns)
 
     def _scrub(self, e: TransportError) -> TransportError:
         """Remove the key from a server-derived detail (a server may echo our headers)."""
-        if self._secret and self._secret in e.detail:
-            e.detail = e.detail.replace(self._secret, "[redacted]")
-            e.args = (e.detail,)
+        key = self._secret
+        if key and any(key in str(a) for a in (e.detail, *e.args)):
+            e.detail = e.detail.replace(key, "[redacted]")
+            e.args = tuple(
+                a.replace(key, "[redacted]") if isinstance(a, str) else a for a in e.args
+            )
         return e
 
     async def warm(self, connections: int) -> None:

@@ -174,6 +174,8 @@ def test_canary_key_never_leaks(transport: str, monkeypatch: pytest.MonkeyPatch)
                 texts = [str(exc), repr(exc), exc.detail, repr(exc.args), *classify(exc)[3:]]
                 assert all(CANARY not in str(t) for t in texts), (rid, texts)
                 assert "redacted" in exc.detail or rid == "garbage", (rid, exc.detail)
+                if rid in ("401", "500"):
+                    assert str(exc).startswith(f"HTTP {rid}: "), str(exc)
             with pytest.raises(PreflightError) as pe:
                 await preflight(target)
             assert CANARY not in str(pe.value) and CANARY not in repr(target)
