@@ -114,19 +114,16 @@ class RawExchange:
                 raise self._eof_error("before the response headers")
             for i, (t, data) in enumerate(reads):
                 buf += data
-                end = buf.find(b"\r\n\r\n")
-                if end < 0:
-                    if len(buf) > MAX_HEAD_BYTES:
-                        raise StreamProtocolError(f"response head over {MAX_HEAD_BYTES} bytes")
-                    continue
-                head = parse_head(buf[:end], t)
-                rest = buf[end + 4 :]
-                if 100 <= head.status < 200:  # interim (100 Continue): keep reading
-                    buf = rest
-                    continue
-                self.leftover = ([(t, rest)] if rest else []) + reads[i + 1 :]
-                self._start_body(head)
-                return head
+                while (end := buf.find(b"\r\n\r\n")) >= 0:
+                    head = parse_head(buf[:end], t)
+                    buf = buf[end + 4 :]
+                    if 100 <= head.status < 200:  # interim (100 Continue): the real one follows
+                        continue
+                    self.leftover = ([(t, buf)] if buf else []) + reads[i + 1 :]
+                    self._start_body(head)
+                    return head
+                if len(buf) > MAX_HEAD_BYTES:
+                    raise StreamProtocolError(f"response head over {MAX_HEAD_BYTES} bytes")
 
     def _start_body(self, head: ResponseHead) -> None:
         self.head_done = True

@@ -126,7 +126,19 @@ def until_close_body(_: Received) -> Iterable[Step]:
     yield Close()
 
 
+def interim_100_continue(_: Received) -> Iterable[Step]:
+    yield b"HTTP/1.1 100 Continue\r\n\r\n" + WIRE[:20]
+    yield Sleep(0.003)
+    yield WIRE[20:]
+
+
+def interim_and_final_in_one_write(_: Received) -> Iterable[Step]:
+    yield b"HTTP/1.1 100 Continue\r\n\r\n" + WIRE
+
+
 WAYS: dict[str, Callable[[Received], Iterable[Step]]] = {
+    "interim_100_continue": interim_100_continue,
+    "interim_and_final_in_one_write": interim_and_final_in_one_write,
     "one_event_per_write": one_event_per_write,
     "everything_in_one_write": everything_in_one_write,
     "one_chunk_per_event_one_write": one_chunk_per_event_one_write,
