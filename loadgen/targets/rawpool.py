@@ -186,15 +186,17 @@ class RawPool:
             try:
                 async with asyncio.timeout_at(deadline_at):
                     await fut
-            except TimeoutError:
-                raise PhaseTimeout(
-                    "connect", f"no free connection (pool of {self.max_connections}) by deadline"
-                ) from None
-            finally:
-                if not fut.done():
-                    fut.cancel()
-                elif not fut.cancelled() and fut in self.waiters:
-                    self.waiters.remove(fut)
+            except BaseException as e:  # timed out or cancelled
+                if fut.done() and not fut.cancelled():
+                    self._wake_one()  # we were woken but will not use it: pass it on
+                else:
+                    fut.cancel()  # left in the queue; _wake_one skips it
+                if isinstance(e, TimeoutError):
+                    raise PhaseTimeout(
+                        "connect",
+                        f"no free connection (pool of {self.max_connections}) by the deadline",
+                    ) from None
+                raise
 
     def release(self, conn: Conn, reusable: bool) -> None:
         """Give a connection back after an exchange; closed unless `reusable` and healthy."""
