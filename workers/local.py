@@ -26,6 +26,7 @@ from loadgen.schedule import static_levels
 from loadgen.spec import RunSpec
 from loadgen.targets import OpenAITarget, check_target, policy_from_env, preflight
 from workers.planner import plan_run
+from workers.server_metrics import MetricsRecorder
 from workers.store import runs as store_runs
 from workers.store.connect import connect_store
 from workers.store.connect import database_url as default_database_url
@@ -81,6 +82,12 @@ def run_local(
         allow_private=policy.allow_private or LOCAL_RUNS_ALLOW_PRIVATE,
         allowlist=policy.allowlist,
     )
+    if spec.target.metrics_url:
+        check_target(
+            spec.target.metrics_url,
+            allow_private=policy.allow_private or LOCAL_RUNS_ALLOW_PRIVATE,
+            allowlist=policy.allowlist,
+        )
     run_id = str(uuid.uuid4())
     plans = with_fraction_offsets(plan_run(spec, run_id))
     return run_measurement(
@@ -136,6 +143,12 @@ async def _run(
         store_runs.start_run(conn, run_id)
         for p in plans:
             store_runs.set_shard_state(conn, run_id, p.shard_id, "running")
+        recorder = None
+        if spec.target.metrics_url:
+            recorder = MetricsRecorder(
+                url, run_id, spec.target.metrics_url, (time.time_ns(), time.perf_counter_ns())
+            )
+            recorder.start()
         try:
             results = await asyncio.gather(
                 *(
@@ -153,6 +166,8 @@ async def _run(
             )
         finally:
             _remove_abort(loop)
+            if recorder is not None:
+                await recorder.stop()
             writer_error = _close_writer(writer)
         return _finish(conn, run_id, spec, results, tpw, writer_error)
     finally:

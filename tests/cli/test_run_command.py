@@ -124,6 +124,25 @@ def test_run_stores_every_record_and_prints_the_summary(
         assert spec_row is not None and "cli-smoke" in spec_row[0]
 
 
+def test_run_scrapes_the_servers_metrics(sim: SimProcess, store_url: str, tmp_path: Path) -> None:
+    metrics = sim.base_url.removesuffix("/v1") + "/metrics"
+    spec = tmp_path / "m.toml"
+    spec.write_text(spec_text(sim.base_url, metrics_url=f'"{metrics}"'))
+    out = tmp_path / "s.json"
+    proc = peakload(["run", str(spec), "--json", str(out)], store_url, tmp_path)
+    assert proc.returncode in (0, 3), proc.stderr
+    run_id = json.loads(out.read_text())["run_id"]
+    with psycopg.connect(store_url) as conn:
+        rows = conn.execute(
+            "SELECT name, count(*), max(value) FROM server_metrics WHERE run_id = %s GROUP BY name",
+            (run_id,),
+        ).fetchall()
+    names = {r[0]: (r[1], r[2]) for r in rows}
+    assert names, "no server metrics stored"
+    assert all(n.startswith("peakload_sim") for n in names)
+    assert max(c for c, _ in names.values()) >= 2  # scraped more than once during the run
+
+
 class _Canned(BaseHTTPRequestHandler):
     """A real HTTP server answering every POST with one canned response."""
 
