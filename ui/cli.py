@@ -1,11 +1,58 @@
-"""The `peakload` command: one click group; each command group lives in ui/commands/."""
+"""The `peakload` command: one click group whose commands live in ui/commands/, one module each.
+
+Commands are imported only when invoked (pandas, scipy, Celery and Streamlit are slow to import),
+from the explicit table below: add a line there for a new command.
+"""
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
+# name -> (module, attribute, one-line help shown by `peakload --help`)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "abort": ("ui.commands.abort", "abort_command", "Abort a distributed run everywhere."),
+    "compare": ("ui.commands.compare", "compare_command", "Compare a candidate run to a baseline."),
+    "db": ("ui.commands.db", "db", "The store: migrate, status, stop the embedded server."),
+    "demo": ("ui.commands.demo", "demo_command", "A short sweep against the simulated engine."),
+    "export": ("ui.commands.export", "export_command", "Export requests: csv, parquet, jsonl."),
+    "report": ("ui.commands.report", "report_command", "Report on a run: HTML, JSON, figures."),
+    "run": ("ui.commands.run", "run_command", "Run a spec in this process and store everything."),
+    "runs": ("ui.commands.runs", "runs_command", "List stored runs, newest first."),
+    "schedule": ("ui.commands.schedule", "schedule_group", "Nightly runs on a cron schedule."),
+    "sim": ("ui.commands.sim", "sim", "Serve the simulated OpenAI-compatible engine."),
+    "sla": ("ui.commands.sla", "sla_command", "Check SLA claims against a run."),
+    "submit": ("ui.commands.submit", "submit_command", "Run a spec across the region workers."),
+    "ui": ("ui.commands.ui", "ui_command", "Serve the web app."),
+    "worker": ("ui.commands.worker", "worker_command", "Start a region worker (or control, beat)."),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyGroup(click.Group):
+    """Lists commands from `COMMANDS` and imports one only when it is run."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        module, attr, _ = entry
+        command = getattr(importlib.import_module(module), attr)
+        assert isinstance(command, click.Command), f"{module}.{attr} is not a click command"
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in sorted(COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="peakload")
 def cli() -> None:
     """peakload: load tests for LLM inference endpoints, measured token by token."""
@@ -13,39 +60,3 @@ def cli() -> None:
 
 def main() -> None:
     cli()
-
-
-# Command registration: one line per command module (keep alphabetical).
-from ui.commands.db import db  # noqa: E402
-
-cli.add_command(db)
-from ui.commands.demo import demo_command  # noqa: E402
-from ui.commands.run import run_command  # noqa: E402
-
-cli.add_command(demo_command)
-cli.add_command(run_command)
-from ui.commands.sim import sim  # noqa: E402
-cli.add_command(sim)
-from ui.commands.runs import runs_command  # noqa: E402
-from ui.commands.sla import sla_command  # noqa: E402
-
-cli.add_command(runs_command)
-cli.add_command(sla_command)
-from ui.commands.export import export_command  # noqa: E402
-
-cli.add_command(export_command)
-from ui.commands.abort import abort_command  # noqa: E402
-from ui.commands.schedule import schedule_group  # noqa: E402
-from ui.commands.submit import submit_command  # noqa: E402
-from ui.commands.worker import worker_command  # noqa: E402
-
-cli.add_command(abort_command)
-cli.add_command(schedule_group)
-cli.add_command(submit_command)
-cli.add_command(worker_command)
-from ui.commands.report import report_command  # noqa: E402
-
-cli.add_command(report_command)
-from ui.commands.compare import compare_command  # noqa: E402
-
-cli.add_command(compare_command)
