@@ -11,7 +11,17 @@ PYTEST_ARGS ?=
 .PHONY: demo test test-fast check bench services venv install install-test clean
 
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "peakload needs Python 3.11+ (found: $$($(PYTHON) --version 2>&1))" >&2; exit 1; }
+	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
+	  rm -rf $(VENV); \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing python3-venv (Debian ships venv separately)"; \
+	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; \
+	    $(PYTHON) -m venv $(VENV); \
+	  else \
+	    echo "cannot create a virtualenv: install python3-venv (sudo apt-get install python3-venv)" >&2; exit 1; \
+	  fi; }
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml
