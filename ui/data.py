@@ -1,0 +1,470 @@
+"""Cached data access for the Streamlit pages: one shared store connection (`st.cache_resource`,
+opened on first use, never at import), raw request frames cached as resources (no copy per
+rerun), and every derived result cached with a TTL. Numbers come from analysis/ (and the
+adapters in ui/derive.py); pages get display-ready frames and dicts.
+
+Times shown are UTC; latencies ms; rates per second over the steady window.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import psycopg
+import streamlit as st
+
+from analysis import load as al
+from analysis import metrics as m
+from analysis import nightly as anightly
+from analysis import render as arender
+from analysis import report as areport
+from analysis import sla as asla
+from analysis.export import write_requests
+from analysis.summary import level_summary
+from ui import derive
+
+RUNS_TTL_S = 5
+RESULT_TTL_S = 600
+LIVE_TTL_S = 1
+TIMELINE_SAMPLE = 40
+
+
+class Store:
+    """One connection shared by the app's sessions, used under a lock and reopened if lost."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[Any] | None = None
+
+    @contextmanager
+    def conn(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                self._conn = al.open_store(self.url)
+            try:
+                yield self._conn
+            except psycopg.OperationalError:
+                self._conn.close()
+                self._conn = None
+                raise
+
+
+def store_url() -> str:
+    """The store the app reads: `PEAKLOAD_DATABASE_URL`, else the embedded default."""
+    url = os.environ.get(al.DATABASE_URL_ENV, "").strip()
+    return url or _embedded_url()
+
+
+@st.cache_resource(show_spinner="Starting the embedded store…")
+def _embedded_url() -> str:
+    from workers.store.connect import database_url
+
+    return database_url()
+
+
+def store() -> Store:
+    """The shared store for the configured URL (read on each call, so a changed environment
+    gets its own connection)."""
+    return _store(store_url())
+
+
+@st.cache_resource(show_spinner=False)
+def _store(url: str) -> Store:
+    from workers.store.connect import ensure_schema
+
+    ensure_schema(url)
+    return Store(url)
+
+
+# ---------------------------------------------------------------- runs
+
+
+@st.cache_data(ttl=RUNS_TTL_S, show_spinner=False)
+def runs(
+    name: str | None = None,
+    target: str | None = None,
+    model: str | None = None,
+    label: str | None = None,
+    status: str | None = None,
+    schedule: str | None = None,
+    limit: int = 500,
+) -> pd.DataFrame:
+    """Stored runs, newest first (analysis.load.load_runs); `label` is "key=value"."""
+    labels = None
+    if label and "=" in label:
+        k, v = label.split("=", 1)
+        labels = {k.strip(): v.strip()}
+    with store().conn() as c:
+        return al.load_runs(
+            c,
+            name_like=name or None,
+            target_like=target or None,
+            model=model or None,
+            labels=labels,
+            status=status or None,
+            schedule_name=schedule or None,
+            limit=limit,
+        )
+
+
+def runs_table(df: pd.DataFrame, since: Any = None, until: Any = None) -> pd.DataFrame:
+    """The Runs page's table: one row per run, labels as `k=v` text, validity as a word."""
+    out = pd.DataFrame(
+        {
+            "run_id": df["run_id"],
+            "name": df["name"],
+            "target": df["target_url"],
+            "model": df["model"],
+            "labels": [_labels_text(x) for x in df["labels"]],
+            "start": df["started_at"],
+            "duration_s": df["duration_s"],
+            "status": df["status"],
+            "validity": [_validity(v) for v in df["valid"]],
+            "requests": df["requests"],
+            "errors": df["errors"],
+        }
+    )
+    if since is not None:
+        out = out[out["start"].isna() | (out["start"].dt.date >= since)]
+    if until is not None:
+        out = out[out["start"].isna() | (out["start"].dt.date <= until)]
+    return out.reset_index(drop=True)
+
+
+def _labels_text(labels: Any) -> str:
+    if not isinstance(labels, dict):
+        return ""
+    return ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if v not in (None, {}, ""))
+
+
+def _validity(v: Any) -> str:
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return "unknown"
+    return "valid" if bool(v) else "INVALID"
+
+
+@st.cache_data(ttl=RUNS_TTL_S, show_spinner=False)
+def run(run_id: str) -> dict[str, Any]:
+    """One run's row (analysis.load.load_run); LookupError if absent."""
+    with store().conn() as c:
+        return al.load_run(c, run_id)
+
+
+def choices(df: pd.DataFrame) -> dict[str, str]:
+    """run_id -> a readable label for pickers (name, short id, start)."""
+    out: dict[str, str] = {}
+    for rid, name, start in zip(df["run_id"], df["name"], df["started_at"], strict=True):
+        when = "" if pd.isna(start) else f" · {start:%Y-%m-%d %H:%M}"
+        out[str(rid)] = f"{name} · {str(rid)[:8]}{when}"
+    return out
+
+
+# ---------------------------------------------------------------- one run's results
+
+
+@st.cache_resource(ttl=RESULT_TTL_S, max_entries=8, show_spinner=False)
+def requests(run_id: str) -> pd.DataFrame:
+    """All of a run's request rows (analysis.load.load_requests), shared read-only."""
+    with store().conn() as c:
+        return al.load_requests(c, run_id)
+
+
+@st.cache_resource(ttl=RESULT_TTL_S, max_entries=8, show_spinner=False)
+def chunks(run_id: str) -> m.ChunkArrays:
+    return m.ChunkArrays.from_frame(requests(run_id))
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def levels(run_id: str) -> pd.DataFrame:
+    with store().conn() as c:
+        return al.load_levels(c, run_id)
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def summary(run_id: str) -> dict[str, Any]:
+    """analysis.summary.level_summary of the run."""
+    return level_summary(requests(run_id), levels(run_id), run(run_id), chunks=chunks(run_id))
+
+
+def headline(s: dict[str, Any]) -> dict[str, Any]:
+    """The summary cards: totals over levels, best throughput, p99 TTFT at the busiest level."""
+    lv = s.get("levels") or []
+    ok = sum(int(x.get("requests_ok") or 0) for x in lv)
+    failed = sum(int(x.get("requests_failed") or 0) for x in lv)
+    busiest: dict[str, Any] = max(lv, key=lambda x: x.get("request_rate") or 0.0, default={})
+    return {
+        "requests": ok + failed,
+        "failed": failed,
+        "error_rate": failed / (ok + failed) if ok + failed else None,
+        "best_request_rate": busiest.get("request_rate"),
+        "best_tokens_per_s": max((x.get("output_tokens_per_s") or 0.0 for x in lv), default=None),
+        "p99_ttft_ms": (busiest.get("ttft_ms") or {}).get("p99"),
+        "busiest_level": busiest.get("level"),
+    }
+
+
+def level_table(s: dict[str, Any]) -> pd.DataFrame:
+    """Per level: load, counts, rates, latency p50/p90/p99 (ms), goodput where SLOs exist."""
+    rows = []
+    for x in s.get("levels") or []:
+        row: dict[str, Any] = {
+            "level": x["level"],
+            "load": f"{x.get('kind') or ''} {x.get('value') if x.get('value') is not None else ''}",
+            "achieved": x.get("achieved"),
+            "ok": x.get("requests_ok"),
+            "failed": x.get("requests_failed"),
+            "req/s": x.get("request_rate"),
+            "out tok/s": x.get("output_tokens_per_s"),
+        }
+        for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            for q in ("p50", "p90", "p99"):
+                row[f"{metric[:-3].upper()} {q}"] = (x.get(metric) or {}).get(q)
+        if "goodput" in x:
+            row["goodput req/s"] = x.get("goodput")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def spectra(run_id: str, metric: str, by: str) -> pd.DataFrame:
+    """Percentile curves of one run's `metric` per level or per region (ui.derive)."""
+    return derive.spectra_by(requests(run_id), metric, by, chunks(run_id))
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def series(run_id: str, bucket_s: float = 1.0) -> pd.DataFrame:
+    """Throughput, in-flight and errors per time bucket and region (analysis.load.timeseries)."""
+    with store().conn() as c:
+        return al.timeseries(c, run_id, bucket_s)
+
+
+@st.cache_data(ttl=LIVE_TTL_S, show_spinner=False)
+def live_series(run_id: str) -> pd.DataFrame:
+    with store().conn() as c:
+        return al.timeseries(c, run_id, 1.0)
+
+
+@st.cache_data(ttl=LIVE_TTL_S, show_spinner=False)
+def live_regions(run_id: str) -> pd.DataFrame:
+    """Per region, from the ticks so far: started, completed, errors, output tokens, in flight
+    now (last tick), seconds covered, and the generator's worst loop lag (ms)."""
+    with store().conn() as c:
+        t = al.load_ticks(c, run_id)
+    cols = [
+        "region",
+        "seconds",
+        "started",
+        "completed",
+        "errors",
+        "output_tokens",
+        "in_flight",
+        "loop_lag_ms_max",
+    ]
+    if t.empty:
+        return pd.DataFrame(columns=cols)
+    last = t[t["t"] == t.groupby("region")["t"].transform("max")]
+    g = t.groupby("region").agg(
+        seconds=("t", "nunique"),
+        started=("started", "sum"),
+        completed=("completed", "sum"),
+        errors=("errors", "sum"),
+        output_tokens=("output_tokens", "sum"),
+        loop_lag_ms_max=("loop_lag_ms_max", "max"),
+    )
+    g["in_flight"] = last.groupby("region")["in_flight"].sum()
+    return g.reset_index()[cols]
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def token_timeline(run_id: str, n: int = TIMELINE_SAMPLE) -> pd.DataFrame:
+    """Up to `n` requests sampled evenly over the run, one row per chunk: the request's
+    scheduled→end span (s from the run's first schedule) and each chunk's arrival (s)."""
+    df = requests(run_id)
+    if df.empty:
+        return pd.DataFrame(columns=["request", "outcome", "start_s", "end_s", "chunk_s", "tokens"])
+    pick = np.unique(np.linspace(0, len(df) - 1, min(n, len(df))).round().astype(int))
+    t0 = df["scheduled_at"].iloc[0]
+    rows = []
+    for i in pick:
+        r = df.iloc[i]
+        start = (r["scheduled_at"] - t0).total_seconds()
+        sent = start + (0.0 if pd.isna(r["sent_ns"]) else r["sent_ns"] / 1e9)
+        end = start + (np.nan if pd.isna(r["end_ns"]) else r["end_ns"] / 1e9)
+        label = f"#{int(r['idx'])} {r['region']} L{int(r['level'])}"
+        base = {"request": label, "outcome": r["outcome"], "start_s": start, "end_s": end}
+        offs, toks = r["chunk_offsets_us"], r["chunk_tokens"]
+        if len(offs) == 0:
+            rows.append({**base, "chunk_s": np.nan, "tokens": 0})
+        for o, k in zip(offs, toks, strict=True):
+            rows.append({**base, "chunk_s": sent + o / 1e6, "tokens": int(k)})
+    return pd.DataFrame(rows)
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def failures(run_id: str) -> pd.DataFrame:
+    """Failures by kind (analysis.metrics.error_rates): kind, count, rate of all requests."""
+    rates = m.error_rates(requests(run_id))
+    return pd.DataFrame(
+        [{"kind": k, "count": v["count"], "rate": v["rate"]} for k, v in rates.items()],
+        columns=["kind", "count", "rate"],
+    )
+
+
+def labels_table(r: dict[str, Any]) -> pd.DataFrame:
+    """The test-matrix labels as (label, value) rows."""
+    labels = r.get("labels") or {}
+    return pd.DataFrame(
+        [
+            {"label": k, "value": json.dumps(v) if isinstance(v, dict) else str(v)}
+            for k, v in sorted(labels.items())
+            if v not in (None, "", {})
+        ],
+        columns=["label", "value"],
+    )
+
+
+# ---------------------------------------------------------------- exports
+
+
+def export_bytes(run_id: str, fmt: str) -> bytes:
+    """The run's requests as CSV or Parquet (analysis.export), content columns excluded."""
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / f"requests.{fmt}"
+        write_requests(requests(run_id), p, fmt)  # type: ignore[arg-type]
+        return p.read_bytes()
+
+
+def report_html(run_id: str) -> bytes:
+    """The run's self-contained HTML report (analysis.report.build_report, analysis.render)."""
+    with store().conn() as c:
+        report = areport.build_report(c, run_id)
+    return arender.render_html(report).encode("utf-8")
+
+
+def csv_bytes(df: pd.DataFrame) -> bytes:
+    buf = io.StringIO()
+    df.to_csv(buf, index=False)
+    return buf.getvalue().encode("utf-8")
+
+
+# ---------------------------------------------------------------- several runs
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def compare_spectra(run_ids: Sequence[str], metric: str) -> pd.DataFrame:
+    """One percentile curve per run (ok, steady requests, all levels pooled)."""
+    names = choices(runs_for(run_ids))
+    parts = []
+    for rid in run_ids:
+        df = requests(rid)
+        v = derive.metric_samples(df, metric, derive.latency_rows(df), chunks(rid))
+        parts.append(derive.curve(v, names.get(rid, rid)))
+    parts = [p for p in parts if not p.empty]
+    return (
+        pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=derive.CURVE_COLUMNS)
+    )
+
+
+@st.cache_data(ttl=RUNS_TTL_S, show_spinner=False)
+def runs_for(run_ids: Sequence[str]) -> pd.DataFrame:
+    with store().conn() as c:
+        return al.load_runs(c, run_ids=list(run_ids), limit=None)
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def frontier(run_ids: Sequence[str], metric: str, percentile: float) -> pd.DataFrame:
+    """Throughput against a latency percentile per (run, level) (analysis.frontier), with the
+    Pareto points and the knee marked."""
+    per_run = {r: (requests(r), levels(r), chunks(r)) for r in run_ids}
+    return derive.frontier(per_run, choices(runs_for(run_ids)), metric, percentile)
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def changes(run_ids: Sequence[str], baseline: str) -> pd.DataFrame:
+    """Each run against the baseline per metric, level and p50/p90/p99 (analysis.compare)."""
+    frames = {r: requests(r) for r in run_ids}
+    return derive.changes(frames, choices(runs_for(run_ids)), baseline)
+
+
+# ---------------------------------------------------------------- SLA
+
+
+def parse_claims(text: str, where: str) -> asla.ClaimsFile:
+    """A claims TOML (analysis.sla); SpecError names the file and the field."""
+    import tomllib
+
+    from loadgen.errors import SpecError
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"not valid TOML: {exc}", where=where) from None
+    return asla.parse_claims(data, where=where)
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def verdicts(run_id: str, claims_text: str, where: str) -> pd.DataFrame:
+    """analysis.sla.evaluate of the claims against one run's requests, one row per claim."""
+    claims = parse_claims(claims_text, where)
+    out = asla.evaluate(requests(run_id), claims, chunks=chunks(run_id))
+    return pd.DataFrame([v.to_json() for v in out])
+
+
+# ---------------------------------------------------------------- nightly
+
+
+@st.cache_data(ttl=RUNS_TTL_S, show_spinner=False)
+def schedules() -> list[str]:
+    """Schedule names that have runs, alphabetically."""
+    df = runs(limit=5000)
+    names = df["schedule_name"].dropna().unique().tolist()
+    return sorted(str(n) for n in names)
+
+
+NIGHTLY_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "ttfat_ms")
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def nightly(schedule: str, metric: str, percentile: float) -> pd.DataFrame:
+    """A schedule's history, oldest first (analysis.nightly.history_with_changes): per run the
+    pooled `percentile` of `metric` (ms), with `change_point` true where a new mean starts."""
+    with store().conn() as c:
+        hist, cps = anightly.history_with_changes(c, schedule, metric=metric, percentile=percentile)
+    hist["change_point"] = False
+    if cps:
+        hist.loc[hist.index[cps], "change_point"] = True
+    hist["valid"] = [_validity(v) for v in hist["valid"]]
+    return hist
+
+
+def nightly_links(history: pd.DataFrame) -> list[dict[str, Any]]:
+    """One entry per run of a history, newest first."""
+    if history.empty:
+        return []
+    out = history.sort_values("created_at", ascending=False)
+    cols = ["run_id", "name", "created_at", "valid", "change_point"]
+    return [{str(k): v for k, v in r.items()} for r in out[cols].to_dict("records")]
+
+
+@st.cache_data(ttl=LIVE_TTL_S, show_spinner=False)
+def running_runs() -> dict[str, str]:
+    """Runs with status `running` (newest first): run_id -> label."""
+    return choices(runs(status="running", limit=50))
+
+
+@st.cache_data(ttl=LIVE_TTL_S, show_spinner=False)
+def run_status(run_id: str) -> dict[str, Any]:
+    """The run's row, fresh within a second (for the Live page)."""
+    with store().conn() as c:
+        return al.load_run(c, run_id)

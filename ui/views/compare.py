@@ -1,0 +1,80 @@
+"""Compare: several runs side by side — overlaid percentile curves, throughput-latency
+frontiers across runs or targets, and a table of changes against a baseline with intervals."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ui import charts, data
+from ui.views.common import METRICS, chart, pick_metric, pick_runs
+
+st.title("Compare runs")
+chosen = pick_runs("Runs to compare")
+if len(chosen) < 2:
+    st.info("Pick at least two runs (or select several on the Runs page).")
+    st.stop()
+names = data.choices(data.runs_for(tuple(chosen)))
+
+st.subheader("Percentile curves")
+metric = pick_metric("cmp_metric")
+curves = data.compare_spectra(tuple(chosen), metric)
+chart(
+    charts.percentile_curves(curves, f"{METRICS[metric]} percentiles", f"{METRICS[metric]} (ms)"),
+    curves,
+    f"compare-percentiles-{metric}",
+)
+
+st.subheader("Throughput-latency frontier")
+f_metric, f_q = st.columns(2)
+with f_metric:
+    fm = pick_metric("cmp_frontier_metric", ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"))
+fq = f_q.radio(
+    "Percentile",
+    [50.0, 90.0, 99.0],
+    index=2,
+    horizontal=True,
+    key="cmp_q",
+    format_func=lambda q: f"p{q:g}",
+)
+points = data.frontier(tuple(chosen), fm, fq)
+chart(
+    charts.frontier(
+        points, f"Output tokens/s against p{fq:g} {METRICS[fm]}", f"p{fq:g} {METRICS[fm]} (ms)"
+    ),
+    points,
+    f"compare-frontier-{fm}-p{fq:g}",
+)
+st.caption(
+    "One point per load level, with its 95% bootstrap band; ringed points are on the "
+    "run's Pareto front, a star marks its knee (Kneedle)."
+)
+
+st.subheader("Changes against a baseline")
+baseline = st.selectbox("Baseline", chosen, format_func=lambda k: names.get(k, k), key="cmp_base")
+table = data.changes(tuple(chosen), baseline)
+st.dataframe(
+    table,
+    hide_index=True,
+    column_config={
+        "baseline": st.column_config.NumberColumn("baseline (ms)", format="%.3f"),
+        "candidate": st.column_config.NumberColumn("this run (ms)", format="%.3f"),
+        "delta": st.column_config.NumberColumn("change (ms)", format="%+.3f"),
+        "delta_pct": st.column_config.NumberColumn("change %", format="%+.1f%%"),
+        "ci_lower": st.column_config.NumberColumn("95% CI low (ms)", format="%+.3f"),
+        "ci_upper": st.column_config.NumberColumn("95% CI high (ms)", format="%+.3f"),
+        "mwu_p": st.column_config.NumberColumn("Mann-Whitney p", format="%.2g"),
+    },
+)
+st.caption(
+    "Per metric, level (matched by index) and percentile; steady phase, ok requests. A "
+    "regression is > 5% worse with the bootstrap CI of the difference above zero (and, at p50, "
+    "a one-sided Mann-Whitney p < 0.05)."
+)
+st.download_button(
+    "Download changes.csv",
+    data=lambda: data.csv_bytes(table),
+    file_name="changes.csv",
+    mime="text/csv",
+    on_click="ignore",
+    key="cmp_csv",
+)

@@ -1,0 +1,129 @@
+"""Run: one stored run — its cards and validity, percentile curves, throughput / in-flight /
+errors over time per region, the per-level table, a token timeline of sampled requests,
+failures by kind, the test-matrix labels, and exports."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ui import charts, data
+from ui.views.common import METRICS, chart, fmt, pick_metric, pick_run
+
+picked = pick_run()
+if picked is None:
+    st.stop()
+run_id: str = str(picked)
+run = data.run(run_id)
+summary = data.summary(run_id)
+cards = data.headline(summary)
+
+st.title(f"Run: {run['name']}")
+st.caption(
+    f"{run_id} · {run['api']} {run['target_url']} · model {run['model']} · "
+    f"status **{run['status']}** · mode {run['mode']}"
+)
+
+if summary["valid"] is False:
+    st.error(
+        "**INVALID run** — the generator, not the server, may have shaped these numbers:\n\n"
+        + "\n".join(f"- {why}" for why in summary["invalid_reasons"]),
+        icon=":material/warning:",
+    )
+elif summary["valid"] is None:
+    st.warning("Validity unknown: the run has not finished (or ended without a verdict).")
+else:
+    st.success("Valid run: the generator's self-checks stayed within bounds.", icon=":material/check_circle:")
+if run.get("status_reason"):
+    st.info(f"Status reason: {run['status_reason']}")
+
+c = st.columns(6)
+c[0].metric("Requests", fmt(cards["requests"], 0))
+c[1].metric("Failed", fmt(cards["failed"], 0))
+c[2].metric(
+    "Error rate", fmt(None if cards["error_rate"] is None else 100 * cards["error_rate"], 2, "%")
+)
+c[3].metric("Best req/s", fmt(cards["best_request_rate"], 2))
+c[4].metric("Best output tok/s", fmt(cards["best_tokens_per_s"], 1))
+c[5].metric(f"p99 TTFT, level {cards['busiest_level']}", fmt(cards["p99_ttft_ms"], 1, "ms"))
+
+tabs = st.tabs(
+    ["Percentiles", "Over time", "Levels", "Token timeline", "Failures", "Labels", "Export"]
+)
+
+with tabs[0]:
+    left, right = st.columns(2)
+    with left:
+        metric = pick_metric("run_metric")
+    with right:
+        by = st.radio("One curve per", ["level", "region"], horizontal=True, key="run_by")
+    curves = data.spectra(run_id, metric, by)
+    chart(
+        charts.percentile_curves(
+            curves, f"{METRICS[metric]} percentiles by {by}", f"{METRICS[metric]} (ms)"
+        ),
+        curves,
+        f"percentiles-{metric}-{by}-{run_id[:8]}",
+    )
+    st.caption("Steady phase, ok requests. Shaded: 95% bootstrap band per percentile.")
+
+with tabs[1]:
+    ts = data.series(run_id)
+    chart(
+        charts.over_time(ts, "Throughput, in flight and failures per region"),
+        ts,
+        f"over-time-{run_id[:8]}",
+    )
+
+with tabs[2]:
+    st.dataframe(data.level_table(summary), hide_index=True)
+    st.caption(
+        "Latencies in ms (steady phase, ok requests; TTFT from send; ITL per token); "
+        "rates over each level's steady window."
+    )
+
+with tabs[3]:
+    tl = data.token_timeline(run_id)
+    chart(
+        charts.token_timeline(tl, "Sampled requests: scheduled → end, with each chunk"),
+        tl,
+        f"token-timeline-{run_id[:8]}",
+    )
+
+with tabs[4]:
+    fails = data.failures(run_id)
+    if fails.empty:
+        st.success("No failed requests.")
+    else:
+        chart(charts.failures(fails, "Failed requests by kind"), fails, f"failures-{run_id[:8]}")
+        st.dataframe(fails, hide_index=True)
+
+with tabs[5]:
+    st.dataframe(data.labels_table(run), hide_index=True)
+
+with tabs[6]:
+    st.write("The run's requests, one row per request with every chunk's arrival.")
+    e1, e2, e3 = st.columns(3)
+    e1.download_button(
+        "Requests as CSV",
+        data=lambda: data.export_bytes(run_id, "csv"),
+        file_name=f"{run_id}.csv",
+        mime="text/csv",
+        on_click="ignore",
+        key="export_csv",
+    )
+    e2.download_button(
+        "Requests as Parquet",
+        data=lambda: data.export_bytes(run_id, "parquet"),
+        file_name=f"{run_id}.parquet",
+        mime="application/vnd.apache.parquet",
+        on_click="ignore",
+        key="export_parquet",
+    )
+    e3.download_button(
+        "HTML report",
+        data=lambda: data.report_html(run_id),
+        file_name=f"{run_id}.html",
+        mime="text/html",
+        on_click="ignore",
+        key="export_html",
+    )

@@ -1,0 +1,78 @@
+"""SLA: judge claims ("p99 TTFT < 800 ms at level 2") against a stored run. Upload or paste a
+claims TOML; each claim gets pass, fail or insufficient samples, with its statistics."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from loadgen.errors import SpecError
+from ui import data
+from ui.views.common import fmt, pick_run
+
+EXAMPLE = """confidence = 0.99
+
+[[claims]]
+metric = "ttft_ms"
+percentile = 90
+threshold = 500
+
+[[claims]]
+metric = "e2e_ms"
+percentile = 99
+threshold = 2000
+"""
+
+st.title("SLA verdicts")
+run_id = pick_run()
+if run_id is None:
+    st.stop()
+
+uploaded = st.file_uploader("Claims file (TOML)", type=["toml"], key="sla_upload")
+if uploaded is not None:
+    claims_text, where = uploaded.getvalue().decode("utf-8", errors="replace"), uploaded.name
+else:
+    claims_text = st.text_area("…or write the claims here", EXAMPLE, height=260, key="sla_text")
+    where = "claims (text box)"
+
+try:
+    verdicts = data.verdicts(run_id, claims_text, where)
+except SpecError as exc:
+    st.error(f"The claims are not valid: {exc}")
+    st.stop()
+
+run = data.run(run_id)
+if run.get("valid") is False:
+    st.warning(
+        "This run is flagged INVALID: its verdicts describe the generator as much as the "
+        "server. See the Run page for why."
+    )
+
+WORDS = {"pass": "PASS", "fail": "FAIL", "insufficient samples": "INSUFFICIENT SAMPLES"}
+for v in verdicts.to_dict("records"):
+    text = (
+        f"**{WORDS[v['verdict']]}** — {v['claim']}: observed p{v['percentile']:g} = "
+        f"{fmt(v['observed'], 2, 'ms')}; {v['exceedances']} of {v['n']} samples at or above "
+        f"{v['threshold']:g} ms (allowed {100 * v['allowed']:.3g}%); exceedance fraction in "
+        f"[{100 * v['exceed_lower']:.3g}%, {100 * v['exceed_upper']:.3g}%] at "
+        f"{100 * v['confidence']:g}% confidence."
+    )
+    if v["verdict"] == "pass":
+        st.success(text)
+    elif v["verdict"] == "fail":
+        st.error(text)
+    else:
+        st.warning(text + f" Passing needs at least {v['samples_needed']} samples.")
+
+st.dataframe(verdicts, hide_index=True)
+st.caption(
+    "Exact binomial test on exceedances from raw rows (steady phase); failed requests count "
+    'as exceedances unless a claim says `failures = "exclude"`.'
+)
+st.download_button(
+    "Download verdicts.csv",
+    data=lambda: data.csv_bytes(verdicts),
+    file_name="verdicts.csv",
+    mime="text/csv",
+    on_click="ignore",
+    key="sla_csv",
+)
