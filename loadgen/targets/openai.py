@@ -29,6 +29,7 @@ from loadgen.targets.http_common import (
 )
 from loadgen.targets.httpx_transport import HttpxClient, HttpxExchange
 from loadgen.targets.openai_stream import OpenAIStreamDecoder, body_summary, decode_body
+from loadgen.targets.policy import TargetPolicy
 from loadgen.targets.rawhttp import DEFAULT_KEEPALIVE_EXPIRY_S, RawExchange, RawPool
 from loadgen.targets.sse import SSEParser
 
@@ -56,6 +57,8 @@ class OpenAITarget:
     Timeouts: `connect_timeout_s` (spec) for connecting; `request.deadline_s` for the whole
     request (before the head -> phase `headers`, after -> `deadline`); `request.idle_timeout_s`
     between reads after the head (phase `first_token` until the first output delta, then `idle`).
+    `policy`, when given, is checked against `base_url` first (PolicyError); the raw transport
+    resolves the host again at connect time, so the check does not pin the address.
     """
 
     def __init__(
@@ -67,7 +70,10 @@ class OpenAITarget:
         ssl_context: ssl.SSLContext | None = None,
         keepalive_expiry_s: float = DEFAULT_KEEPALIVE_EXPIRY_S,
         environ: Mapping[str, str] | None = None,
+        policy: TargetPolicy | None = None,
     ) -> None:
+        if policy is not None:  # PolicyError before anything else is set up
+            policy.check(spec.base_url)
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
         if max_connections < 1:

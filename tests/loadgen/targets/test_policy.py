@@ -101,3 +101,13 @@ def test_policy_from_env() -> None:
         policy_from_env({"PEAKLOAD_ALLOW_PRIVATE_TARGETS": "maybe"})
     with pytest.raises(PolicyError, match="PEAKLOAD_TARGET_ALLOWLIST"):
         policy_from_env({"PEAKLOAD_TARGET_ALLOWLIST": "300.1.1.1/8"})
+
+
+def test_target_checks_a_given_policy() -> None:
+    from loadgen.spec import TargetSpec
+    from loadgen.targets import OpenAITarget, TargetPolicy
+
+    spec = TargetSpec(api="openai-chat", base_url="http://169.254.169.254/v1", model="m")
+    with pytest.raises(PolicyError, match="metadata"):
+        OpenAITarget(spec, max_connections=1, policy=TargetPolicy())
+    OpenAITarget(spec, max_connections=1)  # no policy given: the caller checked already
