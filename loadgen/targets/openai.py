@@ -38,6 +38,7 @@ AUTO_TRANSPORT = "raw"  # measured faster per chunk: see bench/RESULTS.md (trans
 ERROR_BODY_BYTES = 4096  # how much of a non-2xx / unexpected body is read for the detail
 MAX_JSON_BODY_BYTES = 64 * 1024 * 1024
 DRAIN_GRACE_S = 1.0  # after [DONE], how long to wait for the body's end before dropping the socket
+USER_AGENT = "peakload/0.1"
 _OUTPUT = (EventKind.CONTENT, EventKind.REASONING, EventKind.TOOL_CALL)
 
 
@@ -100,7 +101,12 @@ class OpenAITarget:
                     "in this environment: export it before running"
                 )
             self._secret = value
-        headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+            "accept-encoding": "identity",  # chunk arrival is the measurement: no compression
+            "user-agent": USER_AGENT,
+        }
         for name, value in spec.headers.items():
             if any(c in name + value for c in "\r\n\0") or not name.strip():
                 raise SpecError(f"header {name!r} has a control character", "target.headers")
@@ -201,6 +207,13 @@ class OpenAITarget:
                     head.status,
                     detail,
                     retry_after_s=parse_retry_after(head.headers.get("retry-after")),
+                    t_ns=head.t_ns,
+                )
+            encoding = head.headers.get("content-encoding", "identity").lower()
+            if encoding not in ("identity", ""):
+                raise StreamProtocolError(
+                    f"compressed response (content-encoding: {encoding[:40]}) although "
+                    "identity was asked for: turn compression off for this endpoint",
                     t_ns=head.t_ns,
                 )
             if streaming:

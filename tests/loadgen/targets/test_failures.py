@@ -358,3 +358,13 @@ def test_deadline_while_the_server_does_not_read_a_large_body(transport: str) ->
         assert elapsed < 3.0
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_compressed_stream_is_refused(transport: str) -> None:
+    def script(req: Received) -> Iterable[Step]:
+        assert req.headers["accept-encoding"] == "identity"
+        yield head(headers={"content-encoding": "gzip"}) + chunk(b"\x1f\x8b garbage") + END
+
+    _, exc, _ = asyncio.run(run_one(script, transport))
+    assert isinstance(exc, StreamProtocolError) and "content-encoding: gzip" in exc.detail
