@@ -97,7 +97,9 @@ def test_run_stores_every_record_and_prints_the_summary(
         }
         assert set(lv["ttft_ms"]) == {"p50", "p90", "p99"}
         assert lv["requests_ok"] > 0 and lv["requests_failed"] == 0
-        assert 50 <= lv["ttft_ms"]["p50"] < 1000  # the fixed preset: 50 ms TTFT
+        # the fixed preset answers 50 ms after it has read the request; on loopback it can have
+        # read it a few µs before the client's write() call returned and the send was stamped
+        assert 49.9 <= lv["ttft_ms"]["p50"] < 1000
     assert "TTFT" in proc.stdout and summary["run_id"] in proc.stdout
     with psycopg.connect(store_url) as conn:
         run = conn.execute(
