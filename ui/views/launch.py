@@ -36,6 +36,9 @@ else:
     text = st.text_area("…or write the spec here", EXAMPLE, height=320, key="launch_text")
     where = "spec (text box)"
 
+if text.strip() == EXAMPLE.strip():
+    st.info("Edit the example (or upload a spec) to check it and start a run.")
+    st.stop()
 try:
     spec = launch.parse_spec(text, where)
     launch.check_policy(spec)

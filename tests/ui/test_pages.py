@@ -1,0 +1,189 @@
+"""Each page of the app, rendered by AppTest against a store holding real runs (a sweep, three
+regions, failures, an invalid run): what it says, and that its numbers are the store's."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.ui.conftest import UiStore, page_text
+from tests.ui.stored_runs import CANARY_KEY, CANARY_PROMPT, SCHEDULE
+
+Page = Callable[..., AppTest]
+
+
+def figures(at: AppTest) -> list[dict[str, Any]]:
+    """The plotly figures on the page, as their JSON specs."""
+    return [json.loads(e.proto.spec) for e in at.get("plotly_chart")]
+
+
+def trace_names(fig: dict[str, Any]) -> set[str]:
+    return {str(t.get("name")) for t in fig["data"] if t.get("showlegend", True) is not False}
+
+
+def count(url: str, query: str, *args: Any) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(query, args).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_runs_page_lists_and_filters_runs(app_page: Page, app_env: UiStore) -> None:
+    at = app_page("runs")
+    assert at.title[0].value == "Runs"
+    table = at.dataframe[0].value
+    names = set(table["name"])
+    assert {"ui-sweep", "ui-regions", "ui-failures", "ui-invalid"} <= names
+    row = table[table["name"] == "ui-failures"].iloc[0]
+    assert row["errors"] == count(
+        app_env.url, "SELECT count(*) FROM requests WHERE run_id = %s AND outcome <> 'ok'",
+        app_env.ids["failures"],
+    )
+    assert row["errors"] > 0
+    assert set(table.loc[table["name"] == "ui-invalid", "validity"]) == {"INVALID"}
+    at.text_input(key="f_name").input("regions").run()
+    assert list(at.dataframe[0].value["name"]) == ["ui-regions"]
+    at.text_input(key="f_name").input("").run()
+    at.text_input(key="f_label").input("hardware=cpu-test").run()
+    assert {"ui-sweep", "ui-regions"} <= set(at.dataframe[0].value["name"])
+    at.text_input(key="f_label").input("hardware=gpu").run()
+    assert at.dataframe[0].value.empty
+
+
+def test_run_page_of_a_sweep(app_page: Page, app_env: UiStore) -> None:
+    rid = app_env.ids["sweep"]
+    at = app_page("run", run=rid)
+    text = page_text(at)
+    assert at.title[0].value == "Run: ui-sweep"
+    assert "Valid run" in text
+    total = count(app_env.url, "SELECT count(*) FROM requests WHERE run_id = %s", rid)
+    assert f"Requests: {total:,}" in text
+    levels = at.dataframe[0].value
+    assert list(levels["level"]) == [0, 1]
+    assert levels["ok"].sum() + levels["failed"].sum() == total
+    figs = figures(at)
+    titles = [f["layout"]["title"]["text"] for f in figs]
+    assert any("percentiles by level" in t for t in titles)
+    curve = figs[0]
+    assert curve["layout"]["xaxis"]["type"] == "log"
+    assert "p50" in curve["layout"]["xaxis"]["ticktext"]
+    assert {"level 0", "level 1"} <= trace_names(curve)
+    timeline = next(f for f in figs if "Sampled requests" in f["layout"]["title"]["text"])
+    marks = next(t for t in timeline["data"] if t["name"] == "chunk arrival")
+    assert len(marks["x"]) > 0
+    labels = at.dataframe[1 if len(at.dataframe) > 1 else 0].value
+    assert "engine" in set(labels.get("label", []))
+    assert at.get("download_button")
+
+
+def test_run_page_of_three_regions(app_page: Page, app_env: UiStore) -> None:
+    at = app_page("run", run=app_env.ids["regions"])
+    regions = {"eu-west", "us-east", "ap-south"}
+    over_time = next(f for f in figures(at) if "per region" in f["layout"]["title"]["text"])
+    assert trace_names(over_time) == regions
+    at.radio(key="run_by").set_value("region").run()
+    assert not at.exception
+    curve = figures(at)[0]
+    assert trace_names(curve) == {f"region {r}" for r in regions}
+
+
+def test_run_page_of_failures(app_page: Page, app_env: UiStore) -> None:
+    rid = app_env.ids["failures"]
+    at = app_page("run", run=rid)
+    n429 = count(
+        app_env.url,
+        "SELECT count(*) FROM requests WHERE run_id = %s AND http_status = 429", rid,
+    )
+    assert n429 > 0
+    fails = next(d.value for d in at.dataframe if "kind" in d.value.columns)
+    assert int(fails.loc[fails["kind"] == "http_429", "count"].iloc[0]) == n429
+    assert f"Failed: {n429:,}" in page_text(at) or n429 < count(
+        app_env.url, "SELECT count(*) FROM requests WHERE run_id = %s AND outcome <> 'ok'", rid
+    )
+
+
+def test_invalid_run_shows_the_banner_and_why(app_page: Page, app_env: UiStore) -> None:
+    at = app_page("run", run=app_env.ids["invalid"])
+    banner = at.error[0].value
+    assert "INVALID run" in banner
+    assert "event-loop lag" in banner and "0.0001 ms" in banner
+
+
+def test_unknown_run_is_named(app_page: Page) -> None:
+    at = app_page("run", run="00000000-0000-0000-0000-000000000000")
+    assert "00000000-0000-0000-0000-000000000000 is not in the store" in page_text(at)
+
+
+def test_compare_page(app_page: Page, app_env: UiStore) -> None:
+    ids = app_env.ids
+    at = app_page("compare", runs=f"{ids['sweep']},{ids['regions']},{ids['failures']}")
+    assert at.title[0].value == "Compare runs"
+    curves = figures(at)[0]
+    assert len(trace_names(curves)) == 3
+    frontier = figures(at)[1]
+    assert "Output tokens/s" in frontier["layout"]["title"]["text"]
+    changes = at.dataframe[0].value
+    assert {"ui-regions", "ui-failures"} == {n.split(" · ")[0] for n in changes["run"]}
+    assert {"ci_lower", "ci_upper", "regression"} <= set(changes.columns)
+    ok = changes.dropna(subset=["ci_lower"])
+    assert (ok["ci_lower"] <= ok["ci_upper"]).all()
+
+
+def test_sla_page_verdicts(app_page: Page, app_env: UiStore) -> None:
+    at = app_page("sla", run=app_env.ids["sweep"])
+    assert "PASS" in at.success[0].value and "p90 ttft_ms < 500" in at.success[0].value
+    claims = '[[claims]]\nmetric = "ttft_ms"\npercentile = 50\nthreshold = 1\n'
+    at.text_area(key="sla_text").input(claims).run()
+    assert "FAIL" in at.error[0].value
+    at.text_area(key="sla_text").input('[[claims]]\nmetric = "ttft"\n').run()
+    assert "The claims are not valid" in at.error[0].value
+    assert "claims[0].metric" in at.error[0].value
+
+
+def test_nightly_page(app_page: Page, app_env: UiStore) -> None:
+    at = app_page("nightly")
+    assert at.selectbox(key="n_schedule").value == SCHEDULE
+    history = figures(at)[0]
+    points = history["data"][0]
+    assert len(points["x"]) == 3  # sweep, regions, failures ran on the schedule
+    links = at.get("page_link")
+    assert len(links) == 3
+
+
+def test_launch_refuses_a_target_outside_the_policy(
+    app_page: Page, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PEAKLOAD_ALLOW_PRIVATE_TARGETS", raising=False)
+    monkeypatch.delenv("PEAKLOAD_TARGET_ALLOWLIST", raising=False)
+    spec = (
+        'name = "x"\n[target]\napi = "openai-chat"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        'model = "m"\n[load]\nconcurrency = [1]\nduration_s = 1\n'
+    )
+    at = app_page("launch")
+    at.text_area(key="launch_text").input(spec).run()
+    assert "Refused by the target policy" in at.error[0].value
+    assert "loopback" in at.error[0].value
+    assert not [b for b in at.button if b.key == "launch_start"]
+    monkeypatch.setenv("PEAKLOAD_TARGET_ALLOWLIST", "127.0.0.1")
+    at.run()
+    assert not at.error
+    assert "is allowed" in at.success[0].value
+    at.text_area(key="launch_text").input('name = "x"\n[target]\napi = "grpc"\n').run()
+    assert "The spec is not valid" in at.error[0].value
+
+
+def test_no_canary_in_any_page(app_page: Page, app_env: UiStore) -> None:
+    ids = app_env.ids
+    pages = [("runs", {}), ("nightly", {}), ("compare", {"runs": f"{ids['sweep']},{ids['regions']}"})]
+    pages += [("run", {"run": r}) for r in ids.values()] + [("sla", {"run": ids["sweep"]})]
+    for name, params in pages:
+        at = app_page(name, **params)
+        seen = page_text(at) + "".join(d.value.to_csv() for d in at.dataframe)
+        seen += json.dumps([f for f in figures(at)])
+        assert CANARY_KEY not in seen, name
+        assert CANARY_PROMPT.split()[0] not in seen, name
