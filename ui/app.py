@@ -15,9 +15,13 @@ if not auth.gate():
     st.stop()
 
 PAGES = [
-    st.Page("views/runs.py", title="Runs", icon=":material/table_view:", url_path="runs", default=True),
+    st.Page(
+        "views/runs.py", title="Runs", icon=":material/table_view:", url_path="runs", default=True
+    ),
     st.Page("views/run.py", title="Run", icon=":material/monitoring:", url_path="run"),
-    st.Page("views/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
+    st.Page(
+        "views/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"
+    ),
     st.Page("views/sla.py", title="SLA", icon=":material/verified:", url_path="sla"),
     st.Page("views/nightly.py", title="Nightly", icon=":material/bedtime:", url_path="nightly"),
     st.Page("views/live.py", title="Live", icon=":material/sensors:", url_path="live"),

@@ -66,9 +66,17 @@ def app_page(app_env: UiStore) -> Callable[..., AppTest]:
 def page_text(at: AppTest) -> str:
     """Everything a person reads on the page: titles, markdown, alerts, captions, metrics."""
     parts: list[str] = []
-    for kind in ("title", "header", "subheader", "markdown", "caption", "error", "warning",
-                 "success", "info"):
+    for kind in (
+        "title",
+        "header",
+        "subheader",
+        "markdown",
+        "caption",
+        "error",
+        "warning",
+        "success",
+        "info",
+    ):
         parts += [str(e.value) for e in getattr(at, kind)]
     parts += [f"{m.label}: {m.value}" for m in at.metric]
     return "\n".join(parts)
-

@@ -41,7 +41,8 @@ def test_runs_page_lists_and_filters_runs(app_page: Page, app_env: UiStore) -> N
     assert {"ui-sweep", "ui-regions", "ui-failures", "ui-invalid"} <= names
     row = table[table["name"] == "ui-failures"].iloc[0]
     assert row["errors"] == count(
-        app_env.url, "SELECT count(*) FROM requests WHERE run_id = %s AND outcome <> 'ok'",
+        app_env.url,
+        "SELECT count(*) FROM requests WHERE run_id = %s AND outcome <> 'ok'",
         app_env.ids["failures"],
     )
     assert row["errors"] > 0
@@ -97,7 +98,8 @@ def test_run_page_of_failures(app_page: Page, app_env: UiStore) -> None:
     at = app_page("run", run=rid)
     n429 = count(
         app_env.url,
-        "SELECT count(*) FROM requests WHERE run_id = %s AND http_status = 429", rid,
+        "SELECT count(*) FROM requests WHERE run_id = %s AND http_status = 429",
+        rid,
     )
     assert n429 > 0
     fails = next(d.value for d in at.dataframe if "kind" in d.value.columns)
@@ -179,7 +181,8 @@ def test_launch_refuses_a_target_outside_the_policy(
 
 def test_no_canary_in_any_page(app_page: Page, app_env: UiStore) -> None:
     ids = app_env.ids
-    pages = [("runs", {}), ("nightly", {}), ("compare", {"runs": f"{ids['sweep']},{ids['regions']}"})]
+    both = f"{ids['sweep']},{ids['regions']}"
+    pages = [("runs", {}), ("nightly", {}), ("compare", {"runs": both})]
     pages += [("run", {"run": r}) for r in ids.values()] + [("sla", {"run": ids["sweep"]})]
     for name, params in pages:
         at = app_page(name, **params)

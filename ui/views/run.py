@@ -32,7 +32,10 @@ if summary["valid"] is False:
 elif summary["valid"] is None:
     st.warning("Validity unknown: the run has not finished (or ended without a verdict).")
 else:
-    st.success("Valid run: the generator's self-checks stayed within bounds.", icon=":material/check_circle:")
+    st.success(
+        "Valid run: the generator's self-checks stayed within bounds.",
+        icon=":material/check_circle:",
+    )
 if run.get("status_reason"):
     st.info(f"Status reason: {run['status_reason']}")
 
