@@ -106,9 +106,62 @@ async def serve(port: int, rate: float, events: int) -> None:
                     del active[w]
 
 
+FLOOR_REQUEST = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 2\r\n\r\n{}"
+)
+
+
+async def floor_client(
+    port: int, streams: int, warmup_s: float, duration_s: float
+) -> dict[str, float]:
+    """The asyncio floor: a bare Protocol per stream that stamps and counts each read and sends
+    the next request when a response ends — no HTTP parsing, no SSE, no JSON, no generators."""
+    loop = asyncio.get_running_loop()
+    clock = time.perf_counter_ns
+    counts = {"events": 0, "reads": 0, "requests": 0, "errors": 0}
+    state = {"measuring": False}
+
+    class Floor(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+            transport.write(FLOOR_REQUEST)  # type: ignore[attr-defined]
+
+        def data_received(self, data: bytes) -> None:
+            clock()
+            if state["measuring"]:
+                counts["reads"] += 1
+                counts["events"] += data.count(b'"content"')
+            if data.endswith(b"0\r\n\r\n"):
+                counts["requests"] += state["measuring"]
+                self.transport.write(FLOOR_REQUEST)  # type: ignore[attr-defined]
+
+    conns = [await loop.create_connection(Floor, "127.0.0.1", port) for _ in range(streams)]
+    await asyncio.sleep(warmup_s)
+    state["measuring"] = True
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    await asyncio.sleep(duration_s)
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    state["measuring"] = False
+    for t, _ in conns:
+        t.close()
+    n = max(counts["events"], 1)
+    return {
+        **counts,
+        "events_per_s": counts["events"] / wall,
+        "cpu_share": cpu / wall,
+        "us_per_event": cpu / n * 1e6,
+        "us_per_read": cpu / max(counts["reads"], 1) * 1e6,
+        "delay_p50_us": float("nan"),
+        "delay_p99_us": float("nan"),
+        "delay_max_us": float("nan"),
+    }
+
+
 async def client(
     port: int, transport: str, streams: int, warmup_s: float, duration_s: float
 ) -> dict[str, float]:
+    if transport == "floor":
+        return await floor_client(port, streams, warmup_s, duration_s)
     spec = TargetSpec(api="openai-chat", base_url=f"http://127.0.0.1:{port}/v1", model="m")
     target = OpenAITarget(spec, max_connections=streams, transport=transport)
     await target.warm(streams)
@@ -211,7 +264,7 @@ def _pin(core: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--streams", default="1,256")
-    ap.add_argument("--transports", default="raw,httpx")
+    ap.add_argument("--transports", default="raw,httpx,floor", help="floor: bare asyncio reads")
     ap.add_argument("--loops", default="uvloop,asyncio")
     ap.add_argument("--rate", type=float, default=100.0, help="events/s per stream")
     ap.add_argument("--events", type=int, default=100, help="events per request")
