@@ -25,8 +25,9 @@ PREFLIGHT_DEADLINE_S = 60.0
 
 
 def preflight_request(target: OpenAITarget) -> PreparedRequest:
-    """The smallest request the API accepts: two output tokens, streaming."""
-    body: dict[str, Any] = {"max_tokens": 2, "stream": True}
+    """The smallest request the API accepts: two output tokens, streaming unless the spec says
+    `stream = false` (then the JSON body path is what gets checked)."""
+    body: dict[str, Any] = {"max_tokens": 2, "stream": target.spec.stream}
     if target.spec.api == "openai-chat":
         body["messages"] = [{"role": "user", "content": "Say hi."}]
     else:
