@@ -326,3 +326,20 @@ def test_pool_under_churn(transport: str) -> None:
 
     target = None  # type: ignore[assignment]
     asyncio.run(main())
+
+
+def test_preflight_of_a_non_streaming_spec() -> None:
+    whole = b'{"choices": [{"message": {"content": "hi"}}], "usage": {"completion_tokens": 1}}'
+
+    def script(req: Received) -> Iterable[Step]:
+        assert req.json()["stream"] is False and "stream_options" not in req.json()
+        yield from _status(200, "application/json", whole)
+
+    async def main() -> None:
+        async with ScriptedServer(script) as srv:
+            target = make_target(srv.base_url, "raw", stream=False)
+            await preflight(target)
+            await target.aclose()
+        assert len(srv.requests) == 1
+
+    asyncio.run(main())
