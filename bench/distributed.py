@@ -233,6 +233,8 @@ def main() -> None:
         platform.processor(),
     )
     result = {
+        "loadavg_start": load_start,
+        "loadavg_end": os.getloadavg(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "nproc": os.cpu_count(),
         "cpu": cpu,
