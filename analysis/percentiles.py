@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from analysis import grouped
 from analysis import metrics as m
 
 STEPS_PER_DECADE = 10
@@ -209,14 +210,14 @@ def percentile_curves(
     per_req = {k: m.per_request_values(df, k) for k in metrics if k != "itl_ms"}
     levels = sorted(set(level.tolist()))
     regions = sorted(set(region.tolist()))
-    itl: dict[tuple[int, str], np.ndarray] = {}
+    g = tail_grid() if grid is None else np.asarray(grid, dtype=np.float64)
+    itl: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]] = {}
     if "itl_ms" in metrics:
         ch = chunks if chunks is not None else m.ChunkArrays.from_frame(df)
-        itl = _itl_groups(ch, ok, level, region, levels, regions, by_region)
+        itl = _itl_spectra(ch, ok, level, region, levels, regions, g, confidence, resamples, seed)
     parts = []
 
-    def add(metric: str, lvl: int, name: str, vals: np.ndarray) -> None:
-        s = spectrum(vals, grid, confidence=confidence, resamples=resamples, seed=seed)
+    def add(metric: str, lvl: int, name: str, s: pd.DataFrame) -> None:
         s.insert(0, "region", name)
         s.insert(0, "level", int(lvl))
         s.insert(0, "metric", metric)
@@ -231,9 +232,35 @@ def percentile_curves(
         for name, rows in groups:
             for metric in metrics:
                 if metric == "itl_ms":
-                    add(metric, lvl, name, itl.get((lvl, name), np.zeros(0)))
+                    value, lower, upper, n = itl[f"{lvl}|{name}"]
+                    add(
+                        metric,
+                        lvl,
+                        name,
+                        pd.DataFrame(
+                            {
+                                "percentile": g,
+                                "x": tail_x(g),
+                                "value": value,
+                                "lower": lower,
+                                "upper": upper,
+                                "n": n,
+                            }
+                        ),
+                    )
                 else:
-                    add(metric, lvl, name, per_req[metric][rows])
+                    add(
+                        metric,
+                        lvl,
+                        name,
+                        spectrum(
+                            per_req[metric][rows],
+                            g,
+                            confidence=confidence,
+                            resamples=resamples,
+                            seed=seed,
+                        ),
+                    )
     if not parts:
         return pd.DataFrame(
             columns=["metric", "level", "region", "percentile", "x", "value", "lower", "upper", "n"]
@@ -241,28 +268,72 @@ def percentile_curves(
     return pd.concat(parts, ignore_index=True)
 
 
-def _itl_groups(
+def _itl_spectra(
     chunks: m.ChunkArrays,
     ok: np.ndarray,
     level: np.ndarray,
     region: np.ndarray,
     levels: list[int],
     regions: list[str],
-    by_region: bool,
-) -> dict[tuple[int, str], np.ndarray]:
-    """Per-token ITL samples (ms) per (level, "all") and (level, region), from one pass over
-    the chunks: each request is labelled level_index * len(regions) + region_index."""
+    grid: np.ndarray,
+    confidence: float,
+    resamples: int,
+    seed: int,
+) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
+    """Per-token ITL spectra for "level|all" and "level|region", exact, in three passes over
+    the chunks (analysis.grouped): request labels are level_index * len(regions) +
+    region_index, -1 for requests left out; a gap of g µs before a chunk of k tokens is the
+    value g/k ms with weight k (the per-token convention of metrics.itl_per_token_ms)."""
     nreg = max(len(regions), 1)
     li = np.searchsorted(np.asarray(levels), level)
     ri = np.searchsorted(np.asarray(regions, dtype=object), region)
-    labels = (li * nreg + ri).astype(np.int32)
-    vals, lab = m.per_token_values(m.chunk_gaps(chunks, ok, labels=labels))
-    out: dict[tuple[int, str], np.ndarray] = {}
+    labels = np.where(ok, li * nreg + ri, -1).astype(np.int32)
+    sets: dict[str, list[int]] = {}
     for i, lvl in enumerate(levels):
-        in_level = (lab >= i * nreg) & (lab < (i + 1) * nreg)
-        lv_vals, lv_lab = vals[in_level], lab[in_level]
-        out[(lvl, "all")] = lv_vals
-        if by_region and len(regions) > 1:
-            for j, r in enumerate(regions):
-                out[(lvl, str(r))] = lv_vals[lv_lab == i * nreg + j]
+        sets[f"{lvl}|all"] = [i * nreg + j for j in range(nreg)]
+        for j, r in enumerate(regions):
+            sets[f"{lvl}|{r}"] = [i * nreg + j]
+    off, tok = chunks.offsets_us, chunks.tokens
+    if off.size and bool((tok > 0).all()):
+        gap_label = _chunk_labels(chunks, labels)[1:]
+        bounds = chunks.ptr[1:-1]
+        gap_label[bounds[(bounds > 0) & (bounds < off.size)] - 1] = -1  # across requests
+        n = off.size - 1
+
+        def block(i: int, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            k = tok[i + 1 : j + 1]
+            gap = off[i + 1 : j + 1].astype(np.float64) - off[i:j]
+            return gap / k / 1e3, gap_label[i:j], k
+    else:
+        gp = m.chunk_gaps(chunks, ok, labels=labels)
+        n = gp.gap_us.size
+
+        def block(i: int, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            k = gp.tokens[i:j]
+            return gp.gap_us[i:j].astype(np.float64) / k / 1e3, gp.label[i:j], k
+
+    vmax = float(np.abs(off).max()) / 1e3 if off.size else None  # bounds every gap (ms)
+    return grouped.spectra_from_blocks(
+        n,
+        block,
+        len(levels) * nreg,
+        sets,
+        grid,
+        confidence=confidence,
+        resamples=resamples,
+        seed=seed,
+        value_max=vmax,
+    )
+
+
+def _chunk_labels(chunks: m.ChunkArrays, labels: np.ndarray) -> np.ndarray:
+    """Each chunk's request label (int32), by a cumulative sum of label changes at request
+    starts: no per-chunk repeat."""
+    lengths = np.diff(chunks.ptr)
+    nonempty = lengths > 0
+    starts = chunks.ptr[:-1][nonempty]
+    labs = labels[nonempty].astype(np.int32)
+    out = np.zeros(chunks.offsets_us.size, dtype=np.int32)
+    out[starts] = np.diff(labs, prepend=np.int32(0))
+    np.cumsum(out, out=out)
     return out

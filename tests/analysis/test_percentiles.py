@@ -73,3 +73,38 @@ def test_curves_pool_and_split_regions() -> None:
     assert eu["value"].item() == 10.0  # p0
     itl = curves[(curves["metric"] == "itl_ms") & (curves["region"] == "all")]
     assert (itl["value"] == 10.0).all() and (itl["n"] == 20).all()
+
+
+@pytest.mark.parametrize("zero_token_chunks", [False, True])
+def test_itl_curves_equal_expanded_samples(zero_token_chunks: bool) -> None:
+    from analysis import metrics as m
+
+    rng = np.random.default_rng(12)
+    rows = []
+    for i in range(120):
+        n = int(rng.integers(1, 9))
+        offs = np.cumsum(rng.integers(1, 9000, n)).tolist()
+        toks = rng.integers(0 if zero_token_chunks else 1, 4, n).tolist()
+        toks[0] = 1
+        rows.append(
+            streamed(
+                RUN,
+                i,
+                sent_ns=0,
+                offsets_us=offs,
+                tokens=toks,
+                level=i % 2,
+                region=("eu", "us", "ap")[i % 3],
+                outcome="ok" if i % 11 else "stream_error",
+            )
+        )
+    df = frame(rows)
+    curves = pc.percentile_curves(df, metrics=("itl_ms",), resamples=50)
+    ch = m.ChunkArrays.from_frame(df)
+    ok = (df["outcome"] == "ok").to_numpy()
+    for (lvl, region), got in curves.groupby(["level", "region"]):
+        sel = ok & (df["level"] == lvl).to_numpy()
+        if region != "all":
+            sel &= (df["region"] == region).to_numpy()
+        want = np.percentile(m.itl_per_token_ms(ch, sel), got["percentile"])
+        assert np.array_equal(got["value"].to_numpy(), want), (lvl, region)
