@@ -6,6 +6,7 @@ analysis.load.load_requests (without ids, error text or content) plus flat `Chun
 
 from __future__ import annotations
 
+import itertools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -45,6 +46,7 @@ _FIELD = 12  # int32 length + int8 value
 _N_FIELDS = len(_SCALARS) + len(_CODED) + 2
 _FIXED = 2 + _FIELD * (len(_SCALARS) + len(_CODED))  # field count + fixed-width fields
 _BLOCK_BYTES = 64 << 20
+Parsed = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def _dictionaries(conn: psycopg.Connection[Any], run_id: str) -> dict[str, list[str | None]]:
@@ -87,17 +89,52 @@ def _values(raw: np.ndarray, pos: np.ndarray, dtype: str) -> np.ndarray:
     width = np.dtype(dtype).itemsize
     out = np.empty(pos.size, dtype=dtype)
     align = pos % width
-    for a in np.unique(align).tolist():
-        words = raw[a : a + (raw.size - a) // width * width].view(dtype)
+    for a in range(width):
         sel = align == a
-        out[sel] = words[(pos[sel] - a) // width]
+        if sel.any():
+            words = raw[a : a + (raw.size - a) // width * width].view(dtype)
+            out[sel] = words[(pos[sel] - a) // width]
     return out
 
 
-def _parse_block(
-    raw: np.ndarray, starts: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Scalars (rows, fields) int64, n per row, offsets int32 and tokens int16 (flat)."""
+def _parse_run(raw: np.ndarray, start: int, rows: int, n: int) -> Parsed:
+    """`rows` consecutive rows of equal n (so of equal size) from byte `start`: strided views,
+    no per-value gathers."""
+    nf = len(_SCALARS) + len(_CODED)
+    size = _FIXED + 8 + int(_array_bytes(np.array([n]), 4)[0] + _array_bytes(np.array([n]), 2)[0])
+    mat = raw[start : start + rows * size].reshape(rows, size)
+    f = mat[:, 2 : 2 + nf * _FIELD].reshape(rows, nf, _FIELD)[:, :, 4:]
+    fields = np.ascontiguousarray(f).view(">i8").reshape(rows, nf).astype(np.int64)
+    o = _FIXED + 4 + 20  # first offsets element record
+    t = o + 8 * n + 4 + 20  # first tokens element record
+    offs = np.ascontiguousarray(mat[:, o : o + 8 * n].reshape(rows, n, 8)[:, :, 4:])
+    toks = np.ascontiguousarray(mat[:, t : t + 6 * n].reshape(rows, n, 6)[:, :, 4:])
+    return (
+        fields,
+        fields[:, 0],
+        offs.view(">i4").ravel().astype(np.int32),
+        toks.view(">i2").ravel().astype(np.int16),
+    )
+
+
+def _parse_block(raw: np.ndarray, starts: np.ndarray) -> Parsed:
+    """Scalars (rows, fields) int64, n per row, offsets int32 and tokens int16 (flat). Runs of
+    consecutive rows with the same n go through strided views; if rows vary too much, every
+    value is gathered by position."""
+    n_all = _values(raw, starts + 6, ">i8")
+    change = np.flatnonzero(np.r_[True, n_all[1:] != n_all[:-1]])
+    if change.size * 16 <= starts.size:
+        bounds = np.r_[change, starts.size]
+        runs = [
+            _parse_run(raw, int(starts[a]), int(b - a), int(n_all[a]))
+            for a, b in itertools.pairwise(bounds.tolist())
+        ]
+        return (
+            np.concatenate([r[0] for r in runs]),
+            n_all,
+            np.concatenate([r[2] for r in runs]),
+            np.concatenate([r[3] for r in runs]),
+        )
     nf = len(_SCALARS) + len(_CODED)
     fields = np.empty((starts.size, nf), dtype=np.int64)
     for f in range(nf):
@@ -142,9 +179,6 @@ def _query(run_id: str, dicts: dict[str, list[str | None]], part: int, parts: in
         sql.SQL(", ").join(exprs), where
     )
     return q.as_bytes(None)
-
-
-Parsed = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def _read_partition(url_or_conn: str | psycopg.Connection[Any], query: bytes) -> list[Parsed]:

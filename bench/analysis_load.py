@@ -110,9 +110,12 @@ def generate(conn: psycopg.Connection[tuple[object, ...]], rid: str, n: int, chu
 
 def timed(label: str, results: dict[str, float], fn, *args, **kwargs):  # type: ignore[no-untyped-def]
     t = time.perf_counter_ns()
+    c = time.process_time_ns()
     out = fn(*args, **kwargs)
     results[label] = (time.perf_counter_ns() - t) / 1e9
-    print(f"{label:<40} {results[label]:8.2f} s", flush=True)
+    results[label + " [cpu]"] = (time.process_time_ns() - c) / 1e9
+    print(f"{label:<40} {results[label]:8.2f} s wall, {results[label + ' [cpu]']:6.2f} s CPU "
+          f"(this process)", flush=True)
     return out
 
 
@@ -123,6 +126,7 @@ def main() -> None:
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--regenerate", action="store_true")
     ap.add_argument("--summary", action="store_true", help="also time level_summary")
+    ap.add_argument("--parallel", type=int, default=2, help="connections reading the run")
     args = ap.parse_args()
     admin = os.environ.get("PEAKLOAD_BENCH_URL") or os.environ.get("PEAKLOAD_TEST_TIMESCALE_URL")
     if not admin:
@@ -140,9 +144,9 @@ def main() -> None:
         server = conn.execute("SHOW server_version").fetchone()
     results: dict[str, float] = {}
     t0 = time.perf_counter_ns()
+    df, chunks = timed(f"load (binary COPY x{args.parallel} + numpy)", results,
+                       fastload.load_requests_fast, url, rid, parallel=args.parallel)
     with psycopg.connect(url, autocommit=True) as conn:
-        df, chunks = timed("load (binary COPY + numpy parse)", results,
-                           fastload.load_requests_fast, conn, rid)
         levels = load.load_levels(conn, rid)
         run = load.load_run(conn, rid)
     curves = timed("percentile curves (4 metrics, bands)", results, percentiles.percentile_curves,
@@ -160,8 +164,8 @@ def main() -> None:
     report = {
         "requests": len(df), "chunks": int(chunks.offsets_us.size), "store": store,
         "server_version": server[0] if server else None, "curve_rows": len(curves),
-        "frontier_levels": len(pts), "seconds": results, "peak_rss_gib": rss / 2**30,
-        "nproc": os.cpu_count(), "cpu": cpu,
+        "frontier_levels": len(pts), "parallel": args.parallel, "seconds": results, "peak_rss_gib": rss / 2**30,
+        "nproc": os.cpu_count(), "cpu": cpu, "loadavg_1m_at_end": os.getloadavg()[0],
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     print(f"{'total (load + curves + frontier)':<40} {results['total']:8.2f} s")

@@ -88,3 +88,36 @@ def test_parallel_empty_and_unaligned(pg_conn: psycopg.Connection[Any]) -> None:
     assert len(walked) == 1 and all(
         np.array_equal(a, b) for a, b in zip(walked[0], aligned[0], strict=True)
     )
+
+
+@pytest.mark.integration
+def test_runs_of_equal_rows(pg_conn: psycopg.Connection[Any]) -> None:
+    # equal chunk counts in long runs take the strided path; a failure with no chunks
+    # every 50 rows breaks the runs
+    from tests.analysis.storedata import level_row, run_row, streamed
+
+    reqs = [
+        request_row(RID, i, outcome="http_error", http_status=429, end_ns=1000)
+        if i % 50 == 49
+        else streamed(
+            RID,
+            i,
+            sent_ns=i,
+            offsets_us=[1000 * (k + 1) + i for k in range(16)],
+            tokens=[1 + (k % 3 == 2) for k in range(16)],
+        )
+        for i in range(400)
+    ]
+    insert_run(pg_conn, run_row(RID), [level_row(RID)], reqs)
+    fast, chunks = fastload.load_requests_fast(pg_conn, RID)
+    slow = load.load_requests(pg_conn, RID)
+    order = np.argsort(fast["idx"].to_numpy())
+    s = slow.sort_values("idx").reset_index(drop=True)
+    assert fast["sent_ns"].to_numpy()[order].tolist() == s["sent_ns"].tolist()
+    assert fast["http_status"].to_numpy()[order][49] == 429.0
+    assert [chunks.offsets_us[chunks.ptr[i] : chunks.ptr[i + 1]].tolist() for i in order] == [
+        a.tolist() for a in s["chunk_offsets_us"]
+    ]
+    assert [chunks.tokens[chunks.ptr[i] : chunks.ptr[i + 1]].tolist() for i in order] == [
+        a.tolist() for a in s["chunk_tokens"]
+    ]
