@@ -26,13 +26,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import psycopg  # noqa: E402
-from psycopg import sql  # noqa: E402
+import psutil
+import psycopg
+from psycopg import sql
 
-from loadgen.records import Batch, Outcome, RequestRecord, TokenSource  # noqa: E402
-from workers.store.connect import ensure_schema, redact_url  # noqa: E402
-from workers.store.features import detect  # noqa: E402
-from workers.store.writer import StoreWriter  # noqa: E402
+from loadgen.records import Batch, Outcome, RequestRecord, TokenSource
+from workers.store.connect import ensure_schema, redact_url
+from workers.store.features import detect
+from workers.store.writer import StoreWriter
 
 CHUNKS = 128
 HANDOFF = 1024  # records per write(): the runner's FLUSH_RECORDS
@@ -93,9 +94,12 @@ def run(url: str, minutes: float, rate: float, batch_rows: int, batch_s: float) 
         writer.write(make_batch(run_id, sent, HANDOFF, offsets, tokens, wall0))
         sent += HANDOFF
     produce_s = (time.perf_counter_ns() - t0) / 1e9
+    backend = _backend(url)  # the writer's server process: where the server-side time goes
     writer.close()
     total_s = (time.perf_counter_ns() - t0) / 1e9
     stop.set()
+    me = psutil.Process().cpu_times()
+    server_cpu = sum(backend.cpu_times()[:2]) if backend is not None else float("nan")
     s = writer.stats()
     with psycopg.connect(url) as conn:
         row = conn.execute("SELECT count(*) FROM requests WHERE run_id = %s", (run_id,)).fetchone()
@@ -107,7 +111,23 @@ def run(url: str, minutes: float, rate: float, batch_rows: int, batch_s: float) 
         "req_per_s_interval_min": min(steady), "req_per_s_interval_median": statistics.median(steady),
         "token_ts_per_s_overall": rows * CHUNKS / total_s, "lag_p50_s": s.lag_p50_s,
         "lag_max_s": s.lag_max_s, "batches": s.batches_committed, "lost": s.records_lost,
+        "client_cpu_s": me.user + me.system, "server_backend_cpu_s": server_cpu,
+        "client_cpu_us_per_req": (me.user + me.system) / max(rows, 1) * 1e6,
+        "server_cpu_us_per_req": server_cpu / max(rows, 1) * 1e6,
     }  # fmt: skip
+
+
+def _backend(url: str) -> psutil.Process | None:
+    """The writer connection's backend process, when the server runs on this host."""
+    try:
+        with psycopg.connect(url) as conn:
+            row = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'peakload-writer' "
+                "AND datname = current_database()"
+            ).fetchone()
+        return psutil.Process(int(row[0])) if row else None
+    except (psycopg.Error, psutil.Error):
+        return None
 
 
 def main() -> None:
@@ -133,8 +153,10 @@ def main() -> None:
             f = detect(conn)
         cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text()
                     .splitlines() if ln.startswith("model name")), platform.processor())  # fmt: skip
-        print(f"store {redact_url(args.url)} db {dbname}: PostgreSQL {f.server_version}, "
-              f"timescaledb {f.timescaledb_version} ({f.license}); nproc {os.cpu_count()}, {cpu}")
+        print(
+            f"store {redact_url(args.url)} db {dbname}: PostgreSQL {f.server_version}, "
+            f"timescaledb {f.timescaledb_version} ({f.license}); nproc {os.cpu_count()}, {cpu}"
+        )
         res = run(url, args.minutes, args.rate, args.batch_rows, args.batch_s)
         for k, v in res.items():
             print(f"{k:28s} {v:,.3f}" if isinstance(v, float) else f"{k:28s} {v}")

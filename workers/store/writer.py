@@ -1,8 +1,9 @@
 """The store writer: the `Sink` a runner hands its batches to. `write` only appends to a deque; a
-thread encodes batches (bounded by rows and seconds) as binary COPY payloads and commits each in
-one transaction: COPY into TEMP staging tables, then INSERT ... ON CONFLICT DO NOTHING, so a
-replayed batch never duplicates. While the database is unreachable, batches go to a disk spool
-(workers/store/spool.py) and are replayed in order after reconnecting; a full spool fails the run.
+thread encodes batches (bounded by rows and seconds) as binary COPY payloads, another commits
+each in one transaction, idempotently: a batch whose rows may already exist (a replay) goes
+through TEMP staging tables and INSERT ... ON CONFLICT DO NOTHING, so it never duplicates.
+While the database is unreachable, batches go to a disk spool (workers/store/spool.py) and are
+replayed in order after reconnecting; a full spool fails the run.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ _SETUP = [
 ]
 _COPY_REQ = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(_STAGE_REQ, _REQ_COLS)
 _COPY_TICKS = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(_STAGE_TICKS, _TICK_COLS)
+_DIRECT_REQ = sql.SQL("COPY requests ({}) FROM STDIN (FORMAT BINARY)").format(_REQ_COLS)
+_DIRECT_TICKS = sql.SQL("COPY ticks ({}) FROM STDIN (FORMAT BINARY)").format(_TICK_COLS)
 _INSERT_REQ = sql.SQL(
     "INSERT INTO requests ({0}) SELECT {0} FROM {1} ON CONFLICT DO NOTHING"
 ).format(_REQ_COLS, _STAGE_REQ)
@@ -96,12 +99,14 @@ class StoreWriter:
         io_timeout_s: float = DEFAULT_IO_TIMEOUT_S,
         connect_timeout_s: int = DEFAULT_CONNECT_TIMEOUT_S,
         close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
+        direct_copy: bool = True,
     ) -> None:
         if batch_max_rows < 1 or batch_max_s <= 0:
             raise StoreError("StoreWriter: batch_max_rows must be >= 1 and batch_max_s > 0")
         self.url, self.run_id, self.store_content = url, run_id, store_content
         self.batch_max_rows, self.batch_max_s = batch_max_rows, batch_max_s
         self.io_timeout_s, self.close_timeout_s = io_timeout_s, close_timeout_s
+        self.direct_copy = direct_copy
         self.connect_timeout_s = max(2, int(connect_timeout_s))
         root = Path(spool_dir) if spool_dir else embedded.data_home() / "spool" / run_id
         self.spool = Spool(root, spool_max_bytes)
@@ -211,6 +216,7 @@ class StoreWriter:
             self._jobs.put(None)
 
     def _db_main(self) -> None:
+        got_end = False  # the encoder's final None was received
         try:
             if len(self.spool):
                 self._replay()
@@ -220,6 +226,7 @@ class StoreWriter:
                 except queue.Empty:
                     job = _IDLE
                 if job is None:
+                    got_end = True
                     break
                 if job is not _IDLE:
                     self._deliver(job)
@@ -234,7 +241,7 @@ class StoreWriter:
             self._fail(StoreError(f"store writer crashed: {e!r}"))
         finally:
             self._drop_conn()
-            if self._encoder.is_alive():  # after a crash: let the encoder's put() finish
+            if not got_end:  # after a crash: let the encoder finish its puts
                 while (job := self._jobs.get()) is not None:
                     self.stats_.records_lost += job.enc.n_records
             with self._done_cv:
@@ -309,7 +316,7 @@ class StoreWriter:
             if not self._connected():
                 return
             try:
-                committed = self._commit(self.spool.read(path))
+                committed = self._commit(self.spool.read(path), replay=True)
             except _Lost:
                 return
             if not committed:  # rejected for good: kept for inspection, never replayed
@@ -378,32 +385,27 @@ class StoreWriter:
                 self.stats_.last_error = self.stats_.last_error or "close failed"
             self._conn = None
 
-    def _commit(self, enc: EncodedBatch) -> bool:
-        """One transaction: COPY to staging, INSERT ... ON CONFLICT DO NOTHING, COMMIT. Raises
-        _Lost on a connection problem (the batch must be kept); other database errors fail the
-        writer, count the records as lost and return False."""
+    def _commit(self, enc: EncodedBatch, *, replay: bool = False) -> bool:
+        """One transaction per batch. A first attempt COPYs straight into the tables (the
+        cheapest path for the server); if any row already exists, that transaction is rolled
+        back and the batch goes through the idempotent path: COPY into TEMP staging, then
+        INSERT ... ON CONFLICT DO NOTHING. Spool replays (`replay`) always take the idempotent
+        path. Raises _Lost on a connection problem (the batch must be kept); other database
+        errors fail the writer, count the records as lost and return False."""
         conn = self._conn
         assert conn is not None
         watchdog = threading.Timer(self.io_timeout_s, _shutdown_socket, (conn,))
         watchdog.daemon = True
         watchdog.start()
         try:
-            with conn.transaction(), conn.cursor() as cur:
-                if enc.n_records:
-                    with cur.copy(_COPY_REQ) as cp:
-                        cp.write(enc.requests)
-                if enc.n_ticks:
-                    with cur.copy(_COPY_TICKS) as cp:
-                        cp.write(enc.ticks)
-                inserted = ticks_inserted = 0
-                if enc.n_records:
-                    cur.execute(_INSERT_REQ)
-                    inserted = max(cur.rowcount, 0)
-                if enc.n_ticks:
-                    cur.execute(_INSERT_TICKS)
-                    ticks_inserted = max(cur.rowcount, 0)
-                if self._pause_s > 0:
-                    time.sleep(self._pause_s)
+            counts: tuple[int, int] | None = None
+            if self.direct_copy and not replay:
+                try:
+                    counts = self._transaction(conn, enc, staged=False)
+                except psycopg.errors.UniqueViolation:
+                    self.stats_.direct_fallbacks += 1
+            if counts is None:
+                counts = self._transaction(conn, enc, staged=True)
         except psycopg.Error as e:
             broken = conn.closed or conn.broken or isinstance(e, psycopg.OperationalError)
             self.stats_.last_error = str(e).strip()[:300]
@@ -417,11 +419,36 @@ class StoreWriter:
             return False
         finally:
             watchdog.cancel()
+        inserted, ticks_inserted = counts
         self.stats_.batches_committed += 1
         self.stats_.rows_inserted += inserted
         self.stats_.rows_duplicate += enc.n_records - inserted
         self.stats_.ticks_inserted += ticks_inserted
         return True
+
+    def _transaction(
+        self, conn: psycopg.Connection[Any], enc: EncodedBatch, *, staged: bool
+    ) -> tuple[int, int]:
+        """COPY (direct or staged + INSERT ON CONFLICT) and COMMIT; rows inserted per table."""
+        inserted = ticks_inserted = 0
+        with conn.transaction(), conn.cursor() as cur:
+            if enc.n_records:
+                with cur.copy(_COPY_REQ if staged else _DIRECT_REQ) as cp:
+                    cp.write(enc.requests)
+                inserted = enc.n_records
+            if enc.n_ticks:
+                with cur.copy(_COPY_TICKS if staged else _DIRECT_TICKS) as cp:
+                    cp.write(enc.ticks)
+                ticks_inserted = enc.n_ticks
+            if staged and enc.n_records:
+                cur.execute(_INSERT_REQ)
+                inserted = max(cur.rowcount, 0)
+            if staged and enc.n_ticks:
+                cur.execute(_INSERT_TICKS)
+                ticks_inserted = max(cur.rowcount, 0)
+            if self._pause_s > 0:
+                time.sleep(self._pause_s)
+        return inserted, ticks_inserted
 
 
 def _shutdown_socket(conn: psycopg.Connection[Any]) -> None:

@@ -25,6 +25,7 @@ class WriterStats:
     spooled_batches: int = 0
     replayed_batches: int = 0
     rejected_batches: int = 0
+    direct_fallbacks: int = 0  # first attempts that met existing rows and went through staging
     spool_pending: int = 0
     connect_failures: int = 0
     records_lost: int = 0

@@ -82,10 +82,26 @@ def test_d2_a_batch_replayed_three_times_leaves_one_row_each(
     stats = writer.stats()
     assert stats.rows_inserted == 200 and stats.rows_duplicate == 400
     assert stats.ticks_inserted == 3
+    assert stats.direct_fallbacks == 2  # the 2nd and 3rd copies went through staging
     with psycopg.connect(store_url) as conn:
         ledger_check(conn, run_id, [r.request_id for r in records])
         n = conn.execute("SELECT count(*) FROM ticks WHERE run_id = %s", (run_id,)).fetchone()
         assert n == (3,)
+
+
+def test_a_batch_overlapping_stored_rows_adds_only_the_new_ones(
+    store_url: str, tmp_path: Path
+) -> None:
+    run_id = str(uuid.uuid4())
+    writer = _writer(store_url, run_id, tmp_path)
+    writer.write(Batch(make_records(run_id, 100)))
+    assert writer.flush(30)
+    writer.write(Batch(make_records(run_id, 100, start=50)))
+    writer.close()
+    stats = writer.stats()
+    assert (stats.rows_inserted, stats.rows_duplicate, stats.direct_fallbacks) == (150, 50, 1)
+    with psycopg.connect(store_url) as conn:
+        ledger_check(conn, run_id, [r.request_id for r in make_records(run_id, 150)])
 
 
 @pytest.mark.parametrize("store_content", [False, True])
