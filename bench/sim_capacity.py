@@ -140,6 +140,7 @@ def run_level(streams: int, args: argparse.Namespace) -> dict[str, float]:
         lo = t_start + int((args.warmup + per_request_s) * 1e9)
         hi = t_end - int(0.3 * 1e9)
         tokens = 0
+        all_tokens = 0
         late: list[int] = []
         for line in truth.read_text().splitlines():
             rec = json.loads(line)
@@ -148,6 +149,7 @@ def run_level(streams: int, args: argparse.Namespace) -> dict[str, float]:
             for t, n, lu in zip(
                 rec["chunk_ns"], rec["chunk_tokens"], rec["chunk_late_us"], strict=True
             ):
+                all_tokens += n
                 if lo <= t < hi:
                     tokens += n
                     late.append(lu)
@@ -163,6 +165,7 @@ def run_level(streams: int, args: argparse.Namespace) -> dict[str, float]:
             "writes": len(late),
             "cpu_pct": 100.0 * sum(cpu_s) / ((t_end - t_start) / 1e9),
             "sys_pct": 100.0 * cpu_s[1] / ((t_end - t_start) / 1e9),
+            "cpu_us_per_token": 1e6 * sum(cpu_s) / max(all_tokens, 1),
         }
 
 
@@ -180,17 +183,25 @@ def main() -> None:
     ap.add_argument("--client-cpu", type=int, default=1)
     args = ap.parse_args()
     os.sched_setaffinity(0, {args.client_cpu})
-    cols = (
-        "streams | offered tok/s | achieved tok/s | late p50 ms | p99 ms | max ms | writes | CPU %"
-    )
-    print(f"| {cols} |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    cols = [
+        "streams",
+        "offered tok/s",
+        "achieved tok/s",
+        "late p50 ms",
+        "late p99 ms",
+        "late max ms",
+        "writes",
+        "sim CPU % (sys)",
+        "CPU µs/token",
+    ]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---:|" * len(cols))
     for n in args.streams:
         r = run_level(n, args)
         print(
             f"| {n} | {r['offered_tok_s']:.0f} | {r['tok_s']:.0f} | {r['late_p50_ms']:.2f} "
             f"| {r['late_p99_ms']:.2f} | {r['late_max_ms']:.2f} | {r['writes']:.0f} "
-            f"| {r['cpu_pct']:.0f} ({r['sys_pct']:.0f}) |",
+            f"| {r['cpu_pct']:.0f} ({r['sys_pct']:.0f}) | {r['cpu_us_per_token']:.1f} |",
             flush=True,
         )
 
