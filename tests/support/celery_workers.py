@@ -252,11 +252,26 @@ def sim_server() -> Iterator[SimServer]:
 
 
 @pytest.fixture
-def cluster_env(store_url: str, redis_server: RedisServer) -> dict[str, str]:
+def dist_store_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh migrated database for one distributed test: on the test TimescaleDB when
+    PEAKLOAD_TEST_TIMESCALE_URL is set (what a team deploys), else on the embedded PostgreSQL.
+    One store per test, not both: these tests are long, and the store path has its own tests."""
+    from tests.support.stores import TIMESCALE_ENV, FreshDatabase
+
+    admin = os.environ.get(TIMESCALE_ENV, "").strip() or str(
+        request.getfixturevalue("plain_url")
+    )
+    db = FreshDatabase(admin)
+    yield db.url
+    db.drop()
+
+
+@pytest.fixture
+def cluster_env(dist_store_url: str, redis_server: RedisServer) -> dict[str, str]:
     """The environment workers and the coordinator share for one test."""
     return {
         **{k: v for k, v in os.environ.items() if not k.startswith("PEAKLOAD_")},
-        "PEAKLOAD_DATABASE_URL": store_url,
+        "PEAKLOAD_DATABASE_URL": dist_store_url,
         "PEAKLOAD_REDIS_URL": redis_server.url(0),
         "PEAKLOAD_ALLOW_PRIVATE_TARGETS": "1",
         "PEAKLOAD_LEASE_TTL_S": "3",

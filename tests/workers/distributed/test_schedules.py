@@ -83,8 +83,9 @@ def test_concurrent_ticks_claim_each_slot_once_and_report_missed(store_url: str)
 
 @pytest.mark.slow
 def test_two_beat_processes_fire_each_slot_once(
-    store_url: str, cluster_env: dict[str, str], tmp_path: Path
+    cluster_env: dict[str, str], tmp_path: Path
 ) -> None:
+    store_url = cluster_env["PEAKLOAD_DATABASE_URL"]
     with psycopg.connect(store_url, autocommit=True) as conn:
         add_schedule(conn, "every2s", "* * * * * */2", _spec())
     env = {**cluster_env, "PEAKLOAD_SCHEDULE_TICK_S": "0.5"}
