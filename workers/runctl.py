@@ -121,6 +121,15 @@ def finalize_run(conn: psycopg.Connection[Any], run_id: str) -> str | None:
         ]
         if ctl[1]:
             reasons.insert(0, f"aborted: {ctl[2]}")
+        reasons.extend(
+            f"{sid}: clock offset uncertain (±{unc / 1e6:.1f} ms): its cross-region timeline "
+            "is approximate"
+            for sid, unc in conn.execute(
+                "SELECT shard_id, clock_uncertainty_ns FROM shards "
+                "WHERE run_id = %s AND clock_suspect ORDER BY shard_id",
+                (run_id,),
+            ).fetchall()
+        )
         invalid: list[str] = []
         for r in rows:
             invalid.extend(f"{r[0]}: {x}" for x in (r[5] or []))

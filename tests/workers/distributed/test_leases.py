@@ -65,8 +65,8 @@ def test_fenced_out_after_reap_and_final_status(store_url: str) -> None:
             conn,
             b,
             clock_offset_ns=0,
-            clock_uncertainty_ns=1,
-            clock_suspect=False,
+            clock_uncertainty_ns=7_000_000,
+            clock_suspect=True,
             network_rtt_ns=None,
             connect_ns=None,
             extra={},
@@ -87,6 +87,7 @@ def test_fenced_out_after_reap_and_final_status(store_url: str) -> None:
         ).fetchone()
         assert row is not None and row[0] == "partial" and row[2]
         assert "r-0: interrupted" in row[1]
+        assert "r-1: clock offset uncertain (±7.0 ms)" in row[1]
         # a second claim of a finished shard is refused
         assert leases.claim_shard(conn, run_id, "r-1", "c", host="h", pid=3) is None
 
@@ -132,3 +133,21 @@ def test_clock_offset_against_redis() -> None:
         assert abs(mono - time.perf_counter_ns()) < 50_000_000
     with pytest.raises(ValueError, match="probes"):
         measure_offset(r, probes=0)
+
+
+def test_a_slow_reference_path_marks_the_clock_suspect() -> None:
+    """Redis behind a proxy adding 10 ms each way: the best probe's half round trip is past the
+    5 ms bound, so the estimate is flagged, and its offset stays within that uncertainty."""
+    from tests.support.tcpproxy import TcpProxy
+
+    with TcpProxy("127.0.0.1", 6379, latency_ms=10) as proxy:
+        r = redis.Redis(host="127.0.0.1", port=proxy.port, socket_timeout=5)
+        try:
+            r.ping()
+        except redis.RedisError:
+            pytest.skip("no Redis on 127.0.0.1:6379")
+        with r:
+            est = measure_offset(r, probes=4)
+    assert est.rtt_ns >= 20_000_000
+    assert est.suspect
+    assert abs(est.offset_wall_ns) <= est.uncertainty_ns
