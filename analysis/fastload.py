@@ -7,6 +7,7 @@ analysis.load.load_requests (without ids, error text or content) plus flat `Chun
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -202,14 +203,14 @@ def _read_partition(url_or_conn: str | psycopg.Connection[Any], query: bytes) ->
                 while pg.get_result() is not None:
                     pass
                 raise psycopg.DatabaseError(f"binary COPY of requests failed: {msg}")
-            msgs: list[bytes] = []
+            msgs: list[memoryview] = []
             size = 0
             first = True
             while True:
                 nbytes, data = pg.get_copy_data(0)
                 if nbytes < 0:
                     break
-                msgs.append(bytes(data))
+                msgs.append(data)  # a memoryview that keeps its libpq buffer alive
                 size += nbytes
                 if size >= _BLOCK_BYTES:
                     parsed += _parse_messages(msgs, first)
@@ -227,7 +228,9 @@ def _read_partition(url_or_conn: str | psycopg.Connection[Any], query: bytes) ->
     return parsed
 
 
-def _parse_messages(msgs: list[bytes], first: bool, *, final: bool = False) -> list[Parsed]:
+def _parse_messages(
+    msgs: Sequence[bytes | memoryview], first: bool, *, final: bool = False
+) -> list[Parsed]:
     if not msgs:
         return []
     buf = b"".join(msgs)
@@ -240,7 +243,7 @@ def _parse_messages(msgs: list[bytes], first: bool, *, final: bool = False) -> l
             starts = starts[1:]
         else:  # the header travels with the first row
             starts[0] += _HEADER
-    if final and msgs[-1][:2] == b"\xff\xff":
+    if final and bytes(msgs[-1][:2]) == b"\xff\xff":
         starts = starts[:-1]  # the trailer message
     raw = np.frombuffer(buf, dtype=np.uint8)
     starts = starts[starts + _FIXED <= len(buf)]  # drop a trailer-only tail
