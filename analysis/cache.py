@@ -1,0 +1,138 @@
+"""A local cache of loaded runs (analysis.fastload's frame and chunk arrays) for runs that have
+ended, so a second report, comparison or UI page on a large run reads memory-mapped numpy files
+instead of the store. Entries hold no prompt or response text (fastload never loads it).
+
+An entry is used only if the run's status, end time, row count and last scheduled time still
+match the store (a finished run's rows do not change; a replayed or repaired run does).
+Directory: `PEAKLOAD_ANALYSIS_CACHE`, else $XDG_CACHE_HOME (or ~/.cache)/peakload/analysis.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import psycopg
+
+from analysis import fastload
+from analysis.metrics import ChunkArrays
+
+CACHE_ENV = "PEAKLOAD_ANALYSIS_CACHE"
+FORMAT = 1
+_ENDED = ("completed", "partial", "aborted", "failed")
+
+
+def cache_dir() -> Path:
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "peakload" / "analysis"
+
+
+def fingerprint(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any] | None:
+    """What must match for an entry to be used; None if the run has not ended (no caching)."""
+    row = conn.execute(
+        "SELECT r.status, r.ended_at, q.n, q.last FROM runs r, LATERAL (SELECT count(*) AS n, "
+        "max(scheduled_at) AS last FROM requests WHERE run_id = r.run_id) q "
+        "WHERE r.run_id = %s::uuid",
+        (run_id,),
+    ).fetchone()
+    if row is None or row[0] not in _ENDED or row[1] is None:
+        return None
+    return {
+        "format": FORMAT,
+        "run_id": run_id,
+        "status": row[0],
+        "ended_at": row[1].isoformat(),
+        "rows": int(row[2]),
+        "last": row[3].isoformat() if row[3] else None,
+    }
+
+
+def _save(path: Path, fp: dict[str, Any], df: pd.DataFrame, chunks: ChunkArrays) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+    try:
+        meta: dict[str, Any] = {"fingerprint": fp, "columns": [], "categories": {}, "none": []}
+        for col in df.columns:
+            s = df[col]
+            if s.dtype == object:  # a coded column with no values at all (every row NULL)
+                if s.notna().any():
+                    raise ValueError(f"cannot cache column {col!r} of Python objects")
+                meta["none"].append(col)
+                arr: np.ndarray = np.zeros(0)
+            elif isinstance(s.dtype, pd.CategoricalDtype):
+                meta["categories"][col] = [str(c) for c in s.cat.categories]
+                arr = s.cat.codes.to_numpy()
+            elif col == "scheduled_at":
+                arr = (
+                    s.dt.tz_convert("UTC")
+                    .dt.tz_localize(None)
+                    .to_numpy("datetime64[ns]")
+                    .view(np.int64)
+                )
+            else:
+                arr = s.to_numpy()
+            np.save(tmp / f"col_{len(meta['columns'])}.npy", arr)
+            meta["columns"].append(col)
+        for name in ("offsets_us", "tokens", "ptr"):
+            np.save(tmp / f"{name}.npy", getattr(chunks, name))
+        (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+        if path.exists():
+            shutil.rmtree(path)
+        tmp.rename(path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _load(path: Path, fp: dict[str, Any]) -> tuple[pd.DataFrame, ChunkArrays] | None:
+    try:
+        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if meta.get("fingerprint") != fp:
+        return None
+    cols: dict[str, Any] = {}
+    for i, col in enumerate(meta["columns"]):
+        if col in meta["none"]:
+            cols[col] = None
+            continue
+        arr = np.load(path / f"col_{i}.npy", mmap_mode="r")
+        if col in meta["categories"]:
+            cols[col] = pd.Categorical.from_codes(np.asarray(arr), meta["categories"][col])
+        elif col == "scheduled_at":
+            cols[col] = pd.to_datetime(np.asarray(arr).view("datetime64[ns]")).tz_localize("UTC")
+        else:
+            cols[col] = np.asarray(arr)
+    chunks = ChunkArrays(
+        *(np.load(path / f"{n}.npy", mmap_mode="r") for n in ("offsets_us", "tokens", "ptr"))
+    )
+    n_rows = int(chunks.ptr.size - 1)
+    return pd.DataFrame(cols, index=pd.RangeIndex(n_rows)), chunks
+
+
+def load_run_cached(
+    url: str, run_id: str, *, parallel: int = 2, directory: Path | None = None
+) -> tuple[pd.DataFrame, ChunkArrays, bool]:
+    """(frame, chunks, hit): from the cache when it matches the store, else loaded with
+    analysis.fastload (and cached if the run has ended). Chunk arrays of a hit are
+    memory-mapped, read-only."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        fp = fingerprint(conn, run_id)
+    path = (directory or cache_dir()) / run_id
+    if fp is not None:
+        hit = _load(path, fp)
+        if hit is not None:
+            return hit[0], hit[1], True
+    df, chunks = fastload.load_requests_fast(url, run_id, parallel=parallel)
+    if fp is not None:
+        _save(path, fp, df, chunks)
+    return df, chunks, False
