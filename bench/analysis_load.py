@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -24,8 +25,8 @@ from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis import fastload, frontier, load, percentiles  # noqa: E402
-from analysis.summary import level_summary  # noqa: E402
+from analysis import cache, fastload, frontier, load, percentiles
+from analysis.summary import level_summary
 
 DB = "peakload_bench"
 LEVELS = (50.0, 100.0, 200.0, 400.0)
@@ -59,7 +60,7 @@ def generate(conn: psycopg.Connection[tuple[object, ...]], rid: str, n: int, chu
         "INSERT INTO runs (run_id, name, status, valid, api, target_url, model, labels, spec, "
         "started_at, ended_at, requests_scheduled) VALUES (%s, 'bench-analysis', 'completed', "
         "true, 'openai-chat', 'http://127.0.0.1:9/v1', 'bench', '{\"engine\": \"bench\"}', "
-        "'{\"slos\": [{\"metric\": \"ttft_ms\", \"percentile\": 99, \"threshold\": 800}]}', "
+        '\'{"slos": [{"metric": "ttft_ms", "percentile": 99, "threshold": 800}]}\', '
         "'2026-11-01T00:00:00Z', '2026-11-01T00:00:00Z'::timestamptz + make_interval(secs => %s),"
         " %s)",
         (rid, dur * len(LEVELS), n),
@@ -67,7 +68,9 @@ def generate(conn: psycopg.Connection[tuple[object, ...]], rid: str, n: int, chu
     for i, rate in enumerate(LEVELS):
         conn.execute(
             "INSERT INTO run_levels (run_id, level, kind, value, duration_s) "
-            "VALUES (%s, %s, 'rate', %s, %s)", (rid, i, rate, dur))
+            "VALUES (%s, %s, 'rate', %s, %s)",
+            (rid, i, rate, dur),
+        )
     step = 100_000
     for lo in range(0, n, step):
         t = time.perf_counter_ns()
@@ -100,11 +103,21 @@ def generate(conn: psycopg.Connection[tuple[object, ...]], rid: str, n: int, chu
                        sum(1 + (k %% 20 = 19)::int)::int AS toks_sum
                 FROM generate_series(0, %(c)s::int - 1) k) a
             """,
-            {"dt": 1.0 / LEVELS[0], "rid": rid, "regions": list(REGIONS), "per": per_level,
-             "c": chunks, "lo": lo, "hi": min(lo + step, n) - 1},
+            {
+                "dt": 1.0 / LEVELS[0],
+                "rid": rid,
+                "regions": list(REGIONS),
+                "per": per_level,
+                "c": chunks,
+                "lo": lo,
+                "hi": min(lo + step, n) - 1,
+            },
         )
-        print(f"  generated {min(lo + step, n):>9,} rows "
-              f"({(time.perf_counter_ns() - t) / 1e9:.1f} s)", flush=True)
+        print(
+            f"  generated {min(lo + step, n):>9,} rows "
+            f"({(time.perf_counter_ns() - t) / 1e9:.1f} s)",
+            flush=True,
+        )
     conn.execute("ANALYZE requests")
 
 
@@ -114,8 +127,11 @@ def timed(label: str, results: dict[str, float], fn, *args, **kwargs):  # type: 
     out = fn(*args, **kwargs)
     results[label] = (time.perf_counter_ns() - t) / 1e9
     results[label + " [cpu]"] = (time.process_time_ns() - c) / 1e9
-    print(f"{label:<40} {results[label]:8.2f} s wall, {results[label + ' [cpu]']:6.2f} s CPU "
-          f"(this process)", flush=True)
+    print(
+        f"{label:<40} {results[label]:8.2f} s wall, {results[label + ' [cpu]']:6.2f} s CPU "
+        f"(this process)",
+        flush=True,
+    )
     return out
 
 
@@ -127,6 +143,7 @@ def main() -> None:
     ap.add_argument("--regenerate", action="store_true")
     ap.add_argument("--summary", action="store_true", help="also time level_summary")
     ap.add_argument("--parallel", type=int, default=2, help="connections reading the run")
+    ap.add_argument("--cache-dir", default="/tmp/peakload-bench-cache")
     args = ap.parse_args()
     admin = os.environ.get("PEAKLOAD_BENCH_URL") or os.environ.get("PEAKLOAD_TEST_TIMESCALE_URL")
     if not admin:
@@ -138,37 +155,104 @@ def main() -> None:
         if args.regenerate or not have or have[0] != args.requests:
             print(f"generating {args.requests:,} requests x {args.chunks} chunks ...")
             generate(conn, rid, args.requests, args.chunks)
-        store = "TimescaleDB " + str(conn.execute(
-            "SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'").fetchone()) \
-            if load.has_timescaledb(conn) else "PostgreSQL (no TimescaleDB)"
+        store = (
+            "TimescaleDB "
+            + str(
+                conn.execute(
+                    "SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'"
+                ).fetchone()
+            )
+            if load.has_timescaledb(conn)
+            else "PostgreSQL (no TimescaleDB)"
+        )
         server = conn.execute("SHOW server_version").fetchone()
     results: dict[str, float] = {}
-    t0 = time.perf_counter_ns()
-    df, chunks = timed(f"load (binary COPY x{args.parallel} + numpy)", results,
-                       fastload.load_requests_fast, url, rid, parallel=args.parallel)
     with psycopg.connect(url, autocommit=True) as conn:
         levels = load.load_levels(conn, rid)
         run = load.load_run(conn, rid)
-    curves = timed("percentile curves (4 metrics, bands)", results, percentiles.percentile_curves,
-                   df, chunks, resamples=args.resamples)
-    pts = timed("frontier (p99 TTFT per level)", results, frontier.frontier_points, df, levels,
-                chunks=chunks, resamples=args.resamples)
-    timed("max load meeting SLOs", results, frontier.max_load_meeting_slos, df, levels,
-          run["spec"]["slos"], chunks=chunks)
-    results["total"] = (time.perf_counter_ns() - t0) / 1e9
+        fp = cache.fingerprint(conn, rid)
+    cdir = Path(args.cache_dir)
+    shutil.rmtree(cdir / rid, ignore_errors=True)
+
+    def compute(tag: str, df, chunks) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+        curves = timed(
+            f"{tag}: percentile curves (4 metrics, bands)",
+            results,
+            percentiles.percentile_curves,
+            df,
+            chunks,
+            resamples=args.resamples,
+        )
+        pts = timed(
+            f"{tag}: frontier (p99 TTFT per level)",
+            results,
+            frontier.frontier_points,
+            df,
+            levels,
+            chunks=chunks,
+            resamples=args.resamples,
+        )
+        timed(
+            f"{tag}: max load meeting SLOs",
+            results,
+            frontier.max_load_meeting_slos,
+            df,
+            levels,
+            run["spec"]["slos"],
+            chunks=chunks,
+        )
+        return len(curves), len(pts)
+
+    t0 = time.perf_counter_ns()
+    df, chunks = timed(
+        f"cold: load from the store (binary COPY x{args.parallel})",
+        results,
+        fastload.load_requests_fast,
+        url,
+        rid,
+        parallel=args.parallel,
+    )
+    n_curves, n_pts = compute("cold", df, chunks)
+    results["cold total (load + curves + frontier)"] = (time.perf_counter_ns() - t0) / 1e9
+    n_req, n_chunks = len(df), int(chunks.offsets_us.size)
+    if fp is not None:
+        timed("cache write (not in either total)", results, cache._save, cdir / rid, fp, df, chunks)
+    del df, chunks
+    t0 = time.perf_counter_ns()
+    df, chunks, hit = timed(
+        "warm: load from the cache (mmap)", results, cache.load_run_cached, url, rid, directory=cdir
+    )
+    compute("warm", df, chunks)
+    results["warm total (load + curves + frontier)"] = (time.perf_counter_ns() - t0) / 1e9
     if args.summary:
         timed("level_summary (extra)", results, level_summary, df, levels, run, chunks=chunks)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text()
-                .splitlines() if ln.startswith("model name")), platform.processor())
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        platform.processor(),
+    )
     report = {
-        "requests": len(df), "chunks": int(chunks.offsets_us.size), "store": store,
-        "server_version": server[0] if server else None, "curve_rows": len(curves),
-        "frontier_levels": len(pts), "parallel": args.parallel, "seconds": results, "peak_rss_gib": rss / 2**30,
-        "nproc": os.cpu_count(), "cpu": cpu, "loadavg_1m_at_end": os.getloadavg()[0],
+        "requests": n_req,
+        "chunks": n_chunks,
+        "store": store,
+        "cache_hit": hit,
+        "server_version": server[0] if server else None,
+        "curve_rows": n_curves,
+        "frontier_levels": n_pts,
+        "parallel": args.parallel,
+        "seconds": results,
+        "peak_rss_gib": rss / 2**30,
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "loadavg_1m_at_end": os.getloadavg()[0],
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
-    print(f"{'total (load + curves + frontier)':<40} {results['total']:8.2f} s")
+    for k in ("cold total (load + curves + frontier)", "warm total (load + curves + frontier)"):
+        print(f"{k:<40} {results[k]:8.2f} s")
     print(f"peak RSS {rss / 2**30:.2f} GiB")
     print(json.dumps(report, indent=1))
 
