@@ -224,8 +224,14 @@ class OpenAITarget:
                 out: list[StreamEvent] = []
                 try:
                     async for t, chunk in ex.body():
-                        for payload in parser.feed(chunk):
-                            decoder.decode(payload, t, out)
+                        try:
+                            for payload in parser.feed(chunk):
+                                decoder.decode(payload, t, out)
+                        except TransportError:
+                            # tokens that came in the same read as an in-band error are kept
+                            for ev in out:
+                                yield ev
+                            raise
                         if out:
                             if not saw_output:
                                 saw_output = any(ev.kind in _OUTPUT for ev in out)
