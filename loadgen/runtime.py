@@ -1,6 +1,7 @@
 """How a measuring process runs its event loop: the standard asyncio loop (uvloop when
-`PEAKLOAD_LOOP=uvloop`), and a short GIL switch interval so a helper thread (the store writer) can hold the loop back by
-at most ~0.25 ms instead of CPython's default 5 ms — that delay would land in every stamp."""
+`PEAKLOAD_LOOP=uvloop`), and a short GIL switch interval so a helper thread (the store writer)
+holds the loop back by at most ~0.25 ms instead of CPython's default 5 ms, a delay that would
+otherwise land in every stamp."""
 
 from __future__ import annotations
 

@@ -22,9 +22,11 @@ def insert_samples(url: str, run_id: str, source: str, samples: list[Sample]) ->
     """Append samples for `run_id` (one transaction)."""
     if not samples:
         return
-    with psycopg.connect(url) as conn, conn.cursor() as cur, cur.copy(
-        "COPY server_metrics (t, run_id, source, name, labels, value) FROM STDIN"
-    ) as cp:
+    with (
+        psycopg.connect(url) as conn,
+        conn.cursor() as cur,
+        cur.copy("COPY server_metrics (t, run_id, source, name, labels, value) FROM STDIN") as cp,
+    ):
         for s in samples:
             cp.write_row((_ts(s.t_ns), run_id, source, s.name, Jsonb(s.labels), s.value))
 
