@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -88,6 +89,12 @@ def _status_kib(field: str) -> int:
     return 0
 
 
+def _runq_wait_ns() -> int:
+    """ns this process's main thread spent runnable but waiting for a CPU (other tenants)."""
+    with open("/proc/thread-self/schedstat", encoding="ascii") as fh:
+        return int(fh.read().split()[1])
+
+
 def child(args: argparse.Namespace) -> None:
     """Run one shard of `args.streams` closed-loop streams; write stamps + health to args.out."""
     import asyncio
@@ -114,9 +121,12 @@ def child(args: argparse.Namespace) -> None:
     async def window(start: int) -> None:
         await asyncio.sleep(max(0, start + int(warmup * 1e9) - time.perf_counter_ns()) / 1e9)
         meta["cpu0_ns"], meta["w0_ns"] = time.process_time_ns(), time.perf_counter_ns()
+        meta["runq0_ns"] = _runq_wait_ns()
         await asyncio.sleep(duration)
         meta["cpu1_ns"], meta["w1_ns"] = time.process_time_ns(), time.perf_counter_ns()
+        meta["runq1_ns"] = _runq_wait_ns()
         meta["hwm_kib_at_window_end"] = _status_kib("VmHWM")
+        meta["stamp_bytes_at_window_end"] = sink.nbytes()
 
     async def main() -> Any:
         meta["loop"] = type(asyncio.get_running_loop()).__module__
@@ -329,6 +339,10 @@ def analyse(
         meta.get("hwm_kib_at_window_end", meta["hwm_kib"]),
         meta.get("rss_before_warm_kib", meta.get("rss_start_kib", 0)),
     )
+    runq = None
+    if "runq1_ns" in meta:
+        runq = 100.0 * (meta["runq1_ns"] - meta["runq0_ns"]) / (meta["w1_ns"] - meta["w0_ns"])
+    stamp = meta.get("stamp_bytes_at_window_end", meta.get("stamp_bytes", 0))
     cpu = None
     if "cpu1_ns" in meta:
         cpu = 100.0 * (meta["cpu1_ns"] - meta["cpu0_ns"]) / (meta["w1_ns"] - meta["w0_ns"])
@@ -339,8 +353,11 @@ def analyse(
         "requests_count_mismatch": mismatched, "tokens_per_s": tokens_in_window / args.duration,
         "theoretical_tokens_per_s": theo, "ttft_err_ms": ttft, "itl_err_ms": itl,
         "sim_write_late_ms_p99": float(np.percentile(np.concatenate(late), 99)) if late else None,
-        "cpu_percent": cpu, "peak_rss_mib": hwm / 1024, "rss_base_mib": base / 1024,
-        "rss_per_stream_kib": (hwm - base) / streams, "bench_stamp_bytes": meta.get("stamp_bytes"),
+        "cpu_percent": cpu, "runqueue_wait_percent": runq,
+        "peak_rss_mib": hwm / 1024, "rss_base_mib": base / 1024,
+        "rss_per_stream_kib": (hwm - base) / streams,
+        "rss_per_stream_net_kib": (hwm - base - stamp / 1024) / streams,
+        "bench_stamp_bytes": stamp,
         "valid": meta.get("valid"), "invalid_reasons": meta.get("invalid_reasons", []),
         "health": meta.get("health", {}), "loop": meta.get("loop"), "accurate": accurate,
     }  # fmt: skip
@@ -354,22 +371,51 @@ def _f(v: float | None, fmt: str = ".2f") -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("| tool | streams | tok/s (of theory) | TTFT err p50 / p99 ms | abs TTFT err p50 / p99 "
-            "| ITL err p50 / p99 ms | abs ITL err p50 / p99 | CPU % | peak RSS MiB | KiB/stream "
-            "| self-check | accurate |\n" + "|---" * 12 + "|\n")  # fmt: skip
+    head = ("| tool | streams | requests | tok/s (of theory) | TTFT err p50 / p99 ms "
+            "| abs TTFT err p50 / p99 | ITL err p50 / p99 ms | abs ITL err p50 / p99 "
+            "| CPU % (runq wait %) | peak RSS MiB | KiB/stream (net) | self-check | accurate |\n"
+            + "|---" * 13 + "|\n")  # fmt: skip
     lines = []
     for r in rows:
         t, i = r["ttft_err_ms"], r["itl_err_ms"]
         check = "—" if r["valid"] is None else ("valid" if r["valid"] else "INVALID")
         lines.append(
-            f"| {r['tool']} | {r['streams']} | {r['tokens_per_s']:.0f} "
+            f"| {r['tool']} | {r['streams']} | {r['requests_used']} | {r['tokens_per_s']:.0f} "
             f"({100 * r['tokens_per_s'] / r['theoretical_tokens_per_s']:.0f}%) "
             f"| {_f(t['p50'])} / {_f(t['p99'])} | {_f(t['abs_p50'])} / {_f(t['abs_p99'])} "
             f"| {_f(i['p50'])} / {_f(i['p99'])} | {_f(i['abs_p50'])} / {_f(i['abs_p99'])} "
-            f"| {_f(r['cpu_percent'], '.0f')} | {r['peak_rss_mib']:.0f} "
-            f"| {r['rss_per_stream_kib']:.1f} | {check} | {'yes' if r['accurate'] else 'no'} |"
+            f"| {_f(r['cpu_percent'], '.0f')} ({_f(r['runqueue_wait_percent'], '.0f')}) "
+            f"| {r['peak_rss_mib']:.0f} "
+            f"| {r['rss_per_stream_kib']:.1f} ({r['rss_per_stream_net_kib']:.1f}) | {check} "
+            f"| {'yes' if r['accurate'] else 'no'} |"
         )
     return head + "\n".join(lines)
+
+
+def summarise(rows: list[dict[str, Any]], tools: list[str]) -> dict[str, dict[str, Any]]:
+    """Per tool: the highest level accurate with every lower level accurate too, the first
+    level its self-check marked invalid, and RSS per stream between consecutive levels."""
+    out: dict[str, dict[str, Any]] = {}
+    for tool in tools:
+        mine = sorted((r for r in rows if r["tool"] == tool), key=lambda r: r["streams"])
+        accurate_to = None
+        for r in mine:
+            if not r["accurate"]:
+                break
+            accurate_to = r["streams"]
+        invalid = next((r["streams"] for r in mine if r["valid"] is False), None)
+        marginal = {
+            f"{a['streams']}->{b['streams']}": round(
+                (b["peak_rss_mib"] - a["peak_rss_mib"]) * 1024 / (b["streams"] - a["streams"]), 1
+            )
+            for a, b in itertools.pairwise(mine)
+        }
+        out[tool] = {
+            "accurate_up_to_streams": accurate_to,
+            "first_invalid_streams": invalid,
+            "marginal_rss_kib_per_stream": marginal,
+        }
+    return out
 
 
 def parent(args: argparse.Namespace) -> None:
@@ -398,12 +444,15 @@ def parent(args: argparse.Namespace) -> None:
                 rows.append(row)
                 print(table([row]).splitlines()[-1], flush=True)
     env["loadavg_after"] = os.getloadavg()
+    summary = summarise(rows, tools)
     path = out_dir / f"generator_accuracy-{stamp}.json"
-    path.write_text(json.dumps({"env": env, "rows": rows}, indent=1))
-    print("\n" + table(rows))
+    path.write_text(json.dumps({"env": env, "summary": summary, "rows": rows}, indent=1))
+    print("\n" + table(rows) + "\n")
     for r in rows:
         if r["valid"] is False:
             print(f"- {r['tool']} {r['streams']}: invalid: {'; '.join(r['invalid_reasons'])}")
+    for tool, s in summary.items():
+        print(f"- {tool}: {s}")
     print(f"\nraw numbers: {path}  load average after {env['loadavg_after']}")
 
 

@@ -118,15 +118,28 @@ class StreamingChatUser(FastHttpUser):
         _STAMPS.extend(stamps)
 
 
+def _runq_wait_ns() -> int:
+    """ns this (main) thread spent runnable but waiting for a CPU, from schedstat."""
+    with open("/proc/thread-self/schedstat", encoding="ascii") as fh:
+        return int(fh.read().split()[1])
+
+
+def _stamp_bytes() -> int:
+    return sum(a.itemsize * len(a) for a in (_IDS, _SENT, _OK, _LENS, _STAMPS))
+
+
 def _window(warmup_s: float, measure_s: float) -> None:
     """CPU time and wall time (monotonic) of this process over [start+warmup, +measure]."""
     gevent.sleep(warmup_s)
     _WINDOW["cpu0_ns"] = time.process_time_ns()
+    _WINDOW["runq0_ns"] = _runq_wait_ns()
     _WINDOW["w0_ns"] = time.perf_counter_ns()
     gevent.sleep(measure_s)
     _WINDOW["cpu1_ns"] = time.process_time_ns()
+    _WINDOW["runq1_ns"] = _runq_wait_ns()
     _WINDOW["w1_ns"] = time.perf_counter_ns()
     _WINDOW["hwm_kib_at_window_end"] = _rss_kib("VmHWM")
+    _WINDOW["stamp_bytes_at_window_end"] = _stamp_bytes()
 
 
 def _on_start(**_: Any) -> None:
