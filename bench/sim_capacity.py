@@ -71,31 +71,36 @@ def _request(port: int, max_tokens: int) -> bytes:
 
 async def _drive(
     port: int, streams: int, max_tokens: int, duration_s: float, spread_s: float
-) -> None:
-    """Open `streams` connections spread evenly over `spread_s` (one request's length, so the
-    streams' token times interleave as with real users), run `duration_s`, close them all."""
+) -> tuple[int, int]:
+    """Open `streams` connections at even absolute offsets over `spread_s` (one request's length,
+    so the streams' token times interleave as with real users), keep them streaming
+    `duration_s` after the last one opened, close them all. Returns (all open, stop) in
+    perf_counter_ns."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     req = _request(port, max_tokens)
     transports = []
-    for _ in range(streams):
+    t0 = time.perf_counter()
+    for i in range(streams):
+        await asyncio.sleep(max(0.0, t0 + i * spread_s / streams - time.perf_counter()))
         t, _ = await loop.create_connection(lambda: StreamClient(req, stop), "127.0.0.1", port)
         transports.append(t)
-        await asyncio.sleep(spread_s / streams)
+    ramped_ns = time.perf_counter_ns()
     await asyncio.sleep(duration_s)
+    stop_ns = time.perf_counter_ns()
     stop.set()
     for t in transports:
         t.close()
     await asyncio.sleep(0.2)
+    return ramped_ns, stop_ns
 
 
-def _run(coro: Any) -> None:
+def _run(coro: Any) -> Any:
     try:
         import uvloop
     except ImportError:
-        asyncio.run(coro)
-    else:
-        uvloop.run(coro)
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def _cpu_seconds(pid: int) -> tuple[float, float]:
@@ -119,7 +124,8 @@ def run_level(streams: int, args: argparse.Namespace) -> dict[str, float]:
     port = _free_port()
     with tempfile.TemporaryDirectory() as tmp:
         truth = Path(args.keep_truth or Path(tmp) / "truth.jsonl")
-        cmd = [
+        nice = ["nice", "-n", str(args.nice)] if args.nice else []
+        cmd = nice + [
             "taskset", "-c", str(args.server_cpu),
             sys.executable, "-m", "loadgen.sim", "--preset", "fixed",
             "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms),
@@ -131,14 +137,16 @@ def run_level(streams: int, args: argparse.Namespace) -> dict[str, float]:
             proc.stdout.readline()  # the URL: listening
             t_start = time.perf_counter_ns()
             per_request_s = (args.ttft_ms + (args.max_tokens - 1) * args.itl_ms) / 1000
-            _run(_drive(port, streams, args.max_tokens, args.duration, per_request_s))
+            ramped_ns, stop_ns = _run(
+                _drive(port, streams, args.max_tokens, args.duration, per_request_s)
+            )
             t_end = time.perf_counter_ns()
             cpu_s = _cpu_seconds(proc.pid)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
-        lo = t_start + int((args.warmup + per_request_s) * 1e9)
-        hi = t_end - int(0.3 * 1e9)
+        lo = ramped_ns + int(args.warmup * 1e9)
+        hi = stop_ns
         tokens = 0
         all_tokens = 0
         late: list[int] = []
@@ -180,6 +188,9 @@ def main() -> None:
     ap.add_argument("--config", help="sim JSON config (e.g. timer_spin_us)")
     ap.add_argument("--keep-truth", help="write the truth log here (last level) and keep it")
     ap.add_argument("--server-cpu", type=int, default=0)
+    ap.add_argument(
+        "--nice", type=int, default=0, help="run the sim at this nice value (-10: shared hosts)"
+    )
     ap.add_argument("--client-cpu", type=int, default=1)
     args = ap.parse_args()
     os.sched_setaffinity(0, {args.client_cpu})
