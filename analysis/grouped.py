@@ -55,6 +55,8 @@ def grouped_order_statistics(
     `ranks(set, t)` (within 0..t-1) of its sorted, weight-expanded sample; and every set's
     total weight. Labels < 0 are ignored; values must be finite. `value_max` (an upper bound
     of the values, for sizing the bins) saves a pass when given."""
+    if n <= 0:
+        return {}, {s: 0 for s in sets}
     if value_max is None:
         value_max = FLOOR
         for i in range(0, n, BLOCK):
@@ -159,6 +161,9 @@ def spectra_from_blocks(
         total, st = totals[name], stats[name]
         _, _, t = pc._linear_ranks(total, g)
         value = pc._lerp(st[: g.size], st[g.size : 2 * g.size], t)
-        lower, upper = pc._band(st[2 * g.size :].reshape(shapes[name]), confidence)
+        if resamples > 0:
+            lower, upper = pc._band(st[2 * g.size :].reshape(shapes[name]), confidence)
+        else:
+            lower, upper = np.full(g.shape, np.nan), np.full(g.shape, np.nan)
         out[name] = (value, lower, upper, total)
     return out

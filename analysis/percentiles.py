@@ -280,19 +280,51 @@ def _itl_spectra(
     resamples: int,
     seed: int,
 ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
-    """Per-token ITL spectra for "level|all" and "level|region", exact, in three passes over
-    the chunks (analysis.grouped): request labels are level_index * len(regions) +
-    region_index, -1 for requests left out; a gap of g µs before a chunk of k tokens is the
-    value g/k ms with weight k (the per-token convention of metrics.itl_per_token_ms)."""
+    """Per-token ITL spectra keyed "level|all" and "level|region" (see `itl_group_spectra`)."""
+    labels, n_labels, sets = level_region_labels(ok, level, region, levels, regions)
+    return itl_group_spectra(
+        chunks, labels, n_labels, sets, grid, confidence=confidence, resamples=resamples, seed=seed
+    )
+
+
+def level_region_labels(
+    rows: np.ndarray,
+    level: np.ndarray,
+    region: np.ndarray,
+    levels: list[int],
+    regions: list[str],
+) -> tuple[np.ndarray, int, dict[str, list[int]]]:
+    """Request labels level_index * len(regions) + region_index (-1 where `rows` is False),
+    their count, and the sets "level|all" and "level|region" as lists of labels."""
     nreg = max(len(regions), 1)
     li = np.searchsorted(np.asarray(levels), level)
     ri = np.searchsorted(np.asarray(regions, dtype=object), region)
-    labels = np.where(ok, li * nreg + ri, -1).astype(np.int32)
+    labels = np.where(rows, li * nreg + ri, -1).astype(np.int32)
     sets: dict[str, list[int]] = {}
     for i, lvl in enumerate(levels):
         sets[f"{lvl}|all"] = [i * nreg + j for j in range(nreg)]
         for j, r in enumerate(regions):
             sets[f"{lvl}|{r}"] = [i * nreg + j]
+    return labels, len(levels) * nreg, sets
+
+
+def itl_group_spectra(
+    chunks: m.ChunkArrays,
+    labels: np.ndarray,
+    n_labels: int,
+    sets: dict[str, list[int]],
+    grid: npt.ArrayLike,
+    *,
+    per_chunk: bool = False,
+    confidence: float = 0.95,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
+    """ITL spectra (value, lower, upper, n) of each set of request labels (-1 = left out),
+    exact, in three passes over the chunks (analysis.grouped). Per token (default): a gap of g
+    µs before a chunk of k tokens is the value g/k ms with weight k, as
+    metrics.itl_per_token_ms; `per_chunk`: the value g ms with weight 1. `resamples=0`: no
+    bands (NaN)."""
     off, tok = chunks.offsets_us, chunks.tokens
     if off.size and bool((tok > 0).all()):
         gap_label = _chunk_labels(chunks, labels)[1:]
@@ -303,20 +335,25 @@ def _itl_spectra(
         def block(i: int, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             k = tok[i + 1 : j + 1]
             gap = off[i + 1 : j + 1].astype(np.float64) - off[i:j]
+            if per_chunk:
+                return gap / 1e3, gap_label[i:j], np.ones(k.size, dtype=np.int64)
             return gap / k / 1e3, gap_label[i:j], k
     else:
-        gp = m.chunk_gaps(chunks, ok, labels=labels)
+        gp = m.chunk_gaps(chunks, labels >= 0, labels=labels)
         n = gp.gap_us.size
 
         def block(i: int, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             k = gp.tokens[i:j]
-            return gp.gap_us[i:j].astype(np.float64) / k / 1e3, gp.label[i:j], k
+            gap = gp.gap_us[i:j].astype(np.float64)
+            if per_chunk:
+                return gap / 1e3, gp.label[i:j], np.ones(k.size, dtype=np.int64)
+            return gap / k / 1e3, gp.label[i:j], k
 
     vmax = float(np.abs(off).max()) / 1e3 if off.size else None  # bounds every gap (ms)
     return grouped.spectra_from_blocks(
         n,
         block,
-        len(levels) * nreg,
+        n_labels,
         sets,
         grid,
         confidence=confidence,

@@ -13,6 +13,7 @@ import pandas as pd
 from rich.table import Table
 
 from analysis import metrics as m
+from analysis import percentiles as pc
 
 SUMMARY_PERCENTILES = (50.0, 90.0, 99.0)
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
@@ -49,6 +50,10 @@ def _pcts(values: np.ndarray) -> dict[str, float | None]:
     return {f"p{q:g}": _num(v) for q, v in zip(SUMMARY_PERCENTILES, np.atleast_1d(p), strict=True)}
 
 
+def _pct_dict(values: np.ndarray) -> dict[str, float | None]:
+    return {f"p{q:g}": _num(x) for q, x in zip(SUMMARY_PERCENTILES, values, strict=True)}
+
+
 def _level_rows(levels_df: pd.DataFrame, requests_df: pd.DataFrame) -> list[dict[str, Any]]:
     known = {int(r["level"]): dict(r) for _, r in levels_df.iterrows()}
     for lvl in sorted(set(requests_df["level"].astype(int)) - set(known)):
@@ -81,10 +86,29 @@ class _Values:
             for name in ("ttft_ms", "tpot_ms", "e2e_ms", *EXTRA_LATENCIES, "output_speed_tps")
         }
         self.kinds = m.failure_kind(df).to_numpy()
+        # ITL p50/p90/p99 of every level and (level, region), in a few passes over the chunks
+        level = df["level"].to_numpy()
+        region = df["region"].astype(object).to_numpy()
+        labels, n_labels, sets = pc.level_region_labels(
+            self.ok & self.steady,
+            level,
+            region,
+            sorted(set(level.tolist())),
+            sorted(set(region.tolist())),
+        )
+        q = list(SUMMARY_PERCENTILES)
+        self.itl = pc.itl_group_spectra(chunks, labels, n_labels, sets, q, resamples=0)
+        self.itl_chunk = pc.itl_group_spectra(
+            chunks, labels, n_labels, sets, q, resamples=0, per_chunk=True
+        )
 
 
 def _block(
-    v: _Values, rows: np.ndarray, level: Mapping[str, Any], slos: Sequence[Mapping[str, Any]]
+    v: _Values,
+    rows: np.ndarray,
+    level: Mapping[str, Any],
+    slos: Sequence[Mapping[str, Any]],
+    key: str,
 ) -> dict[str, Any]:
     df = v.df
     window = level_window_s(level, df, rows)
@@ -101,9 +125,9 @@ def _block(
         vals = v.per_request[name][lat]
         out[name] = _pcts(vals)
         samples[name] = int(np.isfinite(vals).sum())
-    itl = m.itl_per_token_ms(v.chunks, lat)
-    out["itl_ms"] = _pcts(itl)
-    samples["itl_ms"] = int(itl.size)
+    itl_values, _, _, itl_n = v.itl[key]
+    out["itl_ms"] = _pct_dict(itl_values)
+    samples["itl_ms"] = int(itl_n)
     vals = v.per_request["e2e_ms"][lat]
     out["e2e_ms"] = _pcts(vals)
     samples["e2e_ms"] = int(np.isfinite(vals).sum())
@@ -111,7 +135,7 @@ def _block(
         vals = v.per_request[name][lat]
         out[name] = _pcts(vals)
         samples[name] = int(np.isfinite(vals).sum())
-    out["itl_per_chunk_ms"] = _pcts(m.itl_per_chunk_ms(v.chunks, lat))
+    out["itl_per_chunk_ms"] = _pct_dict(v.itl_chunk[key][0])
     out["output_speed_tps"] = _pcts(v.per_request["output_speed_tps"][lat])
     out["samples"] = samples
     out["steady_window_s"] = _num(window)
@@ -182,9 +206,10 @@ def level_summary(
             "kind": level.get("kind"),
             "value": _num(level.get("value")),
         }
-        entry.update(_block(vals, rows, level, slos))
+        lv = int(level["level"])
+        entry.update(_block(vals, rows, level, slos, f"{lv}|all"))
         entry["regions"] = {
-            str(r): _block(vals, rows & (region_col == r), level, slos)
+            str(r): _block(vals, rows & (region_col == r), level, slos, f"{lv}|{r}")
             for r in sorted(set(region_col[rows]))
         }
         levels_out.append(entry)
