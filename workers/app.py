@@ -61,6 +61,10 @@ def make_app(broker_url: str | None = None, *, visibility_timeout_s: float | Non
         task_queues=[Queue(SCHEDULER_QUEUE)],  # type: ignore[no-untyped-call]
         task_create_missing_queues=True,  # region.<name> queues appear as workers subscribe
         worker_prefetch_multiplier=1,
+        # Early ack (below) releases a message's prefetch slot as soon as its shard starts, so
+        # a busy worker would reserve one more shard it cannot start, and that shard would never
+        # check in. A worker takes a message only when a pool process is free.
+        worker_disable_prefetch=True,
         # Early ack, on purpose. A shard must run at most once: if a worker dies mid-shard, a
         # late-acked message would be redelivered and run again against the target. With early
         # ack the broker forgets the message once a worker starts it; the fencing lease in

@@ -123,6 +123,7 @@ def test_celery_app_is_json_only() -> None:
     assert conf.accept_content == ["json"]
     assert conf.task_serializer == conf.result_serializer == conf.event_serializer == "json"
     assert conf.worker_prefetch_multiplier == 1
+    assert conf.worker_disable_prefetch is True
     assert conf.task_acks_late is False
     assert conf.broker_connection_retry_on_startup is True
     assert conf.broker_connection_max_retries is None
