@@ -141,6 +141,20 @@ class Coordinator:
             if row is None:
                 raise CoordinationError(f"run {run_id} does not exist")
             spec = spec_from_dict(row[0], where=f"run {run_id}")
+            from loadgen.targets import check_target, policy_from_env
+
+            policy = policy_from_env()
+            try:
+                check_target(
+                    spec.target.base_url,
+                    allow_private=policy.allow_private,
+                    allowlist=policy.allowlist,
+                )
+            except Exception as exc:
+                reason = f"target refused by the policy: {exc}"
+                runctl.request_abort(conn, run_id, reason)
+                runctl.finalize_run(conn, run_id)
+                return Launch(run_id, False, None, reason)
             from workers.local import with_fraction_offsets
 
             plans = with_fraction_offsets(plan_run(spec, run_id))

@@ -131,6 +131,7 @@ class CeleryWorker:
         concurrency: int = 1,
         extra_env: dict[str, str] | None = None,
         index: int = 0,
+        queues: str | None = None,
     ) -> None:
         self.region = region
         self.log_path = logdir / f"worker-{region}-{index}.log"
@@ -149,7 +150,7 @@ class CeleryWorker:
                 "--concurrency",
                 str(concurrency),
                 "-Q",
-                f"region.{region}",
+                queues or f"region.{region}",
                 "-n",
                 f"{region}.{index}.{os.getpid()}@%h",
                 "-E",
@@ -214,6 +215,7 @@ class Cluster:
         concurrency: int = 1,
         extra_env: dict[str, str] | None = None,
         wait: bool = True,
+        queues: str | None = None,
     ) -> CeleryWorker:
         w = CeleryWorker(
             region,
@@ -222,6 +224,7 @@ class Cluster:
             concurrency=concurrency,
             extra_env=extra_env,
             index=len(self.workers),
+            queues=queues,
         )
         self.workers.append(w)
         if wait:
@@ -258,9 +261,7 @@ def dist_store_url(request: pytest.FixtureRequest) -> Iterator[str]:
     One store per test, not both: these tests are long, and the store path has its own tests."""
     from tests.support.stores import TIMESCALE_ENV, FreshDatabase
 
-    admin = os.environ.get(TIMESCALE_ENV, "").strip() or str(
-        request.getfixturevalue("plain_url")
-    )
+    admin = os.environ.get(TIMESCALE_ENV, "").strip() or str(request.getfixturevalue("plain_url"))
     db = FreshDatabase(admin)
     yield db.url
     db.drop()

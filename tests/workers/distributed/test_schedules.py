@@ -136,3 +136,51 @@ def test_two_beat_processes_fire_each_slot_once(
         assert sorted(str(r[0]) for r in runs) == sorted(str(s[2]) for s in fired)
         # both schedulers were really ticking (each owns some slots, or at least both ran)
         assert logs.count("beat: Starting") == 2
+
+
+@pytest.mark.slow
+def test_a_fired_slot_is_started_by_the_control_worker(
+    cluster: Any, cluster_env: dict[str, str], sim_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The beat's path end to end: claim the slot, create the run, send `peakload.start_run`
+    to the control queue; the control worker plans, dispatches and starts it; a region worker
+    runs it to completion."""
+    from workers.app import SCHEDULER_QUEUE, TASK_START_RUN, make_app
+    from workers.schedules import create_scheduled_run
+
+    monkeypatch.setenv("PEAKLOAD_ALLOW_PRIVATE_TARGETS", "1")
+    cluster.start("a")
+    cluster.start("control", queues=SCHEDULER_QUEUE)
+    url = cluster_env["PEAKLOAD_DATABASE_URL"]
+    app = make_app(cluster_env["PEAKLOAD_REDIS_URL"])
+    spec = make_spec(sim_server.base_url, [("a", 1.0)], rate=5, duration_s=2, name="nightly")
+    with psycopg.connect(url, autocommit=True) as conn:
+        add_schedule(conn, "nightly", "0 2 * * *", spec)
+        conn.execute(
+            "UPDATE schedules SET last_checked = %s", (datetime(2026, 1, 1, 1, 59, tzinfo=UTC),)
+        )
+
+        def launch(run_id: str, s: RunSpec, name: str) -> None:
+            create_scheduled_run(conn, run_id, s, name)
+            app.send_task(TASK_START_RUN, args=[run_id], queue=SCHEDULER_QUEUE)
+
+        (fired,) = tick(conn, launch, now=datetime(2026, 1, 1, 2, 0, 5, tzinfo=UTC))
+        assert fired.state == "fired" and fired.run_id is not None
+
+        def ended() -> Any:
+            row = conn.execute(
+                "SELECT status FROM runs WHERE run_id = %s", (fired.run_id,)
+            ).fetchone()
+            return row is not None and row[0] not in ("pending", "running") and row[0]
+
+        from tests.workers.distributed.helpers import wait_for
+
+        assert wait_for(ended, 60, "the scheduled run to end") == "completed", cluster.logs()[
+            -3000:
+        ]
+        (row,) = list_schedules(conn)
+        assert row["last_run_status"] == "completed"
+        n = conn.execute(
+            "SELECT count(*) FROM requests WHERE run_id = %s", (fired.run_id,)
+        ).fetchone()
+        assert n is not None and n[0] == 10
