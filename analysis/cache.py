@@ -112,8 +112,12 @@ def _load(path: Path, fp: dict[str, Any]) -> tuple[pd.DataFrame, ChunkArrays] | 
             cols[col] = pd.to_datetime(np.asarray(arr).view("datetime64[ns]")).tz_localize("UTC")
         else:
             cols[col] = np.asarray(arr)
+    # plain ndarray views of the maps: slicing np.memmap objects is slow
     chunks = ChunkArrays(
-        *(np.load(path / f"{n}.npy", mmap_mode="r") for n in ("offsets_us", "tokens", "ptr"))
+        *(
+            np.asarray(np.load(path / f"{n}.npy", mmap_mode="r"))
+            for n in ("offsets_us", "tokens", "ptr")
+        )
     )
     n_rows = int(chunks.ptr.size - 1)
     return pd.DataFrame(cols, index=pd.RangeIndex(n_rows)), chunks

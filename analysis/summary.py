@@ -98,9 +98,6 @@ class _Values:
         )
         q = list(SUMMARY_PERCENTILES)
         self.itl = pc.itl_group_spectra(chunks, labels, n_labels, sets, q, resamples=0)
-        self.itl_chunk = pc.itl_group_spectra(
-            chunks, labels, n_labels, sets, q, resamples=0, per_chunk=True
-        )
 
 
 def _block(
@@ -135,7 +132,6 @@ def _block(
         vals = v.per_request[name][lat]
         out[name] = _pcts(vals)
         samples[name] = int(np.isfinite(vals).sum())
-    out["itl_per_chunk_ms"] = _pct_dict(v.itl_chunk[key][0])
     out["output_speed_tps"] = _pcts(v.per_request["output_speed_tps"][lat])
     out["samples"] = samples
     out["steady_window_s"] = _num(window)
@@ -143,7 +139,9 @@ def _block(
     out["failures_by_kind"] = {str(k): int(c) for k, c in kinds.value_counts().sort_index().items()}
     n_all = int(rows.sum())
     out["error_rate"] = _num(out["requests_failed"] / n_all) if n_all else None
-    good = m.meets_slos(sub, slos, _sub_chunks(v.chunks, rows)) if slos else None
+    needs_chunks = any(str(x.get("metric")) == "itl_ms" for x in slos)
+    sub_chunks = _sub_chunks(v.chunks, rows) if needs_chunks else None
+    good = m.meets_slos(sub, slos, sub_chunks) if slos else None
     if good is not None:
         steady_sub = (sub["phase"] == "steady").to_numpy()
         out["goodput"] = _num(int((good & steady_sub).sum()) / window) if window > 0 else None
