@@ -68,10 +68,11 @@ class Coordinator:
 
     @classmethod
     def from_env(cls) -> Coordinator:
-        from workers.app import redis_url
+        from workers.app import make_app, redis_url
         from workers.store.connect import database_url
 
-        return cls(database_url(), redis_url())
+        url = redis_url()  # read now, not when workers.app was first imported
+        return cls(database_url(), url, make_app(url))
 
     def _conn(self) -> psycopg.Connection[Any]:
         from workers.store.connect import connect_store

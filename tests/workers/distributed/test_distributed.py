@@ -3,14 +3,18 @@ simulated engine, real PostgreSQL. The ledger check ends every test."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
 from tests.support.celery_workers import Cluster, SimServer
 from tests.workers.distributed.helpers import coordinator, ledger, make_spec, run_status, shards
 from workers.coordinator import SubmitOptions
+from ui.cli import cli
 from workers.progress import network_breakdown
 
 pytestmark = [pytest.mark.integration]
@@ -52,3 +56,55 @@ def test_two_regions_run_synchronized_and_complete(
             "SELECT started_at, ended_at FROM run_levels WHERE run_id = %s", (launch.run_id,)
         ).fetchall()
         assert len(levels) == 1 and levels[0][0] is not None and levels[0][1] > levels[0][0]
+
+
+def test_submit_command_waits_and_writes_the_summary(
+    cluster: Cluster,
+    cluster_env: dict[str, str],
+    sim_server: SimServer,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    for k, v in cluster_env.items():
+        if k.startswith("PEAKLOAD_"):
+            monkeypatch.setenv(k, v)
+    cluster.start("eu")
+    cluster.start("us")
+    spec_path = tmp_path / "run.toml"
+    spec_path.write_text(
+        f"""
+name = "cli-distributed"
+[target]
+api = "openai-chat"
+base_url = "{sim_server.base_url}"
+model = "sim"
+[workload]
+prompt_tokens = 16
+output_tokens = 8
+[load]
+rate = [8.0]
+arrival = "constant"
+duration_s = 2
+[[regions]]
+name = "eu"
+share = 0.5
+[[regions]]
+name = "us"
+share = 0.5
+"""
+    )
+    out = tmp_path / "summary.json"
+    result = CliRunner().invoke(
+        cli, ["submit", str(spec_path), "--wait", "--json", str(out), "--quiet"]
+    )
+    # 0: completed and valid; 3: completed, but the generator's self-check fired (shared host)
+    assert result.exit_code in (0, 3), result.output
+    summary = json.loads(out.read_text())
+    assert summary["status"] == "completed"
+    assert [r["region"] for r in summary["network_by_region"]] == ["eu", "us"]
+    (level,) = summary["levels"]
+    assert set(level["regions"]) == {"eu", "us"}
+    assert level["requests_ok"] == 16  # pooled from raw rows of both regions
+    assert sum(r["requests_ok"] for r in level["regions"].values()) == 16
+    bad = CliRunner().invoke(cli, ["submit", str(spec_path), "--json", str(out)])
+    assert bad.exit_code != 0 and "--json needs --wait" in bad.output
