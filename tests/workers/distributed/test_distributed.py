@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from tests.support.celery_workers import Cluster, SimServer
 from tests.workers.distributed.helpers import coordinator, ledger, make_spec, run_status, shards
-from workers.coordinator import SubmitOptions
 from ui.cli import cli
+from workers.coordinator import SubmitOptions
 from workers.progress import network_breakdown
 
 pytestmark = [pytest.mark.integration]
