@@ -13,12 +13,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import redis
 from celery import Celery
 
-from loadgen.errors import CoordinationError
+from loadgen.errors import CoordinationError, SpecError
 from loadgen.plan import ShardPlan
 from loadgen.spec import RunSpec, spec_from_dict
 from workers import leases, runctl
@@ -89,6 +90,14 @@ class Coordinator:
         from workers.local import with_fraction_offsets
         from workers.store import runs as store_runs
 
+        if urlsplit(spec.target.base_url).query:
+            # the plan carries the spec to every worker through the broker: a `?key=` there
+            # would sit in Redis, task events and the stored spec
+            raise SpecError(
+                "a query string would travel through the broker to every worker and be stored "
+                "with the spec; name keys by api_key_env (headers) instead",
+                where="target.base_url",
+            )
         policy = policy_from_env()
         check_target(
             spec.target.base_url, allow_private=policy.allow_private, allowlist=policy.allowlist

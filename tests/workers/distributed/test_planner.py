@@ -117,3 +117,22 @@ def test_split_largest_remainder_exact() -> None:
     assert split_largest_remainder(0, w) == [0, 0, 0]
     with pytest.raises(ValueError, match="negative"):
         split_largest_remainder(-1, w)
+
+
+def test_submit_refuses_a_query_string_in_the_target_url() -> None:
+    from workers.coordinator import Coordinator, SubmitOptions
+
+    spec = spec_from_dict(
+        {
+            **_spec(rate=[1.0]),
+            "target": {
+                "api": "openai-chat",
+                "model": "m",
+                "base_url": "http://127.0.0.1:9/v1?key=sk-canary",
+            },
+        }
+    )
+    # unroutable store and broker: the refusal comes before either is touched
+    coord = Coordinator("postgresql://127.0.0.1:1/x", "redis://127.0.0.1:1/0")
+    with pytest.raises(SpecError, match=r"target.base_url: a query string"):
+        coord.create(spec, SubmitOptions())
