@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start, stop or list peakload's Celery processes natively, for development and CI:
 #   deploy/local/workers.sh start [REGION[=TARGET_URL]]...   (default: one region "local")
+#   deploy/local/workers.sh regions TARGET_URL   (three regions on one machine, see below)
 #   deploy/local/workers.sh stop | status
 # `start` runs, in the background, one worker per region (`peakload worker --region R`, prefork,
 # PEAKLOAD_WORKER_CONCURRENCY processes each), one control worker (scheduled runs) and one beat
@@ -9,6 +10,10 @@
 # network path (`eu=http://127.0.0.1:9101/v1`). Environment read: PEAKLOAD_REDIS_URL,
 # PEAKLOAD_DATABASE_URL (both required: workers never fall back to an embedded store),
 # PEAKLOAD_WORKER_CONCURRENCY (1), PEAKLOAD_RUN_DIR (/tmp/peakload-workers: pid and log files).
+# `regions TARGET_URL` starts three latency proxies (tests/support/tcpproxy.py) in front of the
+# target, adding 2, 40 and 120 ms of round trip on ports PEAKLOAD_PROXY_BASE_PORT (9101)..+2,
+# then workers for regions near, mid and far, each reaching the target through its proxy: submit
+# a spec whose [[regions]] are near, mid and far.
 # Idempotent: a process whose pid file names a live process is left running.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -51,6 +56,40 @@ start() {
     launch beat --beat
 }
 
+regions() {
+    local target=${1:-}
+    [[ "$target" =~ ^http://[^/]+ ]] || die "usage: workers.sh regions http://HOST:PORT/v1"
+    mkdir -p "$RUN_DIR"
+    local base=${PEAKLOAD_PROXY_BASE_PORT:-9101}
+    local pidf="$RUN_DIR/proxies.pid"
+    if ! alive "$pidf"; then
+        PYTHONPATH="$REPO" nohup "$REPO/.venv/bin/python" - "$target" "$base" \
+            >"$RUN_DIR/proxies.log" 2>&1 <<'PY' &
+import signal
+import sys
+from urllib.parse import urlsplit
+
+from tests.support.tcpproxy import TcpProxy
+
+url, base = urlsplit(sys.argv[1]), int(sys.argv[2])
+host, port = url.hostname or "127.0.0.1", url.port or 80
+proxies = [
+    TcpProxy(host, port, listen_port=base + i, latency_ms=rtt / 2).start()
+    for i, rtt in enumerate((2.0, 40.0, 120.0))
+]
+print("proxies on", [p.port for p in proxies], flush=True)
+signal.sigwait({signal.SIGTERM, signal.SIGINT})
+for p in proxies:
+    p.stop()
+PY
+        echo $! >"$pidf"
+        echo "proxies: started (pid $!, ports $base..$((base + 2)))"
+    fi
+    local path; path=$(echo "$target" | sed -E 's#^http://[^/]+##')
+    start "near=http://127.0.0.1:$base$path" "mid=http://127.0.0.1:$((base + 1))$path" \
+        "far=http://127.0.0.1:$((base + 2))$path"
+}
+
 stop() {
     [ -d "$RUN_DIR" ] || { echo "nothing started"; return; }
     for pidf in "$RUN_DIR"/*.pid; do
@@ -79,7 +118,8 @@ cmd=${1:-}
 shift || true
 case "$cmd" in
     start) start "$@" ;;
+    regions) regions "$@" ;;
     stop) stop ;;
     status) status ;;
-    *) die "usage: workers.sh start [REGION[=TARGET_URL]]... | stop | status" ;;
+    *) die "usage: workers.sh start [REGION[=TARGET_URL]]... | regions TARGET_URL | stop | status" ;;
 esac
