@@ -68,18 +68,18 @@ def grouped_order_statistics(
                 value_max = max(value_max, float(sel.max()))
     kmin, kmax = _key_range(value_max)
     nb = kmax - kmin + 1
-    hist = np.zeros(n_labels * nb, dtype=np.int64)
+    # row 0 of the histogram takes the left-out values (label -1): no compaction per block
+    size = (n_labels + 1) * nb
+    hist = np.zeros(size, dtype=np.int64)
     for i in range(0, n, BLOCK):
         v, lab, w = block(i, min(i + BLOCK, n))
-        ok = lab >= 0
-        comb = lab[ok].astype(np.int64) * nb + _keys(v[ok], kmin, kmax)
-        hist += np.bincount(comb, minlength=hist.size)
-        w = w[ok]
+        comb = _keys(v, kmin, kmax)
+        comb += (lab.astype(np.int64) + 1) * nb
+        hist += np.bincount(comb, minlength=size)
         heavy = w > 1  # weight k counts k times: add the k - 1 extra on the few heavy ones
         if heavy.any():
-            hist += np.bincount(comb[heavy], weights=w[heavy] - 1, minlength=hist.size).astype(
-                np.int64
-            )
+            hist += np.bincount(comb[heavy], weights=w[heavy] - 1, minlength=size).astype(np.int64)
+    hist = hist[nb:]
     hist2 = hist.reshape(n_labels, nb)
     wanted = np.zeros((n_labels, nb), dtype=bool)
     located: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -96,13 +96,13 @@ def grouped_order_statistics(
         before = np.where(bins > 0, cum[np.maximum(bins - 1, 0)], 0)
         wanted[np.ix_(np.asarray(labels, dtype=np.int64), np.unique(bins))] = True
         located[name] = (uniq, inverse, bins, before)
-    wanted_flat = wanted.ravel()
+    wanted_flat = np.r_[np.zeros(nb, dtype=bool), wanted.ravel()]  # row 0: left out
     cand_v, cand_lab, cand_w = [], [], []
     for i in range(0, n, BLOCK):
         v, lab, w = block(i, min(i + BLOCK, n))
-        ok = lab >= 0
-        v, lab, w = v[ok], lab[ok], w[ok]
-        keep = wanted_flat[lab.astype(np.int64) * nb + _keys(v, kmin, kmax)]
+        comb = _keys(v, kmin, kmax)
+        comb += (lab.astype(np.int64) + 1) * nb
+        keep = wanted_flat[comb]
         cand_v.append(v[keep])
         cand_lab.append(lab[keep])
         cand_w.append(w[keep])

@@ -349,7 +349,8 @@ def itl_group_spectra(
                 return gap / 1e3, gp.label[i:j], np.ones(k.size, dtype=np.int64)
             return gap / k / 1e3, gp.label[i:j], k
 
-    vmax = float(np.abs(off).max()) / 1e3 if off.size else None  # bounds every gap (ms)
+    # bounds every gap (ms); values beyond a bound stay exact (analysis.grouped)
+    vmax = max(float(off.max()), -float(off.min())) / 1e3 if off.size else None
     return grouped.spectra_from_blocks(
         n,
         block,
@@ -364,13 +365,14 @@ def itl_group_spectra(
 
 
 def _chunk_labels(chunks: m.ChunkArrays, labels: np.ndarray) -> np.ndarray:
-    """Each chunk's request label (int32), by a cumulative sum of label changes at request
-    starts: no per-chunk repeat."""
+    """Each chunk's request label (int16 when labels fit, else int32), by a cumulative sum of
+    label changes at request starts: no per-chunk repeat."""
     lengths = np.diff(chunks.ptr)
     nonempty = lengths > 0
     starts = chunks.ptr[:-1][nonempty]
-    labs = labels[nonempty].astype(np.int32)
-    out = np.zeros(chunks.offsets_us.size, dtype=np.int32)
-    out[starts] = np.diff(labs, prepend=np.int32(0))
+    dtype = np.int16 if labels.size == 0 or int(labels.max()) < 2**15 - 1 else np.int32
+    labs = labels[nonempty].astype(dtype)
+    out = np.zeros(chunks.offsets_us.size, dtype=dtype)
+    out[starts] = np.diff(labs, prepend=dtype(0))
     np.cumsum(out, out=out)
     return out
