@@ -184,3 +184,42 @@ def test_a_fired_slot_is_started_by_the_control_worker(
             "SELECT count(*) FROM requests WHERE run_id = %s", (fired.run_id,)
         ).fetchone()
         assert n is not None and n[0] == 10
+
+
+def test_schedule_commands(store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from ui.cli import cli
+
+    monkeypatch.setenv("PEAKLOAD_DATABASE_URL", store_url)
+    spec_path = tmp_path / "nightly.toml"
+    spec_path.write_text(
+        'name = "nightly"\n[target]\napi = "openai-chat"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        'model = "m"\n[load]\nrate = [1.0]\nduration_s = 5\n'
+    )
+    run = CliRunner().invoke
+    ok = run(cli, ["schedule", "add", str(spec_path), "--cron", "0 2 * * *"])
+    assert ok.exit_code == 0, ok.output
+    assert "schedule 'nightly' added" in ok.output
+    bad = run(cli, ["schedule", "add", str(spec_path), "--cron", "every night", "--name", "x"])
+    assert bad.exit_code == 1 and "--cron: not a valid cron expression" in bad.output
+    listed = run(cli, ["schedule", "list"])
+    assert listed.exit_code == 0 and "nightly" in listed.output and "0 2 * * *" in listed.output
+    assert run(cli, ["schedule", "remove", "nightly"]).exit_code == 0
+    gone = run(cli, ["schedule", "remove", "nightly"])
+    assert gone.exit_code == 1 and "no schedule named 'nightly'" in gone.output
+
+
+def test_worker_command_line() -> None:
+    from ui.commands.worker import celery_argv
+
+    argv = celery_argv("eu-west", 3, control=False, beat=False, loglevel="info")
+    assert argv[1:5] == ["-m", "celery", "-A", "workers.app"]
+    i = argv.index("-Q")
+    assert argv[i + 1] == "region.eu-west"
+    assert argv[argv.index("--pool") + 1] == "prefork"
+    assert argv[argv.index("--concurrency") + 1] == "3"
+    ctl = celery_argv(None, 1, control=True, beat=False, loglevel="info")
+    assert ctl[ctl.index("-Q") + 1] == "peakload.control"
+    beat = celery_argv(None, 1, control=False, beat=True, loglevel="info")
+    assert beat[beat.index("-S") + 1] == "workers.schedules:PgScheduler"
