@@ -11,6 +11,15 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 TAIL_TICKS = (50.0, 90.0, 99.0, 99.9, 99.99, 99.999)
+# mid-tone colours that read on both the light and the dark theme; one per series, fixed
+PALETTE = ("#4C8BF5", "#F2994A", "#27AE60", "#EB5757", "#9B51E0", "#2D9CDB", "#F2C94C", "#B4656F")
+MARK_COLOUR = "#EB5757"
+
+
+def colour(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
 _EMPTY_NOTE = "no samples"
 
 
@@ -39,14 +48,15 @@ def percentile_curves(df: pd.DataFrame, title: str, y_label: str) -> go.Figure:
     if df.empty:
         return _empty(title)
     fig = go.Figure()
-    for name, g in df.groupby("series", sort=False):
+    for i, (name, g) in enumerate(df.groupby("series", sort=False)):
         fig.add_trace(
             go.Scatter(
                 x=np.r_[g["x"], g["x"][::-1]],
                 y=np.r_[g["hi_ms"], g["lo_ms"][::-1]],
                 fill="toself",
+                fillcolor=colour(i),
                 opacity=0.2,
-                line={"width": 0},
+                line={"width": 0, "color": colour(i)},
                 hoverinfo="skip",
                 showlegend=False,
                 legendgroup=str(name),
@@ -58,6 +68,7 @@ def percentile_curves(df: pd.DataFrame, title: str, y_label: str) -> go.Figure:
                 x=g["x"],
                 y=g["value_ms"],
                 mode="lines",
+                line={"color": colour(i)},
                 name=str(name),
                 legendgroup=str(name),
                 customdata=np.c_[g["percentile"], g["lo_ms"], g["hi_ms"], g["n"]],
@@ -86,13 +97,15 @@ def over_time(df: pd.DataFrame, title: str) -> go.Figure:
     if df.empty:
         fig.update_layout(title=title)
         return fig
-    for region, g in df.groupby("region", sort=True):
+    for i, (region, g) in enumerate(df.groupby("region", sort=True)):
         for row, col in ((1, "output_tokens_per_s"), (2, "in_flight"), (3, "failed_per_s")):
             fig.add_trace(
                 go.Scatter(
                     x=g["bucket"],
                     y=g[col],
-                    mode="lines",
+                    mode="lines+markers",
+                    line={"color": colour(i)},
+                    marker={"size": 4},
                     name=str(region),
                     legendgroup=str(region),
                     showlegend=row == 1,
@@ -113,7 +126,7 @@ def token_timeline(df: pd.DataFrame, title: str) -> go.Figure:
         return _empty(title)
     spans = df.drop_duplicates("request")
     fig = go.Figure()
-    for outcome, g in spans.groupby("outcome", sort=True):
+    for i, (outcome, g) in enumerate(spans.groupby("outcome", sort=True)):
         width = (g["end_s"] - g["start_s"]).fillna(0.0)
         fig.add_trace(
             go.Bar(
@@ -121,6 +134,7 @@ def token_timeline(df: pd.DataFrame, title: str) -> go.Figure:
                 x=width,
                 base=g["start_s"],
                 orientation="h",
+                marker={"color": colour(0) if outcome == "ok" else colour(i + 1)},
                 opacity=0.35,
                 name=f"request ({outcome})",
                 customdata=np.c_[g["start_s"], g["end_s"]],
@@ -136,7 +150,12 @@ def token_timeline(df: pd.DataFrame, title: str) -> go.Figure:
             y=marks["request"],
             x=marks["chunk_s"],
             mode="markers",
-            marker={"symbol": "line-ns-open", "size": 9},
+            marker={
+                "symbol": "line-ns-open",
+                "size": 10,
+                "color": MARK_COLOUR,
+                "line": {"width": 1.5, "color": MARK_COLOUR},
+            },
             name="chunk arrival",
             customdata=marks["tokens"],
             hovertemplate="%{y}<br>chunk at %{x:.4f} s, %{customdata} token(s)<extra></extra>",
@@ -174,10 +193,11 @@ def frontier(df: pd.DataFrame, title: str, y_label: str) -> go.Figure:
     if df.empty:
         return _empty(title)
     fig = go.Figure()
-    for run, g in df.groupby("run", sort=False):
+    for i, (run, g) in enumerate(df.groupby("run", sort=False)):
         g = g.sort_values("output_tokens_per_s")
         fig.add_trace(
             go.Scatter(
+                line={"color": colour(i)},
                 x=g["output_tokens_per_s"],
                 y=g["latency"],
                 error_y={
@@ -195,6 +215,7 @@ def frontier(df: pd.DataFrame, title: str, y_label: str) -> go.Figure:
                         for p, k in zip(g["pareto"], g["knee"], strict=True)
                     ],
                     "symbol": ["star" if k else "circle" for k in g["knee"]],
+                    "color": colour(i),
                     "line": {"width": [2 if p else 0 for p in g["pareto"]]},
                 },
                 customdata=np.c_[g["load"], g["request_rate"], g["pareto"], g["n"]],

@@ -1,0 +1,194 @@
+"""What a person sees: `peakload ui` started as a real server on a free loopback port against
+the test store, driven by headless Chromium (Debian's /usr/bin/chromium through Playwright; never
+`playwright install`). Each page is opened, checked, and saved to test-artifacts/ui/. The served
+HTML never holds the canary key or prompt; with the login forced on, a visitor sees only it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.ports import free_port
+from tests.ui.conftest import UiStore
+from tests.ui.stored_runs import CANARY_KEY, CANARY_PROMPT
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts" / "ui"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+START_TIMEOUT_S = 60.0
+PAGE_TIMEOUT_MS = 90_000
+
+
+@contextmanager
+def ui_server(store: UiStore, tmp: Path, **env: str) -> Iterator[str]:
+    """`peakload ui` on a free loopback port; yields its base URL; SIGTERM and wait at exit."""
+    port = free_port()
+    full = {k: v for k, v in os.environ.items() if not k.startswith("PEAKLOAD_UI_")}
+    full.update(PEAKLOAD_DATABASE_URL=store.url, HOME=str(tmp), **env)
+    log = (tmp / f"ui-{port}.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ui", "ui", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=tmp,
+        env=full,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            assert proc.poll() is None, (tmp / f"ui-{port}.log").read_text()
+            try:
+                if httpx.get(f"{base}/_stcore/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "peakload ui did not come up"
+            time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[object]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing: run deploy/local/chromium.sh")
+    from playwright.sync_api import sync_playwright
+
+    profile = tmp_path / "chromium-profile"
+    with sync_playwright() as pw:
+        ctx = pw.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=CHROMIUM,
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": 1400, "height": 1600},
+        )
+        try:
+            yield ctx
+        finally:
+            ctx.close()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def settle(page: object, heading: str) -> str:
+    """Wait until the page shows `heading` and the script has finished; return the text."""
+    page.get_by_role("heading", name=heading).first.wait_for(timeout=PAGE_TIMEOUT_MS)
+    page.wait_for_function(  # the script finished and every element has replaced its skeleton
+        "!document.querySelector('[data-testid=\"stStatusWidget\"]')"
+        " && !document.querySelector('[data-testid=\"stSkeleton\"]')",
+        timeout=PAGE_TIMEOUT_MS,
+    )
+    page.wait_for_function(  # plotly draws after the script ends, once its bundle loads
+        "[...document.querySelectorAll('[data-testid=\"stPlotlyChart\"]')].every("
+        "c => c.querySelector('.js-plotly-plot .main-svg'))",
+        timeout=PAGE_TIMEOUT_MS,
+    )
+    page.wait_for_timeout(500)
+    return str(page.inner_text("[data-testid='stMain']"))
+
+
+def test_every_page_in_a_browser(ui_store: UiStore, browser: object, tmp_path: Path) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    ids = ui_store.ids
+    visits = [
+        ("", "Runs", ["ui-sweep", "ui-regions", "ui-failures", "ui-invalid"]),
+        (f"run?run={ids['sweep']}", "Run: ui-sweep", ["Valid run", "TTFT from send"]),
+        (f"run?run={ids['invalid']}", "Run: ui-invalid", ["INVALID run", "event-loop lag"]),
+        (f"run?run={ids['regions']}", "Run: ui-regions", ["Requests"]),
+        (f"compare?runs={ids['sweep']},{ids['failures']}", "Compare runs", ["ui-failures"]),
+        (f"sla?run={ids['sweep']}", "SLA verdicts", ["PASS", "p90 ttft_ms < 500"]),
+        ("nightly", "Nightly trends", ["nightly-sim"]),
+        ("live", "Live", []),
+        ("launch", "Launch a run", ["Mode: local"]),
+    ]
+    with ui_server(ui_store, tmp_path) as base:
+        page = browser.new_page()  # type: ignore[attr-defined]
+        for path, heading, expected in visits:
+            page.goto(f"{base}/{path}")
+            text = settle(page, heading)
+            if path == "":  # Runs, the default page (at /): its table is a canvas grid, so
+                # the names are read from the list of links
+                page.get_by_text("Links to each run").click()
+                page.get_by_text("ui-invalid ·").wait_for(timeout=PAGE_TIMEOUT_MS)
+                text = str(page.inner_text("[data-testid='stMain']"))
+            name = (path.split("?")[0] or "runs") + (
+                "-" + path.split("=")[1][:8] if "=" in path else ""
+            )
+            page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+            for want in expected:
+                assert want in text, f"{path}: {want!r} not shown"
+            if path.startswith("run?") and heading == "Run: ui-regions":
+                for tab in ("Over time", "Token timeline", "Levels"):
+                    page.get_by_role("tab", name=tab).click()
+                    page.wait_for_timeout(1500)  # plotly sizes a chart when its tab shows
+                    slug = tab.lower().replace(" ", "-")
+                    page.screenshot(path=str(ARTIFACTS / f"{name}-{slug}.png"), full_page=True)
+                legends = set(page.locator(".legendtext").all_text_contents())
+                assert {"eu-west", "us-east", "ap-south"} <= legends, legends
+            html = page.content()
+            assert CANARY_KEY not in html and CANARY_KEY not in text, path
+            assert CANARY_PROMPT.split()[0] not in html, path
+        # the run table is a canvas grid: its cells are attached, not visible text
+        page.goto(f"{base}/")
+        settle(page, "Runs")
+        page.wait_for_selector("[data-testid='stDataFrame']", state="attached")
+        assert "Page not found" not in page.content()
+        raw = httpx.get(f"{base}/", timeout=10).text
+        assert CANARY_KEY not in raw and CANARY_PROMPT.split()[0] not in raw
+
+
+def test_login_form_only_until_authenticated(
+    ui_store: UiStore, browser: object, tmp_path: Path
+) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with ui_server(
+        ui_store, tmp_path, PEAKLOAD_UI_REQUIRE_AUTH="1", PEAKLOAD_UI_PASSWORD="browser-pw-91"
+    ) as base:
+        page = browser.new_page()  # type: ignore[attr-defined]
+        for path in ("", f"run?run={ui_store.ids['sweep']}"):
+            page.goto(f"{base}/{path}")
+            text = settle(page, "peakload")
+            page.screenshot(path=str(ARTIFACTS / f"login-{path[:3] or 'runs'}.png"), full_page=True)
+            assert "Password" in text
+            assert "ui-sweep" not in text and "Runs" not in text
+            assert "ui-sweep" not in page.content()
+        page.get_by_label("Password", exact=True).first.fill("nope")
+        page.get_by_role("button", name="Log in").click()
+        page.get_by_text("Wrong password.").wait_for(timeout=PAGE_TIMEOUT_MS)
+        page.get_by_label("Password", exact=True).first.fill("browser-pw-91")
+        page.get_by_role("button", name="Log in").click()
+        settle(page, "Runs")  # logged in: the app opens on its default page
+        page.get_by_text("Links to each run").click()  # in-app links keep the session
+        page.get_by_role("link", name=re.compile(r"^ui-sweep ·")).click()
+        text = settle(page, "Run: ui-sweep")
+        assert "Valid run" in text
+        page.screenshot(path=str(ARTIFACTS / "login-after.png"), full_page=True)
