@@ -180,6 +180,19 @@ class ShardRunner:
             self.pending, self.pending_ticks = [], []
             self.sink.write(batch)
 
+    async def wait_to_send(self, index: int, window: _LevelWindow, sched: int) -> bool:
+        """Sleep until `sched` for request `index` (already scheduled: it has an id). If the shard
+        stops first, the request gets its `not_sent` record here; returns False then."""
+        try:
+            await self.sleep_until(sched)
+        except asyncio.CancelledError:
+            self.not_sent(index, window, sched, self.stop_reason or "cancelled")
+            raise
+        if self.stopping:
+            self.not_sent(index, window, sched, self.stop_reason or "run_ended")
+            return False
+        return True
+
     def not_sent(self, index: int, window: _LevelWindow, sched: int, reason: str) -> None:
         rec = self.new_record(index, window, sched, outcome=Outcome.NOT_SENT, error_phase=reason)
         self.emit(rec)
@@ -344,9 +357,7 @@ class ShardRunner:
             if index is None:
                 return
             prompt = self.workload.prompt(index)
-            await self.sleep_until(ready)
-            if self.stopping:
-                self.not_sent(index, window, ready, self.stop_reason or "run_ended")
+            if not await self.wait_to_send(index, window, ready):
                 return
             await self.execute(index, window, ready, prompt)
             ready = max(ready, self.clock() + think)
@@ -408,9 +419,7 @@ class ShardRunner:
                     (forced[j].prompt_tokens, forced[j].output_tokens) if forced else (None, None)
                 )
                 prompt = self.workload.prompt(index, pt, ot)
-                await self.sleep_until(sched)
-                if self.stopping:
-                    self.not_sent(index, window, sched, self.stop_reason or "run_ended")
+                if not await self.wait_to_send(index, window, sched):
                     return
                 if len(self.in_flight) >= cap:
                     self.not_sent(index, window, sched, "concurrency_cap")

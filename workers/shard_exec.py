@@ -19,6 +19,7 @@ import psycopg
 import redis
 
 from loadgen.plan import ShardPlan
+from loadgen.runtime import run_measurement
 from workers import leases, runctl
 from workers.clocks import ClockEstimate, measure_offset
 from workers.control import ShardControl
@@ -158,7 +159,7 @@ class _Job:
             store_content=self.plan.run_spec().store_content,
         )
         try:
-            asyncio.run(self._main(sink))
+            run_measurement(self._main(sink))
         except BaseException as exc:  # SoftTimeLimitExceeded lands here if the deadline missed
             from celery.exceptions import SoftTimeLimitExceeded
 

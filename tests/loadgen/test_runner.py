@@ -333,3 +333,25 @@ def test_multi_turn_sessions_grow_their_context(turns: int) -> None:
     assert first[1].body["messages"][1]["content"] == "w0 w1 "
     recs = sorted(sink.records, key=lambda r: r.index)[:turns]
     assert [r.turn for r in recs] == [0, 1, 2] and len({r.session_id for r in recs}) == 1
+
+
+@pytest.mark.parametrize(
+    "load", [{"rate": [2.0], "arrival": "constant"}, {"concurrency": [2], "think_time_s": 5.0}]
+)
+def test_a_request_waiting_for_its_send_time_gets_a_record_when_the_shard_stops(
+    load: dict[str, Any],
+) -> None:
+    """The ledger holds when an abort lands between scheduling a request and sending it."""
+    target = ScriptedTarget(ttft_s=0.01, tokens=1)
+    plan = make_plan({**load, "duration_s": 10.0})
+
+    async def main() -> tuple[ShardResult, MemorySink]:
+        sink = MemorySink()
+        abort = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.7, abort.set)
+        return await run_shard(plan, target, sink, abort=abort), sink
+
+    result, sink = asyncio.run(main())
+    ledger(sink.records, result.requests_scheduled)
+    waiting = [r for r in sink.records if r.outcome is Outcome.NOT_SENT]
+    assert waiting and all(r.error_phase == "aborted" for r in waiting)

@@ -151,11 +151,6 @@ def test_c4_missing_worker_aborts_the_start_with_a_reason(
         assert status == "aborted" and reason is not None and "not ready" in reason
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="loadgen/runner.py open_loop: an index taken before `sleep_until` is lost when the "
-    "shard is cancelled (abort/deadline), so one scheduled request per shard has no record",
-)
 def test_c5_soft_time_limit_flushes_and_marks_timed_out(
     cluster: Cluster, cluster_env: dict[str, str], sim_server: SimServer
 ) -> None:

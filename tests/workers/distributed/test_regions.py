@@ -165,11 +165,6 @@ def test_three_regions_latency_breakdown_and_canary_key(
     assert CANARY not in db
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="loadgen/runner.py open_loop: an index taken before `sleep_until` is lost when the "
-    "shard is cancelled (abort/deadline), so one scheduled request per shard has no record",
-)
 def test_abort_stops_every_region_within_seconds(
     cluster: Cluster,
     cluster_env: dict[str, str],
