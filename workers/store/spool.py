@@ -6,9 +6,11 @@ files left by a writer that died are adopted and replayed by the next writer of 
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import os
 import struct
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +63,8 @@ class Spool:
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self._seq = 0
         self.bytes = 0
+        self._lock = threading.Lock()  # the encoder (spilling) and the writer thread share it
+        self._pending: list[Path] = []  # batches on disk, oldest first
         self.adopt_orphans()
 
     def adopt_orphans(self) -> int:
@@ -84,6 +88,7 @@ class Spool:
                     dest = self.dir / f"{self._seq:012d}-adopted{SUFFIX}"
                     f.rename(dest)
                     self.bytes += dest.stat().st_size
+                    self._pending.append(dest)
                     adopted += 1
                 for leftover in other.iterdir():
                     leftover.unlink()  # .lock and *.tmp from an interrupted write
@@ -95,14 +100,27 @@ class Spool:
         return adopted
 
     def files(self) -> list[Path]:
-        return sorted(self.dir.glob("*" + SUFFIX))
+        """Pending batches, oldest first."""
+        with self._lock:
+            return list(self._pending)
 
     def __len__(self) -> int:
-        return len(self.files())
+        return len(self._pending)
 
-    def put(self, batch: EncodedBatch) -> Path:
-        """Write a batch durably (tmp file, fsync, rename, fsync dir). Raises SpoolFullError,
-        writing nothing, when it would take the spool past `max_bytes`."""
+    def reserve(self) -> int:
+        """A place in the replay order: batches replay by this number, whenever spooled."""
+        with self._lock:
+            self._seq += 1
+            return self._seq
+
+    def put(self, batch: EncodedBatch, order: int | None = None) -> Path:
+        """Write a batch durably (tmp file, fsync, rename, fsync dir) at its place `order` (from
+        `reserve`; default: last). Raises SpoolFullError, writing nothing, when it would take
+        the spool past `max_bytes`."""
+        with self._lock:
+            return self._put(batch, order)
+
+    def _put(self, batch: EncodedBatch, order: int | None) -> Path:
         size = batch.nbytes
         if self.bytes + size > self.max_bytes:
             raise SpoolFullError(
@@ -110,8 +128,10 @@ class Spool:
                 f"(spool_max_bytes) at {self.dir}; the database has been unreachable too long "
                 f"and {batch.n_records} records of this run could not be kept"
             )
-        self._seq += 1
-        final = self.dir / f"{self._seq:012d}{SUFFIX}"
+        if order is None:
+            self._seq += 1
+            order = self._seq
+        final = self.dir / f"{order:012d}{SUFFIX}"
         tmp = final.with_suffix(".tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -128,6 +148,7 @@ class Spool:
             tmp.unlink(missing_ok=True)
             raise SpoolFullError(f"cannot write the store spool at {self.dir}: {e}") from e
         self.bytes += size
+        bisect.insort(self._pending, final)
         return final
 
     def read(self, path: Path) -> EncodedBatch:
@@ -135,9 +156,19 @@ class Spool:
 
     def remove(self, path: Path) -> None:
         """Forget a batch whose rows are committed."""
-        size = path.stat().st_size
-        path.unlink()
-        self.bytes = max(0, self.bytes - size)
+        with self._lock:
+            size = path.stat().st_size
+            path.unlink()
+            self.bytes = max(0, self.bytes - size)
+            self._pending.remove(path)
+
+    def set_aside(self, path: Path) -> Path:
+        """Keep a batch the database rejects for good (`.rejected`), out of the replay order."""
+        with self._lock:
+            self._pending.remove(path)
+            dest = path.with_suffix(".rejected")
+            path.rename(dest)
+            return dest
 
     def close(self) -> None:
         """Release the directory: removed when it holds no batches (pending or rejected), else

@@ -34,6 +34,7 @@ DEFAULT_IO_TIMEOUT_S = 30.0  # one batch's transaction; past it the socket is sh
 DEFAULT_CONNECT_TIMEOUT_S = 5  # libpq connect_timeout (whole seconds, at least 2)
 DEFAULT_CLOSE_TIMEOUT_S = 60.0  # how long close() keeps retrying a spool backlog
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.25, 5.0
+SPILL_AFTER_S = 2.0  # an encoded batch waiting this long for the database goes to the spool
 PAUSE_ENV = "PEAKLOAD_TEST_PAUSE_BEFORE_COMMIT"  # tests only: seconds to sleep before COMMIT
 APPLICATION_NAME = "peakload-writer"
 
@@ -67,13 +68,15 @@ class _Lost(Exception):
 class _Job:
     """An encoded batch on its way from the encoder thread to the database thread."""
 
-    __slots__ = ("enc", "n_items", "times")
+    __slots__ = ("enc", "n_items", "order", "times")
 
-    def __init__(self, enc: EncodedBatch, times: list[tuple[int, int]], n_items: int) -> None:
-        self.enc, self.times, self.n_items = enc, times, n_items
+    def __init__(
+        self, enc: EncodedBatch, times: list[tuple[int, int]], n_items: int, order: int
+    ) -> None:
+        self.enc, self.times, self.n_items, self.order = enc, times, n_items, order
 
 
-_IDLE = _Job(EncodedBatch(b"", b"", 0, 0), [], 0)  # "nothing new": time to retry the spool
+_IDLE = _Job(EncodedBatch(b"", b"", 0, 0), [], 0, 0)  # "nothing new": time to retry the spool
 
 
 class StoreWriter:
@@ -100,13 +103,14 @@ class StoreWriter:
         connect_timeout_s: int = DEFAULT_CONNECT_TIMEOUT_S,
         close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
         direct_copy: bool = True,
+        spill_after_s: float = SPILL_AFTER_S,
     ) -> None:
         if batch_max_rows < 1 or batch_max_s <= 0:
             raise StoreError("StoreWriter: batch_max_rows must be >= 1 and batch_max_s > 0")
         self.url, self.run_id, self.store_content = url, run_id, store_content
         self.batch_max_rows, self.batch_max_s = batch_max_rows, batch_max_s
         self.io_timeout_s, self.close_timeout_s = io_timeout_s, close_timeout_s
-        self.direct_copy = direct_copy
+        self.direct_copy, self.spill_after_s = direct_copy, spill_after_s
         self.connect_timeout_s = max(2, int(connect_timeout_s))
         root = Path(spool_dir) if spool_dir else embedded.data_home() / "spool" / run_id
         self.spool = Spool(root, spool_max_bytes)
@@ -123,7 +127,10 @@ class StoreWriter:
         self._conn: psycopg.Connection[Any] | None = None
         self._next_connect = 0.0  # perf_counter seconds
         self._backoff = BACKOFF_MIN_S
-        self._spool_times: dict[str, tuple[int, int]] = {}  # spool file -> (oldest write ns, n)
+        self._spool_times: dict[str, tuple[int, int]] = {}
+        self._spool_lock = (
+            threading.Lock()
+        )  # spooling happens on both threads  # spool file -> (oldest write ns, n)
         self.stats_ = WriterStats()
         self._lags = LagWindow()
         self.error: BaseException | None = None
@@ -205,8 +212,14 @@ class StoreWriter:
         try:
             while (items := self._take()) is not None:
                 job = self._encode(items)
-                if job is not None:
-                    self._jobs.put(job)
+                if job is None:
+                    continue
+                try:
+                    self._jobs.put(job, timeout=self.spill_after_s)
+                except queue.Full:
+                    # The database is behind: keep the backlog on disk, not in memory. The
+                    # writer thread replays it in order (new batches queue behind it).
+                    self._spool_job(job)
         except BaseException as e:  # surfaced by close()
             self._fail(StoreError(f"store writer (encoder) crashed: {e!r}"))
             self._closing = True
@@ -231,7 +244,10 @@ class StoreWriter:
                 if job is not _IDLE:
                     self._deliver(job)
                 if len(self.spool) and time.perf_counter() >= self._next_connect:
+                    got_end = self._queue_to_spool()  # older queued batches keep their place
                     self._replay()
+                    if got_end:
+                        break
             deadline = time.perf_counter() + self.close_timeout_s
             while len(self.spool) and time.perf_counter() < deadline:
                 self._replay()
@@ -289,7 +305,8 @@ class StoreWriter:
             self._fail(StoreError(f"a batch of run {self.run_id} cannot be stored: {e}"))
             self._mark_handled(len(items))
             return None
-        return _Job(enc, [(t, len(b.records)) for t, b in items], len(items))
+        times = [(t, len(b.records)) for t, b in items]
+        return _Job(enc, times, len(items), self.spool.reserve())
 
     def _deliver(self, job: _Job) -> None:
         enc = job.enc
@@ -301,14 +318,31 @@ class StoreWriter:
                 return
             except _Lost:
                 pass
-        try:
-            path = self.spool.put(enc)
-            self._spool_times[path.name] = (job.times[0][0], enc.n_records)
-            self.stats_.spooled_batches += 1
-        except SpoolFullError as e:
-            self.stats_.records_lost += enc.n_records
-            self._fail(e)
+        self._spool_job(job)
+
+    def _spool_job(self, job: _Job) -> None:
+        """Keep a batch on disk for replay (or, on a full spool, fail the run and count it)."""
+        with self._spool_lock:
+            try:
+                path = self.spool.put(job.enc, job.order)
+                self._spool_times[path.name] = (job.times[0][0], job.enc.n_records)
+                self.stats_.spooled_batches += 1
+            except SpoolFullError as e:
+                self.stats_.records_lost += job.enc.n_records
+                self._fail(e)
         self._mark_handled(job.n_items)
+
+    def _queue_to_spool(self) -> bool:
+        """Spool every batch waiting in the queue (they may be older than spooled ones, and the
+        spool replays by encoding order). True when the encoder's final None was among them."""
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return False
+            if job is None:
+                return True
+            self._spool_job(job)
 
     def _replay(self) -> None:
         """Commit spooled batches in order while the database answers."""
@@ -320,7 +354,7 @@ class StoreWriter:
             except _Lost:
                 return
             if not committed:  # rejected for good: kept for inspection, never replayed
-                path.rename(path.with_suffix(".rejected"))
+                self.spool.set_aside(path)
                 continue
             self.spool.remove(path)
             self.stats_.replayed_batches += 1
