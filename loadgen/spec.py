@@ -5,9 +5,11 @@ wrong. The minimal spec in the README is valid as written; every richer form ext
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import (
     BaseModel,
@@ -25,6 +27,7 @@ DEFAULT_DEADLINE_S = 300.0
 DEFAULT_IDLE_TIMEOUT_S = 60.0
 MAX_DEADLINE_S = 1800.0  # chunk offsets are stored as int32 µs: 35 minutes at most
 DEFAULT_MAX_REQUESTS = 1_000_000
+_SECRET_PARAM = re.compile(r"key|token|secret|passw|auth|sig|credential", re.IGNORECASE)
 
 
 class _Strict(BaseModel):
@@ -93,6 +96,9 @@ class TargetSpec(_Strict):
     api_key_env: str | None = Field(
         default=None, description="name of the environment variable holding the key"
     )
+    # Providers that take the key in the query (`?key=...`) name the parameter here; the key
+    # itself still comes only from `api_key_env`, and is never stored with the URL.
+    api_key_query: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     stream: bool = True
     include_usage: bool = True
     ignore_eos: bool = False
@@ -110,6 +116,13 @@ class TargetSpec(_Strict):
             raise ValueError(f"must start with http:// or https:// (got {v!r})")
         if "@" in v.split("/")[2]:
             raise ValueError("credentials in the URL are not allowed; use api_key_env")
+        query = urlsplit(v).query
+        for name, _ in parse_qsl(query, keep_blank_values=True):
+            if _SECRET_PARAM.search(name):
+                raise ValueError(
+                    f"query parameter {name!r} looks like a credential and would be stored with "
+                    "the spec; name the key with api_key_env and its parameter with api_key_query"
+                )
         return v.rstrip("/")
 
     @field_validator("headers")
@@ -121,6 +134,14 @@ class TargetSpec(_Strict):
                     f"header {name!r} would store a secret in the spec; use api_key_env"
                 )
         return v
+
+    @model_validator(mode="after")
+    def _query_key_needs_env(self) -> TargetSpec:
+        if self.api_key_query and not self.api_key_env:
+            raise ValueError(
+                "api_key_query names where the key goes; api_key_env must name the key"
+            )
+        return self
 
     @field_validator("api_key_env")
     @classmethod

@@ -10,7 +10,7 @@ import os
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from loadgen.errors import (
     HttpStatusError,
@@ -111,7 +111,11 @@ class OpenAITarget:
             if any(c in name + value for c in "\r\n\0") or not name.strip():
                 raise SpecError(f"header {name!r} has a control character", "target.headers")
             headers[name.lower()] = value
-        if self._secret:
+        if self._secret and spec.api_key_query:
+            sep = "&" if query else "?"
+            query = f"{query}{sep}{quote(spec.api_key_query)}={quote(self._secret, safe='')}"
+            self.url = f"{base.scheme}://{base.netloc}{base.path.rstrip('/')}{path}{query}"
+        elif self._secret:
             headers["authorization"] = f"Bearer {self._secret}"
         self._headers = headers
         host_header = f"[{host}]" if ":" in host else host

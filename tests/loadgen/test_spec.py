@@ -114,3 +114,14 @@ def test_warmup_and_cooldown_must_fit(tmp_path: Path) -> None:
     text = MINIMAL.replace("duration_s = 10", "duration_s = 10\nwarmup_s = 6\ncooldown_s = 4")
     with pytest.raises(SpecError, match="must be shorter than duration_s"):
         load_spec(write(tmp_path, text))
+
+
+def test_keys_in_the_query_are_named_never_written(tmp_path: Path) -> None:
+    leaky = MINIMAL.replace("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1?key=sk-123")
+    with pytest.raises(SpecError, match="looks like a credential"):
+        load_spec(write(tmp_path, leaky))
+    named = MINIMAL.replace('model = "m"', 'model = "m"\napi_key_env = "K"\napi_key_query = "key"')
+    assert load_spec(write(tmp_path, named)).target.api_key_query == "key"
+    orphan = MINIMAL.replace('model = "m"', 'model = "m"\napi_key_query = "key"')
+    with pytest.raises(SpecError, match="api_key_env must name the key"):
+        load_spec(write(tmp_path, orphan))
