@@ -20,6 +20,7 @@ from loadgen.errors import SpoolFullError, StoreError
 MAGIC = b"PLSPOOL1"
 _HEAD = struct.Struct(">8sIIQQ")  # magic, n_records, n_ticks, len(requests), len(ticks)
 SUFFIX = ".batch"
+FRESH = "-fresh"  # never attempted: replay may COPY it straight into the tables
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,14 +114,19 @@ class Spool:
             self._seq += 1
             return self._seq
 
-    def put(self, batch: EncodedBatch, order: int | None = None) -> Path:
+    def put(self, batch: EncodedBatch, order: int | None = None, *, fresh: bool = False) -> Path:
         """Write a batch durably (tmp file, fsync, rename, fsync dir) at its place `order` (from
         `reserve`; default: last). Raises SpoolFullError, writing nothing, when it would take
-        the spool past `max_bytes`."""
+        the spool past `max_bytes`. `fresh`: no attempt to commit it was made yet, so none of
+        its rows can exist (see `is_fresh`)."""
         with self._lock:
-            return self._put(batch, order)
+            return self._put(batch, order, fresh)
 
-    def _put(self, batch: EncodedBatch, order: int | None) -> Path:
+    @staticmethod
+    def is_fresh(path: Path) -> bool:
+        return path.name.endswith(FRESH + SUFFIX)
+
+    def _put(self, batch: EncodedBatch, order: int | None, fresh: bool) -> Path:
         size = batch.nbytes
         if self.bytes + size > self.max_bytes:
             raise SpoolFullError(
@@ -131,7 +137,7 @@ class Spool:
         if order is None:
             self._seq += 1
             order = self._seq
-        final = self.dir / f"{order:012d}{SUFFIX}"
+        final = self.dir / f"{order:012d}{FRESH if fresh else ''}{SUFFIX}"
         tmp = final.with_suffix(".tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

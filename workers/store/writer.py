@@ -316,15 +316,17 @@ class StoreWriter:
                     self._lags.add_batch(job.times, time.perf_counter_ns())
                 self._mark_handled(job.n_items)
                 return
-            except _Lost:
-                pass
+            except _Lost:  # its outcome is unknown: the replay must be idempotent
+                self._spool_job(job, fresh=False)
+                return
         self._spool_job(job)
 
-    def _spool_job(self, job: _Job) -> None:
-        """Keep a batch on disk for replay (or, on a full spool, fail the run and count it)."""
+    def _spool_job(self, job: _Job, *, fresh: bool = True) -> None:
+        """Keep a batch on disk for replay (or, on a full spool, fail the run and count it).
+        `fresh`: never attempted, so its replay may take the direct COPY path."""
         with self._spool_lock:
             try:
-                path = self.spool.put(job.enc, job.order)
+                path = self.spool.put(job.enc, job.order, fresh=fresh)
                 self._spool_times[path.name] = (job.times[0][0], job.enc.n_records)
                 self.stats_.spooled_batches += 1
             except SpoolFullError as e:
@@ -350,7 +352,8 @@ class StoreWriter:
             if not self._connected():
                 return
             try:
-                committed = self._commit(self.spool.read(path), replay=True)
+                batch = self.spool.read(path)
+                committed = self._commit(batch, replay=not self.spool.is_fresh(path))
             except _Lost:
                 return
             if not committed:  # rejected for good: kept for inspection, never replayed

@@ -21,7 +21,7 @@ SPEC = {
     "name": "bookkeeping",
     "target": {
         "api": "openai-chat",
-        "base_url": "http://127.0.0.1:9/v1?key=canary-key-99",
+        "base_url": "http://127.0.0.1:9/v1?deployment=blue",
         "model": "m1",
         "api_key_env": "SOME_KEY",
     },
