@@ -68,7 +68,7 @@ def level_window_s(level: Mapping[str, Any], df: pd.DataFrame, rows: np.ndarray)
     sel = rows & (df["phase"] == "steady").to_numpy()
     if not sel.any():
         return float("nan")
-    t0 = df["scheduled_at"][sel].astype("int64").to_numpy()
+    t0 = _epoch_ns(df["scheduled_at"])[sel]
     end = t0 + np.nan_to_num(df["end_ns"].to_numpy(dtype=float)[sel]).astype(np.int64)
     return float(end.max() - t0.min()) / 1e9
 
@@ -146,16 +146,48 @@ def _block(
         steady_sub = (sub["phase"] == "steady").to_numpy()
         out["goodput"] = _num(int((good & steady_sub).sum()) / window) if window > 0 else None
         out["slo_attainment"] = _num(good[steady_sub].mean()) if steady_sub.any() else None
-    sent = rows & v.steady & df["sent_ns"].notna().to_numpy()
-    e2e_s = np.nan_to_num((df["end_ns"] - df["sent_ns"]).to_numpy(dtype=float)[sent]) / 1e9
     kind = level.get("kind")
     if kind == "concurrency":
-        # Little's law: mean requests in flight = time spent in flight / window
-        out["achieved"] = _num(float(e2e_s.sum()) / window) if window > 0 else None
+        out["achieved"] = _num(_mean_in_flight(df, rows, level, window))
     else:
+        sent = rows & v.steady & df["sent_ns"].notna().to_numpy()
         out["achieved"] = _num(int(sent.sum()) / window) if window > 0 else None
     out["token_agreement"] = m.token_agreement(sub)
     return out
+
+
+def _epoch_ns(ts: pd.Series) -> np.ndarray:
+    """UTC timestamps as int64 ns since the epoch."""
+    return np.asarray(
+        pd.to_datetime(ts, utc=True).dt.tz_localize(None).to_numpy("datetime64[ns]").view(np.int64)
+    )
+
+
+def _mean_in_flight(
+    df: pd.DataFrame, rows: np.ndarray, level: Mapping[str, Any], window: float
+) -> float | None:
+    """Mean requests in flight over the level's steady window: the overlap of every request's
+    [sent, end] with [start + warmup, start + duration - cooldown], summed, / window (any
+    phase counts: closed-loop users start their first request in the warm-up). The level's
+    start is run_levels.started_at, else its first scheduled request."""
+    if not window > 0 or not rows.any():
+        return None
+    sched = _epoch_ns(df["scheduled_at"])[rows]
+    start = level.get("started_at")
+    t0 = (
+        int(pd.Timestamp(start).value)
+        if start is not None and not pd.isna(start)
+        else int(sched.min())
+    )
+    ws = t0 + (float(level.get("warmup_s") or 0.0)) * 1e9
+    we = ws + window * 1e9
+    sent = df["sent_ns"].to_numpy(dtype=float)[rows]
+    end = df["end_ns"].to_numpy(dtype=float)[rows]
+    ok = np.isfinite(sent) & np.isfinite(end)
+    s = sched[ok] + sent[ok]
+    e = sched[ok] + end[ok]
+    overlap = np.clip(np.minimum(e, we) - np.maximum(s, ws), 0.0, None)
+    return float(overlap.sum()) / 1e9 / window
 
 
 def _sub_chunks(chunks: m.ChunkArrays, rows: np.ndarray) -> m.ChunkArrays:

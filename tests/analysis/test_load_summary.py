@@ -173,3 +173,39 @@ def test_empty_level_summary_is_json_safe() -> None:
     json.dumps(s)
     assert s["levels"][0]["ttft_ms"] == {"p50": None, "p90": None, "p99": None}
     assert "—" in _render(s)
+
+
+def test_achieved_concurrency_counts_warmup_requests_in_flight() -> None:
+    import datetime as dt
+
+    import pandas as pd
+
+    from tests.analysis.storedata import MS, frame, streamed
+
+    # window [T0 + 2 s, T0 + 10 s]: A (warm-up) is in flight 0..5 s -> 3 s inside; B from 4 s
+    # to 24 s -> 6 s inside; mean in flight (3 + 6) / 8
+    rows = [
+        streamed(
+            RUN,
+            0,
+            sent_ns=0,
+            offsets_us=[1000, 5_000_000],
+            tokens=[1, 1],
+            phase="warmup",
+            scheduled_at=T0,
+        ),
+        streamed(
+            RUN,
+            1,
+            sent_ns=0,
+            offsets_us=[1000, 20_000_000],
+            tokens=[1, 1],
+            scheduled_at=T0 + dt.timedelta(seconds=4),
+        ),
+    ]
+    lv = pd.DataFrame(
+        [level_row(RUN, 0, kind="concurrency", value=2.0, duration_s=10.0, warmup_s=2.0)]
+    )
+    s = level_summary(frame(rows), lv, run_row(RUN))
+    assert s["levels"][0]["achieved"] == pytest.approx(9 / 8)
+    assert MS == 1_000_000
