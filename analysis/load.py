@@ -412,4 +412,6 @@ def timeseries(
     out["bucket"] = _utc(out["bucket"])
     for c in cols_t[2:] + cols_r[2:]:
         out[c] = pd.to_numeric(out[c], errors="coerce").astype("float64")
+    for c in cols_r[2:]:  # no request ended in a bucket: zero, not unknown
+        out[c] = out[c].fillna(0.0)
     return out.sort_values(["bucket", "region"]).reset_index(drop=True)
