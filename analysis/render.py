@@ -33,6 +33,23 @@ METRIC_TITLES = {
     "e2e_ms": "E2E from send (ms)",
 }
 _OUTCOME_COLOURS = {"ok": "#2b8a3e"}
+_PALETTE = [
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+]
+
+
+def _rgba(hex_colour: str, alpha: float) -> str:
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
 
 
 def _x(q: float) -> float:
@@ -46,9 +63,10 @@ def _curve_figs(report: Mapping[str, Any]) -> list[go.Figure]:
         return figs
     for metric, sub in curves.groupby("metric", sort=False):
         fig = go.Figure()
-        for (level, region), g in sub.groupby(["level", "region"]):
+        for i, ((level, region), g) in enumerate(sub.groupby(["level", "region"])):
             name = f"level {level}" + ("" if region == "all" else f" {region}")
             dash = "solid" if region == "all" else "dot"
+            colour = _PALETTE[i % len(_PALETTE)]
             fig.add_trace(
                 go.Scatter(
                     x=g["x"],
@@ -66,7 +84,7 @@ def _curve_figs(report: Mapping[str, Any]) -> list[go.Figure]:
                     mode="lines",
                     line={"width": 0},
                     fill="tonexty",
-                    opacity=0.2,
+                    fillcolor=_rgba(colour, 0.18),
                     showlegend=False,
                     hoverinfo="skip",
                 )
@@ -77,7 +95,7 @@ def _curve_figs(report: Mapping[str, Any]) -> list[go.Figure]:
                     y=g["value"],
                     mode="lines",
                     name=name,
-                    line={"dash": dash},
+                    line={"dash": dash, "color": colour},
                     customdata=g["percentile"],
                     hovertemplate="p%{customdata:.3f}: %{y:.2f} ms",
                 )
