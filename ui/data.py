@@ -23,6 +23,7 @@ import pandas as pd
 import psycopg
 import streamlit as st
 
+from analysis import cache as acache
 from analysis import load as al
 from analysis import metrics as m
 from analysis import nightly as anightly
@@ -37,6 +38,7 @@ RUNS_TTL_S = 5
 RESULT_TTL_S = 600
 LIVE_TTL_S = 1
 TIMELINE_SAMPLE = 40
+LOAD_CONNECTIONS = 2  # connections reading one run at once (analysis.fastload)
 
 
 class Store:
@@ -173,16 +175,29 @@ def choices(df: pd.DataFrame) -> dict[str, str]:
 # ---------------------------------------------------------------- one run's results
 
 
-@st.cache_resource(ttl=RESULT_TTL_S, max_entries=8, show_spinner=False)
+def version(run_id: str) -> str:
+    """What identifies a run's current content: status, end and row count (a running run's
+    results are recomputed as it grows; a finished run's never change)."""
+    r = run(run_id)
+    return f"{r['status']}|{r['ended_at']}|{r['requests']}"
+
+
+@st.cache_resource(ttl=RESULT_TTL_S, max_entries=12, show_spinner=False)
+def _loaded(run_id: str, version: str) -> tuple[pd.DataFrame, m.ChunkArrays]:
+    """The run's requests and chunk arrays (analysis.cache.load_run_cached: fast binary load,
+    kept on disk once the run has ended), shared read-only; no content columns."""
+    df, ch, _hit = acache.load_run_cached(store().url, run_id, parallel=LOAD_CONNECTIONS)
+    return df, ch
+
+
 def requests(run_id: str) -> pd.DataFrame:
-    """All of a run's request rows (analysis.load.load_requests), shared read-only."""
-    with store().conn() as c:
-        return al.load_requests(c, run_id)
+    """All of a run's requests (the frame of analysis.fastload, in store order)."""
+    return _loaded(run_id, version(run_id))[0]
 
 
-@st.cache_resource(ttl=RESULT_TTL_S, max_entries=8, show_spinner=False)
 def chunks(run_id: str) -> m.ChunkArrays:
-    return m.ChunkArrays.from_frame(requests(run_id))
+    """Every request's chunk offsets (µs from send) and tokens, aligned with `requests`."""
+    return _loaded(run_id, version(run_id))[1]
 
 
 @st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
@@ -191,9 +206,13 @@ def levels(run_id: str) -> pd.DataFrame:
         return al.load_levels(c, run_id)
 
 
-@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
 def summary(run_id: str) -> dict[str, Any]:
     """analysis.summary.level_summary of the run."""
+    return _summary(run_id, version(run_id))
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def _summary(run_id: str, version: str) -> dict[str, Any]:
     return level_summary(requests(run_id), levels(run_id), run(run_id), chunks=chunks(run_id))
 
 
@@ -236,15 +255,23 @@ def level_table(s: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
 def spectra(run_id: str, metric: str, by: str) -> pd.DataFrame:
     """Percentile curves of one run's `metric` per level or per region (ui.derive)."""
+    return _spectra(run_id, version(run_id), metric, by)
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def _spectra(run_id: str, version: str, metric: str, by: str) -> pd.DataFrame:
     return derive.spectra_by(requests(run_id), metric, by, chunks(run_id))
 
 
-@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
 def series(run_id: str, bucket_s: float = 1.0) -> pd.DataFrame:
     """Throughput, in-flight and errors per time bucket and region (analysis.load.timeseries)."""
+    return _series(run_id, version(run_id), bucket_s)
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def _series(run_id: str, version: str, bucket_s: float) -> pd.DataFrame:
     with store().conn() as c:
         return al.timeseries(c, run_id, bucket_s)
 
@@ -286,34 +313,46 @@ def live_regions(run_id: str) -> pd.DataFrame:
     return g.reset_index()[cols]
 
 
-@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
 def token_timeline(run_id: str, n: int = TIMELINE_SAMPLE) -> pd.DataFrame:
-    """Up to `n` requests sampled evenly over the run, one row per chunk: the request's
-    scheduled→end span (s from the run's first schedule) and each chunk's arrival (s)."""
-    df = requests(run_id)
+    """Up to `n` requests sampled evenly over the run (by scheduled time), one row per chunk:
+    the request's scheduled→end span (s from the run's first schedule) and each chunk's
+    arrival (s, on the same axis: send + offset)."""
+    return _token_timeline(run_id, version(run_id), n)
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def _token_timeline(run_id: str, version: str, n: int) -> pd.DataFrame:
+    df, ch = requests(run_id), chunks(run_id)
+    cols = ["request", "outcome", "start_s", "end_s", "chunk_s", "tokens"]
     if df.empty:
-        return pd.DataFrame(columns=["request", "outcome", "start_s", "end_s", "chunk_s", "tokens"])
-    pick = np.unique(np.linspace(0, len(df) - 1, min(n, len(df))).round().astype(int))
-    t0 = df["scheduled_at"].iloc[0]
+        return pd.DataFrame(columns=cols)
+    sched = df["scheduled_at"].astype("int64").to_numpy()
+    order = np.argsort(sched, kind="stable")
+    pick = order[np.unique(np.linspace(0, len(df) - 1, min(n, len(df))).round().astype(int))]
+    t0 = int(sched[order[0]])
     rows = []
     for i in pick:
         r = df.iloc[i]
-        start = (r["scheduled_at"] - t0).total_seconds()
+        start = (int(sched[i]) - t0) / 1e9
         sent = start + (0.0 if pd.isna(r["sent_ns"]) else r["sent_ns"] / 1e9)
         end = start + (np.nan if pd.isna(r["end_ns"]) else r["end_ns"] / 1e9)
         label = f"#{int(r['idx'])} {r['region']} L{int(r['level'])}"
         base = {"request": label, "outcome": r["outcome"], "start_s": start, "end_s": end}
-        offs, toks = r["chunk_offsets_us"], r["chunk_tokens"]
-        if len(offs) == 0:
+        lo, hi = int(ch.ptr[i]), int(ch.ptr[i + 1])
+        if lo == hi:
             rows.append({**base, "chunk_s": np.nan, "tokens": 0})
-        for o, k in zip(offs, toks, strict=True):
-            rows.append({**base, "chunk_s": sent + o / 1e6, "tokens": int(k)})
-    return pd.DataFrame(rows)
+        for o, k in zip(ch.offsets_us[lo:hi], ch.tokens[lo:hi], strict=True):
+            rows.append({**base, "chunk_s": sent + float(o) / 1e6, "tokens": int(k)})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def failures(run_id: str) -> pd.DataFrame:
+    """Failures by kind (analysis.metrics.error_rates): kind, count, rate of all requests."""
+    return _failures(run_id, version(run_id))
 
 
 @st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
-def failures(run_id: str) -> pd.DataFrame:
-    """Failures by kind (analysis.metrics.error_rates): kind, count, rate of all requests."""
+def _failures(run_id: str, version: str) -> pd.DataFrame:
     rates = m.error_rates(requests(run_id))
     return pd.DataFrame(
         [{"kind": k, "count": v["count"], "rate": v["rate"]} for k, v in rates.items()],
@@ -339,9 +378,11 @@ def labels_table(r: dict[str, Any]) -> pd.DataFrame:
 
 def export_bytes(run_id: str, fmt: str) -> bytes:
     """The run's requests as CSV or Parquet (analysis.export), content columns excluded."""
+    with store().conn() as c:
+        df = al.load_requests(c, run_id)  # every column, arrays included (not the fast frame)
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / f"requests.{fmt}"
-        write_requests(requests(run_id), p, fmt)  # type: ignore[arg-type]
+        write_requests(df, p, fmt)  # type: ignore[arg-type]
         return p.read_bytes()
 
 
@@ -361,9 +402,19 @@ def csv_bytes(df: pd.DataFrame) -> bytes:
 # ---------------------------------------------------------------- several runs
 
 
-@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def versions(run_ids: Sequence[str]) -> tuple[str, ...]:
+    return tuple(version(r) for r in run_ids)
+
+
 def compare_spectra(run_ids: Sequence[str], metric: str) -> pd.DataFrame:
     """One percentile curve per run (ok, steady requests, all levels pooled)."""
+    return _compare_spectra(tuple(run_ids), versions(run_ids), metric)
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def _compare_spectra(
+    run_ids: tuple[str, ...], versions: tuple[str, ...], metric: str
+) -> pd.DataFrame:
     names = choices(runs_for(run_ids))
     parts = []
     for rid in run_ids:
@@ -382,19 +433,47 @@ def runs_for(run_ids: Sequence[str]) -> pd.DataFrame:
         return al.load_runs(c, run_ids=list(run_ids), limit=None)
 
 
-@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
 def frontier(run_ids: Sequence[str], metric: str, percentile: float) -> pd.DataFrame:
     """Throughput against a latency percentile per (run, level) (analysis.frontier), with the
     Pareto points and the knee marked."""
+    return _frontier(tuple(run_ids), versions(run_ids), metric, percentile)
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def _frontier(
+    run_ids: tuple[str, ...], versions: tuple[str, ...], metric: str, percentile: float
+) -> pd.DataFrame:
     per_run = {r: (requests(r), levels(r), chunks(r)) for r in run_ids}
     return derive.frontier(per_run, choices(runs_for(run_ids)), metric, percentile)
 
 
+CHANGE_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
+
+
+def changes(run_ids: Sequence[str], baseline: str, with_itl: bool = False) -> pd.DataFrame:
+    """Each run against the baseline per metric, level and p50/p90/p99 (analysis.compare);
+    ITL per token only when asked (one sample per token: slow on large runs)."""
+    return _changes(tuple(run_ids), versions(run_ids), baseline, with_itl)
+
+
 @st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
-def changes(run_ids: Sequence[str], baseline: str) -> pd.DataFrame:
-    """Each run against the baseline per metric, level and p50/p90/p99 (analysis.compare)."""
+def _changes(
+    run_ids: tuple[str, ...], versions: tuple[str, ...], baseline: str, with_itl: bool
+) -> pd.DataFrame:
     frames = {r: requests(r) for r in run_ids}
-    return derive.changes(frames, choices(runs_for(run_ids)), baseline)
+    if with_itl:  # analysis.compare reads ITL from the frame's chunk columns
+        frames = {r: with_chunk_columns(df, chunks(r)) for r, df in frames.items()}
+    metrics = (*CHANGE_METRICS, "itl_ms") if with_itl else CHANGE_METRICS
+    return derive.changes(frames, choices(runs_for(run_ids)), baseline, metrics)
+
+
+def with_chunk_columns(df: pd.DataFrame, ch: m.ChunkArrays) -> pd.DataFrame:
+    """The frame with `chunk_offsets_us`/`chunk_tokens` columns (views into the flat arrays)."""
+    cut = ch.ptr[1:-1]
+    out = df.copy()
+    out["chunk_offsets_us"] = pd.Series(np.split(ch.offsets_us, cut), index=df.index, dtype=object)
+    out["chunk_tokens"] = pd.Series(np.split(ch.tokens, cut), index=df.index, dtype=object)
+    return out
 
 
 # ---------------------------------------------------------------- SLA
@@ -413,9 +492,13 @@ def parse_claims(text: str, where: str) -> asla.ClaimsFile:
     return asla.parse_claims(data, where=where)
 
 
-@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
 def verdicts(run_id: str, claims_text: str, where: str) -> pd.DataFrame:
     """analysis.sla.evaluate of the claims against one run's requests, one row per claim."""
+    return _verdicts(run_id, version(run_id), claims_text, where)
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def _verdicts(run_id: str, version: str, claims_text: str, where: str) -> pd.DataFrame:
     claims = parse_claims(claims_text, where)
     out = asla.evaluate(requests(run_id), claims, chunks=chunks(run_id))
     return pd.DataFrame([v.to_json() for v in out])

@@ -23,6 +23,7 @@ PAGE_TIMEOUT_S = 120
 class UiStore:
     url: str
     ids: dict[str, str]  # kind -> run_id: sweep, regions, failures, invalid
+    cache_dir: str  # analysis.cache's directory for these tests (PEAKLOAD_ANALYSIS_CACHE)
 
 
 @pytest.fixture(scope="session")
@@ -31,7 +32,7 @@ def ui_store(plain_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     db = FreshDatabase(plain_url)
     try:
         ids = make_runs(db.url, tmp_path_factory.mktemp("ui-runs"))
-        yield UiStore(db.url, ids)
+        yield UiStore(db.url, ids, str(tmp_path_factory.mktemp("ui-analysis-cache")))
     finally:
         db.drop()
 
@@ -40,6 +41,7 @@ def ui_store(plain_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 def app_env(ui_store: UiStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[UiStore]:
     """The app reads the test store; the server address is loopback (no login needed)."""
     monkeypatch.setenv("PEAKLOAD_DATABASE_URL", ui_store.url)
+    monkeypatch.setenv("PEAKLOAD_ANALYSIS_CACHE", ui_store.cache_dir)
     monkeypatch.delenv("PEAKLOAD_UI_REQUIRE_AUTH", raising=False)
     before = st_config.get_option("server.address")
     st_config.set_option("server.address", "127.0.0.1")

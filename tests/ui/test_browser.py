@@ -45,7 +45,10 @@ def ui_server(store: UiStore, tmp: Path, **env: str) -> Iterator[str]:
     """`peakload ui` on a free loopback port; yields its base URL; SIGTERM and wait at exit."""
     port = free_port()
     full = {k: v for k, v in os.environ.items() if not k.startswith("PEAKLOAD_UI_")}
-    full.update(PEAKLOAD_DATABASE_URL=store.url, HOME=str(tmp), **env)
+    full.update(
+        PEAKLOAD_DATABASE_URL=store.url, PEAKLOAD_ANALYSIS_CACHE=store.cache_dir, HOME=str(tmp),
+        **env,
+    )
     log = (tmp / f"ui-{port}.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "ui", "ui", "--host", "127.0.0.1", "--port", str(port)],

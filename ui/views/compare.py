@@ -51,7 +51,10 @@ st.caption(
 
 st.subheader("Changes against a baseline")
 baseline = st.selectbox("Baseline", chosen, format_func=lambda k: names.get(k, k), key="cmp_base")
-table = data.changes(tuple(chosen), baseline)
+with_itl = st.checkbox(
+    "Include ITL per token (one sample per token: slow on large runs)", key="cmp_itl"
+)
+table = data.changes(tuple(chosen), baseline, with_itl)
 st.dataframe(
     table,
     hide_index=True,

@@ -1,0 +1,138 @@
+"""Benchmark: time for the Streamlit Run page (one run of N requests) and Compare page (five
+runs) to render, cold (empty Streamlit caches and analysis cache) and cached (a new session in
+the same server process), with streamlit.testing.v1.AppTest: the time the page script takes
+on the server, which is what a person waits for before the browser draws.
+
+    python bench/ui_render.py [--requests 100000] [--chunks 64] [--runs 5]
+
+Store: PEAKLOAD_BENCH_URL (an admin URL), else a temporary embedded PostgreSQL. Runs are
+generated server-side by bench/analysis_load.py's generator (4 rate levels, 3 regions, every
+200th request a 503) into the database `peakload_bench` and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from analysis_load import ensure_db, generate  # noqa: E402
+
+APP = ROOT / "ui" / "app.py"
+
+
+def run_ids(n: int, chunks: int, runs: int) -> list[str]:
+    return [f"00000000-0000-0000-cccc-{k:02d}{n:06d}{chunks:04d}"[:36] for k in range(runs)]
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def render(page: str, **params: str) -> float:
+    """Seconds for one AppTest run of `page` (a new session), failing on any exception."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(APP), default_timeout=600)
+    for k, v in params.items():
+        at.query_params[k] = v
+    at.switch_page(f"views/{page}.py")
+    t = time.perf_counter_ns()
+    at.run()
+    dt = (time.perf_counter_ns() - t) / 1e9
+    if at.exception:
+        raise RuntimeError(f"{page}: {at.exception[0].value}")
+    return dt
+
+
+def clear_caches(cache_dir: Path) -> None:
+    import streamlit as st
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=100_000, help="requests per run")
+    ap.add_argument("--chunks", type=int, default=64, help="chunks per request")
+    ap.add_argument("--runs", type=int, default=5, help="runs on the Compare page")
+    ap.add_argument("--repeat", type=int, default=3, help="timed renders of each kind")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="peakload-bench-ui-"))
+    server = None
+    admin = os.environ.get("PEAKLOAD_BENCH_URL")
+    if not admin:
+        from tests.support.ports import free_port
+        from workers.store import embedded
+
+        server = embedded.ensure_running(tmp / "pg", tcp_port=free_port())
+        admin = server.url("postgres")
+    try:
+        url = ensure_db(admin)
+        ids = run_ids(args.requests, args.chunks, args.runs)
+        with psycopg.connect(url, autocommit=True) as conn:
+            for rid in ids:
+                have = conn.execute(
+                    "SELECT count(*) FROM requests WHERE run_id = %s", (rid,)
+                ).fetchone()
+                if not have or have[0] != args.requests:
+                    print(f"generating run {rid}: {args.requests:,} x {args.chunks} chunks")
+                    generate(conn, rid, args.requests, args.chunks)
+            version = conn.execute("SHOW server_version").fetchone()
+        os.environ["PEAKLOAD_DATABASE_URL"] = url
+        cache_dir = tmp / "analysis-cache"
+        os.environ["PEAKLOAD_ANALYSIS_CACHE"] = str(cache_dir)
+        from streamlit import config
+
+        config.set_option("server.address", "127.0.0.1")
+
+        results: dict[str, list[float]] = {}
+        pages = {
+            "Run page, 1 run": ("run", {"run": ids[0]}),
+            f"Compare page, {args.runs} runs": ("compare", {"runs": ",".join(ids)}),
+        }
+        for label, (page, params) in pages.items():
+            cold, cached = [], []
+            for _ in range(args.repeat):
+                clear_caches(cache_dir)
+                cold.append(render(page, **params))
+                cached.append(render(page, **params))
+            results[f"{label}: cold"] = cold
+            results[f"{label}: cached"] = cached
+        print(
+            f"\nui_render: {args.requests:,} requests x {args.chunks} chunks per run; "
+            f"PostgreSQL {version[0] if version else '?'}; nproc {os.cpu_count()}; {cpu_model()}; "
+            f"load average {os.getloadavg()[0]:.1f}"
+        )
+        print("| page | median s | min s | max s |")
+        print("|---|---|---|---|")
+        for k, v in results.items():
+            print(f"| {k} | {statistics.median(v):.2f} | {min(v):.2f} | {max(v):.2f} |")
+    finally:
+        if server is not None:
+            from workers.store import embedded
+
+            embedded.stop(tmp / "pg")
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
