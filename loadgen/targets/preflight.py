@@ -4,6 +4,7 @@ that names the URL (without credentials) and what to fix."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any
@@ -18,7 +19,7 @@ from loadgen.errors import (
 )
 from loadgen.target import EventKind, PreparedRequest
 from loadgen.targets.failures import redact
-from loadgen.targets.http_common import ConnectFailed, StreamTruncated
+from loadgen.targets.http_common import ConnectFailed, StreamReset, StreamTruncated
 from loadgen.targets.openai import OpenAITarget
 
 PREFLIGHT_DEADLINE_S = 60.0
@@ -41,15 +42,44 @@ def preflight_request(target: OpenAITarget) -> PreparedRequest:
     )
 
 
+PREFLIGHT_ATTEMPTS = 5
+RETRY_PAUSE_S = 0.5
+MAX_RETRY_AFTER_S = 5.0
+
+
+class _Transient(PreflightError):
+    """A failure a healthy-but-busy server may produce once (5xx, 429, in-band error, reset)."""
+
+    def __init__(self, message: str, pause_s: float = RETRY_PAUSE_S) -> None:
+        self.pause_s = pause_s
+        super().__init__(message)
+
+
 async def preflight(target: OpenAITarget) -> None:
     """Send one streaming request; return if it streamed to `[DONE]`, else raise PreflightError
-    naming the URL and the likely fix."""
+    naming the URL and the likely fix. Failures a busy server produces now and then (5xx, 429,
+    an in-band error, a reset) are tried again, up to PREFLIGHT_ATTEMPTS in all; refusals that
+    no retry can fix (unreachable, 401/403/404, HTML, not streaming) fail at once."""
+    for attempt in range(1, PREFLIGHT_ATTEMPTS + 1):
+        try:
+            await _preflight_once(target)
+            return
+        except _Transient as e:
+            if attempt == PREFLIGHT_ATTEMPTS:
+                raise PreflightError(f"{e} ({attempt} attempts)") from None
+            await asyncio.sleep(e.pause_s)
+
+
+async def _preflight_once(target: OpenAITarget) -> None:
     url = target.display_url
     kinds: list[EventKind] = []
     try:
         async for ev in target.stream(preflight_request(target), time.perf_counter_ns):
             kinds.append(ev.kind)
     except HttpStatusError as e:
+        if e.status == 429 or e.status >= 500:
+            pause = min(e.retry_after_s or RETRY_PAUSE_S, MAX_RETRY_AFTER_S)
+            raise _Transient(_status_message(url, e, target), pause) from None
         raise PreflightError(_status_message(url, e, target)) from None
     except ConnectFailed as e:
         raise PreflightError(
@@ -62,19 +92,21 @@ async def preflight(target: OpenAITarget) -> None:
                 f"cannot reach {url}: no connection within {target.spec.connect_timeout_s:g} s "
                 "(firewall, wrong host or port?)"
             ) from None
-        raise PreflightError(
+        raise _Transient(
             f"{url} did not answer a 2-token request in time ({e.phase}: {redact(e.detail)}): "
             "is the server overloaded or still loading the model?"
         ) from None
     except InBandError as e:
-        raise PreflightError(
+        raise _Transient(
             f"{url} streamed an error: {redact(e.detail)} (check target.model and the server)"
         ) from None
     except StreamTruncated as e:
-        raise PreflightError(
+        raise _Transient(
             f"{url} did not finish a streamed response ({redact(e.detail)}): is it an "
             "OpenAI-compatible streaming endpoint?"
         ) from None
+    except StreamReset as e:
+        raise _Transient(f"{url} dropped the connection mid-stream: {redact(e.detail)}") from None
     except StreamProtocolError as e:
         raise PreflightError(
             f"{url} is not streaming server-sent events: {redact(e.detail)}. Point "
