@@ -68,11 +68,11 @@ def test_canary_key_and_prompt_never_leak(
             "--seed",
             "4",
             "--fault",
-            "503=0.25",
+            "503=0.1",
             "--fault",
-            "error_event=0.2",
+            "error_event=0.1",
             "--fault",
-            "reset=0.15",
+            "reset=0.05",
         ]
     )
     dataset = tmp_path / "prompts.jsonl"
