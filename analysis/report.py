@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import psycopg
 
+from analysis import fastload, load, sla
 from analysis import frontier as fr
-from analysis import load, sla
 from analysis import metrics as m
 from analysis import percentiles as pc
 from analysis.summary import level_summary
@@ -51,41 +51,49 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def timeline_sample(
-    df: pd.DataFrame, run_start: pd.Timestamp | None, n: int = TIMELINE_SAMPLE, seed: int = 0
+    df: pd.DataFrame,
+    chunks: m.ChunkArrays,
+    run_start: pd.Timestamp | None,
+    n: int = TIMELINE_SAMPLE,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """Up to `n` requests (seeded sample, ordered by schedule): each with its scheduled time
-    (s from the run's start, wall clock), and from there (s, monotonic): sent, first token,
-    end, and every chunk's arrival (send + chunk offset)."""
+    """Up to `n` requests (a seeded sample, the same whatever order the store returned rows in;
+    ordered by schedule): each with its scheduled time (s from the run's start, wall clock),
+    and from there (s, monotonic): sent, first token, end, and every chunk's arrival (send +
+    chunk offset)."""
     if df.empty:
         return []
+    order = np.lexsort(
+        (df["idx"].to_numpy(), df["shard_id"].astype(str).to_numpy(), df["scheduled_at"].to_numpy())
+    )
     rng = np.random.default_rng(seed)
-    pick = np.sort(rng.choice(len(df), size=min(n, len(df)), replace=False))
+    pick = order[np.sort(rng.choice(len(df), size=min(n, len(df)), replace=False))]
     sub = df.iloc[pick]
+    kinds = m.failure_kind(sub).to_numpy()
     t0 = (
         run_start if run_start is not None and not pd.isna(run_start) else sub["scheduled_at"].min()
     )
     out = []
-    for _, r in sub.iterrows():
-        at = (r["scheduled_at"] - t0).total_seconds()
+    for j, (row, (_, r)) in enumerate(zip(pick, sub.iterrows(), strict=True)):
         sent = r["sent_ns"] / 1e9 if np.isfinite(r["sent_ns"]) else None
-        chunks = (
-            (r["sent_ns"] / 1e9 + np.asarray(r["chunk_offsets_us"], dtype=float) / 1e6).tolist()
-            if sent is not None
-            else []
-        )
+        a, b = int(chunks.ptr[row]), int(chunks.ptr[row + 1])
+        offs = np.asarray(chunks.offsets_us[a:b], dtype=np.float64)
         out.append(
             _clean(
                 {
-                    "request_id": r["request_id"],
-                    "region": r["region"],
+                    "shard_id": str(r["shard_id"]),
+                    "idx": int(r["idx"]),
+                    "region": str(r["region"]),
                     "level": int(r["level"]),
-                    "outcome": m.failure_kind(sub.loc[[_]]).iloc[0],
-                    "scheduled_s": at,
+                    "outcome": str(kinds[j]),
+                    "scheduled_s": (r["scheduled_at"] - t0).total_seconds(),
                     "sent_s": sent,
                     "first_token_s": r["first_token_ns"] / 1e9,
                     "end_s": r["end_ns"] / 1e9,
-                    "chunk_s": chunks,
-                    "chunk_tokens": np.asarray(r["chunk_tokens"]).tolist(),
+                    "chunk_s": (r["sent_ns"] / 1e9 + offs / 1e6).tolist()
+                    if sent is not None
+                    else [],
+                    "chunk_tokens": np.asarray(chunks.tokens[a:b]).tolist(),
                 }
             )
         )
@@ -140,10 +148,10 @@ def build_report(
 ) -> dict[str, Any]:
     """Everything in the report for one stored run (JSON-safe). Latencies ms, rates per s."""
     run = load.load_run(conn, run_id)
-    df = load.load_requests(conn, run_id)
+    # one binary COPY (analysis.fastload): fast on big runs; never loads content columns
+    df, chunks = fastload.load_requests_fast(conn, run_id)
     levels = load.load_levels(conn, run_id)
     shards = load.load_shards(conn, run_id)
-    chunks = m.ChunkArrays.from_frame(df)
     summary = level_summary(df, levels, run, chunks=chunks)
     curves = pc.percentile_curves(df, chunks, resamples=resamples, seed=seed)
     points = fr.frontier_points(
@@ -201,7 +209,7 @@ def build_report(
                 else None,
             },
             "timeseries": {"bucket_s": bucket_s, "rows": _records(ts)},
-            "timeline": timeline_sample(df, run.get("started_at"), seed=seed),
+            "timeline": timeline_sample(df, chunks, run.get("started_at"), seed=seed),
             "sla": [v.to_json() for v in verdicts],
             "sla_exit_code": sla.exit_code(verdicts) if verdicts else None,
         }
