@@ -108,9 +108,11 @@ def run(url: str, minutes: float, rate: float, batch_rows: int, batch_s: float) 
     return {
         "offered_rate": rate, "records": sent, "rows_in_db": rows, "produce_s": produce_s,
         "total_s": total_s, "req_per_s_overall": rows / total_s,
-        "req_per_s_interval_min": min(steady), "req_per_s_interval_median": statistics.median(steady),
+        "req_per_s_interval_min": min(steady),
+        "req_per_s_interval_median": statistics.median(steady),
         "token_ts_per_s_overall": rows * CHUNKS / total_s, "lag_p50_s": s.lag_p50_s,
         "lag_max_s": s.lag_max_s, "batches": s.batches_committed, "lost": s.records_lost,
+        "spilled_to_spool": s.spooled_batches, "replayed": s.replayed_batches,
         "client_cpu_s": me.user + me.system, "server_backend_cpu_s": server_cpu,
         "client_cpu_us_per_req": (me.user + me.system) / max(rows, 1) * 1e6,
         "server_cpu_us_per_req": server_cpu / max(rows, 1) * 1e6,
@@ -151,8 +153,9 @@ def main() -> None:
         ensure_schema(url, force=True)
         with psycopg.connect(url, autocommit=True) as conn:
             f = detect(conn)
-        cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text()
-                    .splitlines() if ln.startswith("model name")), platform.processor())  # fmt: skip
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        names = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")]
+        cpu = names[0] if names else platform.processor()
         print(
             f"store {redact_url(args.url)} db {dbname}: PostgreSQL {f.server_version}, "
             f"timescaledb {f.timescaledb_version} ({f.license}); nproc {os.cpu_count()}, {cpu}"
