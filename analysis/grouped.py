@@ -107,15 +107,15 @@ def grouped_order_statistics(
         cand_lab.append(lab[keep])
         cand_w.append(w[keep])
     cv, cl, cw = np.concatenate(cand_v), np.concatenate(cand_lab), np.concatenate(cand_w)
+    order = np.argsort(cv, kind="stable")  # sort the candidates once, for every set
+    cv, cl, cw = cv[order], cl[order], cw[order]
     out: dict[str, np.ndarray] = {}
     for name, labels in sets.items():
         if name not in located:
             continue
         uniq, inverse, bins, before = located[name]
         mine = np.isin(cl, np.asarray(list(labels)))
-        v = cv[mine]
-        order = np.argsort(v, kind="stable")
-        v, w = v[order], cw[mine][order].astype(np.int64)
+        v, w = cv[mine], cw[mine].astype(np.int64)  # still sorted: a subset of sorted values
         b = _keys(v.copy(), kmin, kmax)
         cumw = np.cumsum(w)
         seg_start = np.searchsorted(b, bins, side="left")

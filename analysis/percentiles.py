@@ -167,10 +167,7 @@ def spectrum(
     v = _finite(values)
     if v.size == 0:
         value = lower = upper = np.full(g.shape, np.nan)
-    elif v.size < _SELECT_MIN:
-        value = np.asarray(np.percentile(v, g, method="linear"), dtype=np.float64)
-        lower, upper = bootstrap_band(v, g, confidence=confidence, resamples=resamples, seed=seed)
-    else:  # one selection pass for the percentiles and every bootstrap replicate
+    else:  # one sort (or selection pass) for the percentiles and every bootstrap replicate
         lo, hi, t = _linear_ranks(v.size, g)
         idx = bootstrap_ranks(v.size, g, resamples, seed)
         stats = order_statistics(v, np.concatenate([lo, hi, idx.ravel()]))

@@ -32,6 +32,11 @@ def test_selection_equals_numpy(monkeypatch: pytest.MonkeyPatch, kind: str) -> N
     }[kind]
     g = pc.tail_grid()
     assert np.array_equal(pc.exact_percentiles(v, g), np.percentile(v, g))
+    small = v[:999]  # below the threshold: one sort shared with the bootstrap
+    assert np.array_equal(pc.spectrum(small, g, resamples=10)["value"], np.percentile(small, g))
+    lo, hi = pc.bootstrap_band(small, g, resamples=10)
+    band = pc.spectrum(small, g, resamples=10)
+    assert np.array_equal(band["lower"], lo) and np.array_equal(band["upper"], hi)
     ranks = np.array([0, 5, 25_000, v.size - 1, 5])
     assert np.array_equal(pc.order_statistics(v, ranks), np.sort(v)[ranks])
 
