@@ -1,18 +1,16 @@
-"""Rendering a report (analysis/report.py) as one self-contained HTML file (plotly with its
-JavaScript inlined: no CDN, no network) and as PNG figures (matplotlib, Agg) for CI artifacts.
+"""Rendering a report (analysis/report.py) as one self-contained HTML file: plotly with its
+JavaScript inlined (no CDN, no network). PNG figures for CI artifacts: analysis/figures.py.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
@@ -407,82 +405,3 @@ def render_html(report: Mapping[str, Any]) -> str:
         )
     parts.append("</body></html>")
     return "".join(parts)
-
-
-def write_pngs(report: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
-    """PNG figures (percentile spectra, frontier, time series, timeline); returns their paths."""
-    d = Path(out_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    written = []
-    curves = pd.DataFrame(report["curves"])
-    for metric, sub in curves.groupby("metric", sort=False) if not curves.empty else []:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        for (level, region), g in sub.groupby(["level", "region"]):
-            line = ax.plot(
-                g["x"],
-                g["value"],
-                ls="-" if region == "all" else ":",
-                label=f"level {level}" + ("" if region == "all" else f" {region}"),
-            )
-            ax.fill_between(g["x"], g["lower"], g["upper"], alpha=0.2, color=line[0].get_color())
-        ax.set_xscale("log")
-        ax.set_xticks([_x(q) for q, _ in TICKS], [t for _, t in TICKS])
-        ax.set_ylabel("ms")
-        ax.set_title(METRIC_TITLES.get(str(metric), str(metric)))
-        ax.legend(fontsize=7)
-        written.append(_save(fig, d / f"percentiles_{metric}.png"))
-    pts = pd.DataFrame(report["frontier"]["points"])
-    if not pts.empty:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        ax.errorbar(
-            pts["output_tokens_per_s"],
-            pts["latency"],
-            yerr=[pts["latency"] - pts["latency_lower"], pts["latency_upper"] - pts["latency"]],
-            marker="o",
-        )
-        ax.set_xlabel("output tokens/s")
-        ax.set_ylabel("ms")
-        ax.set_title(
-            f"frontier: p{report['frontier']['percentile']:g} {report['frontier']['metric']}"
-        )
-        written.append(_save(fig, d / "frontier.png"))
-    ts = pd.DataFrame(report["timeseries"]["rows"])
-    if not ts.empty:
-        fig, axes = plt.subplots(3, 1, figsize=(9, 7), sharex=True)
-        for region, g in ts.groupby("region"):
-            for ax, col in zip(
-                axes, ("output_tokens_per_s", "in_flight", "errors_per_s"), strict=True
-            ):
-                ax.plot(pd.to_datetime(g["bucket"]), g[col], label=str(region))
-                ax.set_ylabel(col)
-        axes[0].legend(fontsize=7)
-        written.append(_save(fig, d / "timeseries.png"))
-    tl = report["timeline"]
-    if tl:
-        fig, ax = plt.subplots(figsize=(9, max(3.0, 0.22 * len(tl))))
-        for i, r in enumerate(tl):
-            end = r["scheduled_s"] + (r["end_s"] or 0.0)
-            ax.plot(
-                [r["scheduled_s"], end],
-                [i, i],
-                lw=4,
-                color="#2b8a3e" if r["outcome"] == "ok" else "#c92a2a",
-            )
-            ax.plot(
-                [r["scheduled_s"] + c for c in r["chunk_s"]],
-                [i] * len(r["chunk_s"]),
-                ".",
-                ms=3,
-                color="#1c7ed6",
-            )
-        ax.set_xlabel("s from run start")
-        ax.set_title("sample of requests: scheduled → end, dots = chunks")
-        written.append(_save(fig, d / "timeline.png"))
-    return written
-
-
-def _save(fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

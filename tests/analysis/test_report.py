@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from plotly.offline import get_plotlyjs
 
-from analysis import render, sla
+from analysis import figures, render, sla
 from analysis.report import build_report
 from tests.analysis.storedata import insert_run, synthetic_run
 from ui.commands.report import report_command
@@ -66,7 +66,7 @@ def test_failures_and_invalid(pg_conn: psycopg.Connection[Any], tmp_path: Path) 
     _check_html(html)
     body = html.split("<body>", 1)[1]
     assert body.startswith("<div class='banner'>INVALID RUN") and "event-loop lag" in body
-    pngs = render.write_pngs(rep, tmp_path / "png")
+    pngs = figures.write_pngs(rep, tmp_path / "png")
     assert len(pngs) >= 6
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
 

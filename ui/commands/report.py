@@ -10,7 +10,7 @@ import click
 import psycopg
 from rich.console import Console
 
-from analysis import render, sla
+from analysis import figures, render, sla
 from analysis.report import build_report
 from analysis.summary import render_summary_table
 from loadgen.errors import SpecError, StoreError
@@ -75,7 +75,7 @@ def report_command(
             Path(html_out).write_text(render.render_html(report), encoding="utf-8")
             console.print(f"HTML: {html_out}")
         if png_dir:
-            paths = render.write_pngs(report, png_dir)
+            paths = figures.write_pngs(report, png_dir)
             console.print(f"PNG: {len(paths)} figures in {png_dir}")
     except OSError as e:
         fail(f"cannot write the report: {e}")
