@@ -11,18 +11,16 @@ from __future__ import annotations
 import collections
 import os
 import queue
-import socket
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from loadgen.errors import SpoolFullError, StoreError
 from loadgen.records import Batch
-from workers.store import copyenc, embedded
+from workers.store import batchsql, copyenc, embedded
 from workers.store.connect import redact_url
 from workers.store.spool import EncodedBatch, Spool
 from workers.store.writer_stats import LagWindow, WriterStats
@@ -37,28 +35,6 @@ BACKOFF_MIN_S, BACKOFF_MAX_S = 0.25, 5.0
 SPILL_AFTER_S = 2.0  # an encoded batch waiting this long for the database goes to the spool
 PAUSE_ENV = "PEAKLOAD_TEST_PAUSE_BEFORE_COMMIT"  # tests only: seconds to sleep before COMMIT
 APPLICATION_NAME = "peakload-writer"
-
-_REQ_COLS = sql.SQL(", ").join(map(sql.Identifier, copyenc.REQUEST_COLUMNS))
-_TICK_COLS = sql.SQL(", ").join(map(sql.Identifier, copyenc.TICK_COLUMNS))
-_STAGE_REQ, _STAGE_TICKS = sql.Identifier("pl_stage_requests"), sql.Identifier("pl_stage_ticks")
-_SETUP = [
-    sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (LIKE requests) ON COMMIT DELETE ROWS").format(
-        _STAGE_REQ
-    ),
-    sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (LIKE ticks) ON COMMIT DELETE ROWS").format(
-        _STAGE_TICKS
-    ),
-]
-_COPY_REQ = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(_STAGE_REQ, _REQ_COLS)
-_COPY_TICKS = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(_STAGE_TICKS, _TICK_COLS)
-_DIRECT_REQ = sql.SQL("COPY requests ({}) FROM STDIN (FORMAT BINARY)").format(_REQ_COLS)
-_DIRECT_TICKS = sql.SQL("COPY ticks ({}) FROM STDIN (FORMAT BINARY)").format(_TICK_COLS)
-_INSERT_REQ = sql.SQL(
-    "INSERT INTO requests ({0}) SELECT {0} FROM {1} ON CONFLICT DO NOTHING"
-).format(_REQ_COLS, _STAGE_REQ)
-_INSERT_TICKS = sql.SQL(
-    "INSERT INTO ticks ({0}) SELECT {0} FROM {1} ON CONFLICT DO NOTHING"
-).format(_TICK_COLS, _STAGE_TICKS)
 
 
 class _Lost(Exception):
@@ -383,24 +359,9 @@ class StoreWriter:
         if time.perf_counter() < self._next_connect:
             return False
         try:
-            conn = psycopg.connect(
-                self.url,
-                autocommit=True,
-                connect_timeout=self.connect_timeout_s,
-                application_name=APPLICATION_NAME,
-                keepalives=1,
-                keepalives_idle=10,
-                keepalives_interval=3,
-                keepalives_count=3,
+            conn = batchsql.connect_writer(
+                self.url, self.connect_timeout_s, APPLICATION_NAME, self._pause_s
             )
-            idle = max(60, int(self._pause_s) + 30)
-            conn.execute(
-                sql.SQL("SET idle_in_transaction_session_timeout = {}").format(
-                    sql.Literal(f"{idle}s")
-                )
-            )
-            for stmt in _SETUP:
-                conn.execute(stmt)
         except psycopg.Error as e:
             self.stats_.connect_failures += 1
             self.stats_.last_error = f"connect: {str(e).strip()[:300]}"
@@ -431,18 +392,18 @@ class StoreWriter:
         errors fail the writer, count the records as lost and return False."""
         conn = self._conn
         assert conn is not None
-        watchdog = threading.Timer(self.io_timeout_s, _shutdown_socket, (conn,))
+        watchdog = threading.Timer(self.io_timeout_s, batchsql.shutdown_socket, (conn,))
         watchdog.daemon = True
         watchdog.start()
         try:
             counts: tuple[int, int] | None = None
             if self.direct_copy and not replay:
                 try:
-                    counts = self._transaction(conn, enc, staged=False)
+                    counts = batchsql.write_batch(conn, enc, staged=False, pause_s=self._pause_s)
                 except psycopg.errors.UniqueViolation:
                     self.stats_.direct_fallbacks += 1
             if counts is None:
-                counts = self._transaction(conn, enc, staged=True)
+                counts = batchsql.write_batch(conn, enc, staged=True, pause_s=self._pause_s)
         except psycopg.Error as e:
             broken = conn.closed or conn.broken or isinstance(e, psycopg.OperationalError)
             self.stats_.last_error = str(e).strip()[:300]
@@ -462,38 +423,3 @@ class StoreWriter:
         self.stats_.rows_duplicate += enc.n_records - inserted
         self.stats_.ticks_inserted += ticks_inserted
         return True
-
-    def _transaction(
-        self, conn: psycopg.Connection[Any], enc: EncodedBatch, *, staged: bool
-    ) -> tuple[int, int]:
-        """COPY (direct or staged + INSERT ON CONFLICT) and COMMIT; rows inserted per table."""
-        inserted = ticks_inserted = 0
-        with conn.transaction(), conn.cursor() as cur:
-            if enc.n_records:
-                with cur.copy(_COPY_REQ if staged else _DIRECT_REQ) as cp:
-                    cp.write(enc.requests)
-                inserted = enc.n_records
-            if enc.n_ticks:
-                with cur.copy(_COPY_TICKS if staged else _DIRECT_TICKS) as cp:
-                    cp.write(enc.ticks)
-                ticks_inserted = enc.n_ticks
-            if staged and enc.n_records:
-                cur.execute(_INSERT_REQ)
-                inserted = max(cur.rowcount, 0)
-            if staged and enc.n_ticks:
-                cur.execute(_INSERT_TICKS)
-                ticks_inserted = max(cur.rowcount, 0)
-            if self._pause_s > 0:
-                time.sleep(self._pause_s)
-        return inserted, ticks_inserted
-
-
-def _shutdown_socket(conn: psycopg.Connection[Any]) -> None:
-    """Break a connection stuck past the I/O timeout (e.g. a silent network): the blocked call
-    in the writer thread then fails with OperationalError and the batch is spooled."""
-    try:
-        fd = conn.pgconn.socket
-        with socket.socket(fileno=os.dup(fd)) as s:
-            s.shutdown(socket.SHUT_RDWR)
-    except (OSError, psycopg.Error):
-        pass  # already closed

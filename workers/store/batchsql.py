@@ -1,0 +1,106 @@
+"""The SQL of one writer batch: the writer's session setup (TEMP staging tables), the direct and
+the idempotent (staging + INSERT ... ON CONFLICT DO NOTHING) transaction, and breaking a
+connection stuck past its I/O deadline. Identifiers through psycopg.sql only."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from workers.store import copyenc
+from workers.store.spool import EncodedBatch
+
+_REQ_COLS = sql.SQL(", ").join(map(sql.Identifier, copyenc.REQUEST_COLUMNS))
+_TICK_COLS = sql.SQL(", ").join(map(sql.Identifier, copyenc.TICK_COLUMNS))
+_STAGE_REQ, _STAGE_TICKS = sql.Identifier("pl_stage_requests"), sql.Identifier("pl_stage_ticks")
+_SETUP = [
+    sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (LIKE requests) ON COMMIT DELETE ROWS").format(
+        _STAGE_REQ
+    ),
+    sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (LIKE ticks) ON COMMIT DELETE ROWS").format(
+        _STAGE_TICKS
+    ),
+]
+_COPY = "COPY {} ({}) FROM STDIN (FORMAT BINARY)"
+COPY_STAGED_REQ = sql.SQL(_COPY).format(_STAGE_REQ, _REQ_COLS)
+COPY_STAGED_TICKS = sql.SQL(_COPY).format(_STAGE_TICKS, _TICK_COLS)
+COPY_DIRECT_REQ = sql.SQL(_COPY).format(sql.Identifier("requests"), _REQ_COLS)
+COPY_DIRECT_TICKS = sql.SQL(_COPY).format(sql.Identifier("ticks"), _TICK_COLS)
+_INSERT = "INSERT INTO {0} ({1}) SELECT {1} FROM {2} ON CONFLICT DO NOTHING"
+INSERT_REQ = sql.SQL(_INSERT).format(sql.Identifier("requests"), _REQ_COLS, _STAGE_REQ)
+INSERT_TICKS = sql.SQL(_INSERT).format(sql.Identifier("ticks"), _TICK_COLS, _STAGE_TICKS)
+
+
+def connect_writer(
+    url: str, connect_timeout_s: int, application_name: str, pause_s: float = 0.0
+) -> psycopg.Connection[Any]:
+    """An autocommit connection with TCP keepalives, the staging tables, and a server-side
+    bound on a transaction left idle by a vanished writer (so its row locks do not block the
+    replay for long). Raises psycopg.Error."""
+    conn = psycopg.connect(
+        url,
+        autocommit=True,
+        connect_timeout=connect_timeout_s,
+        application_name=application_name,
+        keepalives=1,
+        keepalives_idle=10,
+        keepalives_interval=3,
+        keepalives_count=3,
+    )
+    try:
+        idle_s = max(60, int(pause_s) + 30)
+        conn.execute(
+            sql.SQL("SET idle_in_transaction_session_timeout = {}").format(
+                sql.Literal(f"{idle_s}s")
+            )
+        )
+        for stmt in _SETUP:
+            conn.execute(stmt)
+    except psycopg.Error:
+        conn.close()
+        raise
+    return conn
+
+
+def write_batch(
+    conn: psycopg.Connection[Any], enc: EncodedBatch, *, staged: bool, pause_s: float = 0.0
+) -> tuple[int, int]:
+    """One transaction: COPY straight into the tables (`staged=False`; raises UniqueViolation
+    if any row exists, and nothing is kept), or COPY into staging then INSERT ... ON CONFLICT DO
+    NOTHING. Returns rows inserted into (requests, ticks). `pause_s` (tests only) sleeps before
+    COMMIT."""
+    inserted = ticks_inserted = 0
+    with conn.transaction(), conn.cursor() as cur:
+        if enc.n_records:
+            with cur.copy(COPY_STAGED_REQ if staged else COPY_DIRECT_REQ) as cp:
+                cp.write(enc.requests)
+            inserted = enc.n_records
+        if enc.n_ticks:
+            with cur.copy(COPY_STAGED_TICKS if staged else COPY_DIRECT_TICKS) as cp:
+                cp.write(enc.ticks)
+            ticks_inserted = enc.n_ticks
+        if staged and enc.n_records:
+            cur.execute(INSERT_REQ)
+            inserted = max(cur.rowcount, 0)
+        if staged and enc.n_ticks:
+            cur.execute(INSERT_TICKS)
+            ticks_inserted = max(cur.rowcount, 0)
+        if pause_s > 0:
+            time.sleep(pause_s)
+    return inserted, ticks_inserted
+
+
+def shutdown_socket(conn: psycopg.Connection[Any]) -> None:
+    """Break a connection stuck past the I/O timeout (e.g. a silent network): the blocked call
+    in the writer thread then fails with OperationalError and the batch is spooled."""
+    try:
+        fd = conn.pgconn.socket
+        with socket.socket(fileno=os.dup(fd)) as s:
+            s.shutdown(socket.SHUT_RDWR)
+    except (OSError, psycopg.Error):
+        pass  # already closed
