@@ -1,7 +1,8 @@
 """Benchmark: time for the Streamlit Run page (one run of N requests) and Compare page (five
-runs) to render, cold (empty Streamlit caches and analysis cache) and cached (a new session in
-the same server process), with streamlit.testing.v1.AppTest: the time the page script takes
-on the server, which is what a person waits for before the browser draws.
+runs) to render: cold (empty Streamlit caches and analysis cache), a new server process whose
+runs are in analysis.cache's files already, and cached (a new session in the same server), with
+streamlit.testing.v1.AppTest: the time the page script takes on the server, which is what a
+person waits for before the browser draws.
 
     python bench/ui_render.py [--requests 100000] [--chunks 64] [--runs 5]
 
@@ -60,12 +61,14 @@ def render(page: str, **params: str) -> float:
     return dt
 
 
-def clear_caches(cache_dir: Path) -> None:
+def clear_caches(cache_dir: Path | None) -> None:
+    """Empty Streamlit's caches and, with `cache_dir`, analysis.cache's files too."""
     import streamlit as st
 
     st.cache_data.clear()
     st.cache_resource.clear()
-    shutil.rmtree(cache_dir, ignore_errors=True)
+    if cache_dir is not None:
+        shutil.rmtree(cache_dir, ignore_errors=True)
 
 
 def main() -> None:
@@ -110,13 +113,16 @@ def main() -> None:
             f"Compare page, {args.runs} runs": ("compare", {"runs": ",".join(ids)}),
         }
         for label, (page, params) in pages.items():
-            cold, cached = [], []
+            cold, disk, cached = [], [], []
             for _ in range(args.repeat):
                 clear_caches(cache_dir)
                 cold.append(render(page, **params))
                 cached.append(render(page, **params))
-            results[f"{label}: cold"] = cold
-            results[f"{label}: cached"] = cached
+                clear_caches(None)  # a restarted server: the runs' files are on disk already
+                disk.append(render(page, **params))
+            results[f"{label}: cold (nothing cached)"] = cold
+            results[f"{label}: new server, runs on disk (analysis.cache)"] = disk
+            results[f"{label}: cached (second visit)"] = cached
         print(
             f"\nui_render: {args.requests:,} requests x {args.chunks} chunks per run; "
             f"PostgreSQL {version[0] if version else '?'}; nproc {os.cpu_count()}; {cpu_model()}; "
