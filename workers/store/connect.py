@@ -65,8 +65,11 @@ def _ensure_database(admin_url: str, dbname: str) -> None:
     with psycopg.connect(admin_url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (dbname,)).fetchone()
         if exists is None:
-            # another command may create it meanwhile
-            with contextlib.suppress(psycopg.errors.DuplicateDatabase):
+            # another command may create it meanwhile: a DuplicateDatabase, or when both
+            # CREATEs ran at once, a UniqueViolation on pg_database
+            with contextlib.suppress(
+                psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation
+            ):
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
 
 

@@ -1,0 +1,71 @@
+"""The embedded default store: started on first use under PEAKLOAD_HOME, reused by the next
+command (two commands starting at once share one server), stopped by `peakload db stop`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from workers.store import embedded
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def peakload_home() -> Iterator[Path]:
+    """A data directory outside pytest's basetemp (see tests/support/stores.py)."""
+    home = Path(tempfile.mkdtemp(prefix="peakload-home-"))
+    yield home
+    embedded.stop(home / "postgres")
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PEAKLOAD_")}
+    env["PEAKLOAD_HOME"] = str(home)
+    return subprocess.run(
+        [sys.executable, "-c", "from ui.cli import main; main()", *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_commands_share_one_server_and_db_stop_stops_it(peakload_home: Path) -> None:
+    code = "from workers.store import connect; print(connect.database_url())"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            cwd=REPO,
+            env={**os.environ, "PEAKLOAD_HOME": str(peakload_home), "PEAKLOAD_DATABASE_URL": ""},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]  # fmt: skip
+    urls = {p.communicate(timeout=120)[0].strip() for p in procs}
+    assert all(p.returncode == 0 for p in procs)
+    assert len(urls) == 1 and "password" not in next(iter(urls))
+    server = embedded.read_running(peakload_home / "postgres")
+    assert server is not None and server.host is None  # Unix socket only, no TCP
+    status = _cli(peakload_home, "db", "status")  # status reads, never migrates
+    assert status.returncode == 0, status.stderr
+    assert "migrations:  none" in status.stdout and "pending:     0001_core.sql" in status.stdout
+    migrated = _cli(peakload_home, "db", "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    status = _cli(peakload_home, "db", "status")
+    assert "migrations:  0001_core, 0002_timescale" in status.stdout, status.stdout
+    assert "pending" not in status.stdout
+    assert "timescaledb:           off" in status.stdout
+    again = embedded.read_running(peakload_home / "postgres")
+    assert again is not None and again.pid == server.pid  # reused, not restarted
+    stop = _cli(peakload_home, "db", "stop")
+    assert stop.returncode == 0 and "stopped the embedded server" in stop.stdout
+    assert embedded.read_running(peakload_home / "postgres") is None
+    assert "not running" in _cli(peakload_home, "db", "stop").stdout
