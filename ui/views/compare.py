@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import charts, data
+from ui import charts, data, data_more
 from ui.views.common import METRICS, chart, pick_metric, pick_runs
 
 st.title("Compare runs")
@@ -17,7 +17,7 @@ names = data.choices(data.runs_for(tuple(chosen)))
 
 st.subheader("Percentile curves")
 metric = pick_metric("cmp_metric")
-curves = data.compare_spectra(tuple(chosen), metric)
+curves = data_more.compare_spectra(tuple(chosen), metric)
 chart(
     charts.percentile_curves(curves, f"{METRICS[metric]} percentiles", f"{METRICS[metric]} (ms)"),
     curves,
@@ -36,7 +36,7 @@ fq = f_q.radio(
     key="cmp_q",
     format_func=lambda q: f"p{q:g}",
 )
-points = data.frontier(tuple(chosen), fm, fq)
+points = data_more.frontier(tuple(chosen), fm, fq)
 chart(
     charts.frontier(
         points, f"Output tokens/s against p{fq:g} {METRICS[fm]}", f"p{fq:g} {METRICS[fm]} (ms)"
@@ -54,7 +54,7 @@ baseline = st.selectbox("Baseline", chosen, format_func=lambda k: names.get(k, k
 with_itl = st.checkbox(
     "Include ITL per token (one sample per token: slow on large runs)", key="cmp_itl"
 )
-table = data.changes(tuple(chosen), baseline, with_itl)
+table = data_more.changes(tuple(chosen), baseline, with_itl)
 st.dataframe(
     table,
     hide_index=True,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from loadgen.errors import SpecError
-from ui import data
+from ui import data, data_more
 from ui.views.common import fmt, pick_run
 
 EXAMPLE = """confidence = 0.99
@@ -35,7 +35,7 @@ else:
     where = "claims (text box)"
 
 try:
-    verdicts = data.verdicts(run_id, claims_text, where)
+    verdicts = data_more.verdicts(run_id, claims_text, where)
 except SpecError as exc:
     st.error(f"The claims are not valid: {exc}")
     st.stop()
