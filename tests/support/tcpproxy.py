@@ -1,11 +1,6 @@
-"""A user-space TCP proxy for fault tests (the kernel here has no netem): added latency per
-direction, pause/resume (new connections blackholed, existing ones frozen, bytes and closes held
-in order until resume), and reset_all (RST every open connection). Runs its own asyncio loop in a
-thread, so tests drive it from plain synchronous code.
-
-    with TcpProxy("127.0.0.1", pg_port) as proxy:
-        url = with_hostport(url, "127.0.0.1", proxy.port)
-        proxy.pause(); ...; proxy.resume()
+"""A user-space TCP proxy for fault tests (no netem here): latency per direction, pause/resume
+(new connections blackholed, open ones frozen, bytes and closes held in order), reset_all (RST).
+Its asyncio loop runs in a thread: `with TcpProxy(host, port) as p: ... p.pause(); p.resume()`.
 """
 
 from __future__ import annotations

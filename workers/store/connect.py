@@ -1,6 +1,5 @@
-"""Where the store is and how to open it: `PEAKLOAD_DATABASE_URL` (TimescaleDB in a team's
-deployment) or else the embedded PostgreSQL under the user's data directory. The first connection
-to a database in a process applies pending migrations and switches on the features its server
+"""Where the store is and how to open it: `PEAKLOAD_DATABASE_URL`, else the embedded PostgreSQL.
+The first connection to a database in a process migrates it and switches on what its server
 allows. URLs are printed only through `redact_url`.
 """
 

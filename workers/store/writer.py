@@ -1,10 +1,11 @@
-"""The store writer: the `Sink` a runner hands its batches to. `write` only appends to a deque; a
-thread encodes batches (bounded by rows and seconds) as binary COPY payloads, another commits
-each in one transaction, idempotently: a batch whose rows may already exist (a replay) goes
-through TEMP staging tables and INSERT ... ON CONFLICT DO NOTHING, so it never duplicates.
-While the database is unreachable, batches go to a disk spool (workers/store/spool.py) and are
-replayed in order after reconnecting; a full spool fails the run.
+"""The store writer, the `Sink` a runner hands its batches to: `write` only appends; threads
+encode and commit batches idempotently, spooling to disk while the database is unreachable or
+behind and replaying in order after; a full spool fails the run.
 """
+
+# Batches are bounded by rows and seconds. A first attempt COPYs straight into the tables; a batch
+# whose rows may already exist (a replay) goes through TEMP staging tables and INSERT ... ON
+# CONFLICT DO NOTHING (workers/store/batchsql.py), so it never duplicates.
 
 from __future__ import annotations
 
