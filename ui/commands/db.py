@@ -1,5 +1,5 @@
-"""`peakload db migrate | status | stop`: the store's schema, what its server offers, and
-stopping the embedded server (commands otherwise leave it running so the next one starts fast).
+"""`peakload db migrate | status | replay | stop`: the store's schema, what its server offers,
+spooled batches left behind, and stopping the embedded server (left running between commands).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import click
 from loadgen.errors import StoreError
 from workers.store import connect, embedded
 from workers.store.features import StoreFeatures
+from workers.store.writer import replay_spools, spool_root
 
 
 @click.group()
@@ -71,6 +72,21 @@ def stop() -> None:
         raise click.ClickException(str(e)) from e
     where = embedded.default_datadir()
     click.echo(f"stopped the embedded server at {where}" if stopped else f"not running ({where})")
+
+
+@db.command()
+def replay() -> None:
+    """Replay batches a writer left spooled (the store was unreachable when its run ended)."""
+    try:
+        url = connect.database_url()
+        connect.ensure_schema(url)
+        done = replay_spools(url)
+    except StoreError as e:
+        raise click.ClickException(str(e)) from e
+    if not done:
+        click.echo(f"nothing spooled under {spool_root()}")
+    for run_id, batches in done.items():
+        click.echo(f"run {run_id}: {batches} spooled batches replayed")
 
 
 def _names(found: StoreFeatures) -> list[str]:

@@ -89,7 +89,7 @@ class StoreWriter:
         self.io_timeout_s, self.close_timeout_s = io_timeout_s, close_timeout_s
         self.direct_copy, self.spill_after_s = direct_copy, spill_after_s
         self.connect_timeout_s = max(2, int(connect_timeout_s))
-        root = Path(spool_dir) if spool_dir else embedded.data_home() / "spool" / run_id
+        root = Path(spool_dir) if spool_dir else spool_root() / run_id
         self.spool = Spool(root, spool_max_bytes)
         self._pause_s = float(os.environ.get(PAUSE_ENV, "0") or 0)
         self._q: collections.deque[tuple[int, Batch]] = collections.deque()
@@ -424,3 +424,24 @@ class StoreWriter:
         self.stats_.rows_duplicate += enc.n_records - inserted
         self.stats_.ticks_inserted += ticks_inserted
         return True
+
+
+def spool_root() -> Path:
+    """Where writers spool by default: one subdirectory per run under the data directory."""
+    return embedded.data_home() / "spool"
+
+
+def replay_spools(url: str, root: Path | None = None) -> dict[str, int]:
+    """Replay every batch left under `root` (default `spool_root()`) by writers that are gone,
+    run by run. Returns {run_id: batches replayed}; raises StoreError if some remain."""
+    root = root or spool_root()
+    done: dict[str, int] = {}
+    if not root.is_dir():
+        return done
+    for run_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        if not any(run_dir.glob("w-*/*.batch")):
+            continue
+        writer = StoreWriter(url, run_dir.name, spool_dir=run_dir)
+        writer.close()
+        done[run_dir.name] = writer.stats().replayed_batches
+    return done

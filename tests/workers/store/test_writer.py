@@ -9,12 +9,14 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
 from loadgen.errors import SpoolFullError, StoreError
 from loadgen.records import Batch
 from tests.support.ports import free_port
 from tests.support.stores import ledger_check
 from tests.workers.store._records import feed, make_records, make_ticks
+from ui.commands.db import db as db_command
 from workers.store.spool import SUFFIX, EncodedBatch
 from workers.store.writer import StoreWriter
 
@@ -171,6 +173,25 @@ def test_a_spool_left_behind_is_replayed_by_the_next_writer(store_url: str, tmp_
     with psycopg.connect(store_url) as conn:
         ledger_check(conn, run_id, ids)
     assert not list((tmp_path / "spool").rglob("*" + SUFFIX))
+
+
+def test_db_replay_replays_what_a_gone_writer_left(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PEAKLOAD_HOME", str(tmp_path))
+    monkeypatch.setenv("PEAKLOAD_DATABASE_URL", store_url)
+    run_id = str(uuid.uuid4())
+    first = StoreWriter(_unreachable_url(), run_id, batch_max_rows=100, connect_timeout_s=2,
+                        close_timeout_s=0.5)  # fmt: skip
+    ids = feed(first, run_id, 300, 100)
+    with pytest.raises(StoreError, match="remain spooled"):
+        first.close()
+    out = CliRunner().invoke(db_command, ["replay"])
+    assert out.exit_code == 0, out.output
+    assert f"run {run_id}: 3 spooled batches replayed" in out.output
+    with psycopg.connect(store_url) as conn:
+        ledger_check(conn, run_id, ids)
+    assert "nothing spooled" in CliRunner().invoke(db_command, ["replay"]).output
 
 
 def test_write_after_close_is_an_error(plain_url: str, tmp_path: Path) -> None:
