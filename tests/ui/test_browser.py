@@ -46,7 +46,9 @@ def ui_server(store: UiStore, tmp: Path, **env: str) -> Iterator[str]:
     port = free_port()
     full = {k: v for k, v in os.environ.items() if not k.startswith("PEAKLOAD_UI_")}
     full.update(
-        PEAKLOAD_DATABASE_URL=store.url, PEAKLOAD_ANALYSIS_CACHE=store.cache_dir, HOME=str(tmp),
+        PEAKLOAD_DATABASE_URL=store.url,
+        PEAKLOAD_ANALYSIS_CACHE=store.cache_dir,
+        HOME=str(tmp),
         **env,
     )
     log = (tmp / f"ui-{port}.log").open("wb")
@@ -160,6 +162,16 @@ def test_every_page_in_a_browser(ui_store: UiStore, browser: object, tmp_path: P
             html = page.content()
             assert CANARY_KEY not in html and CANARY_KEY not in text, path
             assert CANARY_PROMPT.split()[0] not in html, path
+        # the dark theme (Streamlit follows the browser's preference): charts still drawn
+        page.emulate_media(color_scheme="dark")
+        page.goto(f"{base}/compare?runs={ids['sweep']},{ids['regions']},{ids['failures']}")
+        settle(page, "Compare runs")
+        background = page.evaluate(
+            "getComputedStyle(document.querySelector('[data-testid=\"stApp\"]')).backgroundColor"
+        )
+        assert background != "rgb(255, 255, 255)", background
+        page.screenshot(path=str(ARTIFACTS / "compare-dark.png"), full_page=True)
+        page.emulate_media(color_scheme="light")
         # the run table is a canvas grid: its cells are attached, not visible text
         page.goto(f"{base}/")
         settle(page, "Runs")

@@ -1,0 +1,101 @@
+"""The Run page's exports (CSV and Parquet of the requests via analysis.export, the HTML report
+via analysis.report), chart builders, and the Launch page starting a real run."""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Callable
+
+import pandas as pd
+import psycopg
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.support.sim import start_sim
+from tests.ui.conftest import UiStore, page_text
+from tests.ui.stored_runs import CANARY_KEY, CANARY_KEY_ENV, CANARY_PROMPT
+from ui import charts, data, derive
+
+
+def test_exports_hold_every_request_and_no_secret(app_env: UiStore) -> None:
+    rid = app_env.ids["failures"]
+    with psycopg.connect(app_env.url) as conn:
+        row = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE http_status = 429) FROM requests "
+            "WHERE run_id = %s",
+            (rid,),
+        ).fetchone()
+    assert row is not None
+    n, n429 = row
+    csv = data.export_bytes(rid, "csv")
+    frame = pd.read_csv(io.BytesIO(csv))
+    assert len(frame) == n and int((frame["http_status"] == 429).sum()) == n429
+    assert "chunk_offsets_us" in frame.columns
+    parquet = pd.read_parquet(io.BytesIO(data.export_bytes(rid, "parquet")))
+    assert len(parquet) == n
+    for blob in (csv, data.export_bytes(rid, "parquet")):
+        assert CANARY_KEY.encode() not in blob and CANARY_PROMPT.split()[0].encode() not in blob
+    assert not {"prompt_text", "response_text"} & set(frame.columns)
+
+
+def test_html_report_of_the_invalid_run(app_env: UiStore) -> None:
+    html = data.report_html(app_env.ids["invalid"]).decode()
+    assert html.startswith("<!doctype html>")
+    assert "INVALID RUN" in html and "ui-invalid" in html
+    assert CANARY_KEY not in html
+
+
+def test_percentile_chart_uses_the_tail_axis() -> None:
+    import numpy as np
+
+    values = np.linspace(1.0, 1000.0, 5000)
+    curve = derive.curve(values, "all")
+    assert curve["percentile"].max() <= 100.0 * (1 - 1 / 5000) + 1e-9
+    p99 = curve.loc[np.isclose(curve["percentile"], 99.0), "value_ms"].iloc[0]
+    assert p99 == pytest.approx(np.percentile(values, 99.0))
+    assert (curve["lo_ms"] <= curve["value_ms"]).all() and (
+        curve["value_ms"] <= curve["hi_ms"]
+    ).all()
+    fig = charts.percentile_curves(curve, "t", "ms")
+    axis = fig.layout.xaxis
+    assert axis.type == "log"
+    assert list(axis.ticktext)[:4] == ["p0", "p50", "p90", "p99"]
+    assert list(axis.tickvals)[:4] == pytest.approx([1.0, 2.0, 10.0, 100.0])
+
+
+def test_launch_page_starts_a_run_on_an_allowed_target(
+    app_page: Callable[..., AppTest],
+    app_env: UiStore,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: object,
+) -> None:
+    monkeypatch.setenv("PEAKLOAD_TARGET_ALLOWLIST", "127.0.0.1")
+    monkeypatch.delenv("PEAKLOAD_REDIS_URL", raising=False)
+    with start_sim(["--preset", "fixed", "--ttft-ms", "20", "--itl-ms", "5"]) as sim:
+        spec = (
+            f'name = "ui-launched"\n[target]\napi = "openai-chat"\nbase_url = "{sim.base_url}"\n'
+            f'model = "m"\napi_key_env = "{CANARY_KEY_ENV}"\n[workload]\nprompt_tokens = 16\n'
+            "output_tokens = 8\n[load]\nconcurrency = [1]\nduration_s = 1.5\n"
+            "[validity]\nmax_loop_lag_p99_ms = 10000.0\nmax_dispatch_delay_p99_ms = 10000.0\n"
+            "max_cpu_percent = 10000.0\n"
+        )
+        at = app_page("launch")
+        at.text_area(key="launch_text").input(spec).run()
+        assert "is allowed" in at.success[0].value
+        at.button(key="launch_start").click().run()
+        assert not at.exception
+        text = page_text(at)
+        assert "Run **" in text and "(local)" in text
+        run_id = text.split("Run **", 1)[1].split("**", 1)[0]
+        deadline = time.monotonic() + 60
+        while True:
+            with psycopg.connect(app_env.url) as conn:
+                row = conn.execute(
+                    "SELECT status, requests_scheduled FROM runs WHERE run_id = %s", (run_id,)
+                ).fetchone()
+            if row and row[0] != "running" and row[0] != "pending":
+                break
+            assert time.monotonic() < deadline, f"run {run_id} did not finish: {row}"
+            time.sleep(0.3)
+    assert row[0] == "completed" and row[1] > 0
