@@ -133,7 +133,7 @@ class SimConfig(BaseModel):
     faults: list[FaultRule] = Field(default_factory=list)
     seed: int = 0
     timer_spin_us: float = Field(default=1000.0, ge=0.0)
-    truth_flush_ms: float = Field(default=200.0, gt=0.0)
+    truth_flush_ms: float = Field(default=25.0, gt=0.0)  # small, frequent slices of work
 
     @model_validator(mode="after")
     def _check(self) -> SimConfig:

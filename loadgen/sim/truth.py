@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 FLUSH_SLICE = 4  # records serialised per loop callback (~0.1-0.2 ms each)
+FLUSH_SLICE_GAP_S = 0.002  # between slices, so due writes catch up
 
 
 class TruthLog:
@@ -62,7 +63,7 @@ class TruthLog:
         """Serialise at most FLUSH_SLICE records per loop callback, so a burst of finished
         requests never blocks the token schedule for more than about a millisecond."""
         more = self.flush(FLUSH_SLICE)
-        delay = 0.0 if more else self._interval
+        delay = FLUSH_SLICE_GAP_S if more else self._interval
         self._timer = self._loop.call_later(delay, self._tick)
 
     def flush(self, limit: int | None = None) -> bool:

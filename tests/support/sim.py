@@ -39,7 +39,7 @@ class SimProcess:
     args: list[str] = field(default_factory=list)
 
     def read_truth(self) -> list[dict[str, Any]]:
-        """Request lines written so far (the log is flushed every 200 ms and at stop)."""
+        """Request lines written so far (the log is flushed every 25 ms and at stop)."""
         if not self.truth_log.exists():
             return []
         return read_truth(self.truth_log)[0]
