@@ -11,9 +11,7 @@ from ui import auth
 
 st.set_page_config(page_title="peakload", page_icon=":material/speed:", layout="wide")
 
-if not auth.gate():
-    st.stop()
-
+authenticated = auth.gate()  # the login form until then; nothing of the store is read
 PAGES = [
     st.Page(
         "views/runs.py", title="Runs", icon=":material/table_view:", url_path="runs", default=True
@@ -28,4 +26,8 @@ PAGES = [
     st.Page("views/launch.py", title="Launch", icon=":material/rocket_launch:", url_path="launch"),
 ]
 
-st.navigation(PAGES).run()
+# navigation resolves the requested page (kept in the URL through the login) but shows and runs
+# it only once the visitor is authenticated
+page = st.navigation(PAGES, position="sidebar" if authenticated else "hidden")
+if authenticated:
+    page.run()

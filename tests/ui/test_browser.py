@@ -141,10 +141,13 @@ def test_every_page_in_a_browser(ui_store: UiStore, browser: object, tmp_path: P
             page.goto(f"{base}/{path}")
             text = settle(page, heading)
             if path == "":  # Runs, the default page (at /): its table is a canvas grid, so
-                # the names are read from the list of links
+                # the names are read from the list of links, and one is followed
                 page.get_by_text("Links to each run").click()
                 page.get_by_text("ui-invalid ·").wait_for(timeout=PAGE_TIMEOUT_MS)
                 text = str(page.inner_text("[data-testid='stMain']"))
+                page.get_by_role("link", name=re.compile(r"^ui-regions ·")).click()
+                assert "Run: ui-regions" in settle(page, "Run: ui-regions")
+                assert f"run={ids['regions']}" in page.url
             name = (path.split("?")[0] or "runs") + (
                 "-" + path.split("=")[1][:8] if "=" in path else ""
             )
@@ -201,9 +204,11 @@ def test_login_form_only_until_authenticated(
         page.get_by_text("Wrong password.").wait_for(timeout=PAGE_TIMEOUT_MS)
         page.get_by_label("Password", exact=True).first.fill("browser-pw-91")
         page.get_by_role("button", name="Log in").click()
-        settle(page, "Runs")  # logged in: the app opens on its default page
-        page.get_by_text("Links to each run").click()  # in-app links keep the session
-        page.get_by_role("link", name=re.compile(r"^ui-sweep ·")).click()
-        text = settle(page, "Run: ui-sweep")
+        page.get_by_role("button", name="Log in").wait_for(
+            state="detached", timeout=PAGE_TIMEOUT_MS
+        )
+        text = settle(page, "Run: ui-sweep")  # logged in: the page asked for, same session
         assert "Valid run" in text
+        page.get_by_role("link", name="Runs").click()  # in-app navigation keeps the session
+        settle(page, "Runs")
         page.screenshot(path=str(ARTIFACTS / "login-after.png"), full_page=True)
