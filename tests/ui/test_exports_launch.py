@@ -99,3 +99,29 @@ def test_launch_page_starts_a_run_on_an_allowed_target(
             assert time.monotonic() < deadline, f"run {run_id} did not finish: {row}"
             time.sleep(0.3)
     assert row[0] == "completed" and row[1] > 0
+
+
+def test_nightly_chart_marks_change_points() -> None:
+    import numpy as np
+
+    from analysis.nightly import change_points
+
+    values = [50.0, 51.0, 49.5, 50.5, 50.0, 80.0, 81.0, 79.5, 80.5]
+    cps = change_points(values)
+    assert cps == [5]
+    history = pd.DataFrame(
+        {
+            "run_id": [f"{i:08d}-run" for i in range(len(values))],
+            "name": "nightly",
+            "created_at": pd.date_range("2026-11-01", periods=len(values), freq="D", tz="UTC"),
+            "valid": "valid",
+            "value": values,
+            "n": 500,
+            "change_point": [i in cps for i in range(len(values))],
+        }
+    )
+    fig = charts.nightly(history, "t", "ms")
+    marks = [t for t in fig.data if t.name == "change point"]
+    assert len(marks) == 1 and list(marks[0].y) == [80.0]
+    assert len(fig.layout.shapes) == 1  # the dashed line where the new level starts
+    assert np.isclose(fig.data[0].y, values).all()
