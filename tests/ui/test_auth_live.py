@@ -164,3 +164,9 @@ def test_live_page_follows_a_running_run(
         assert not worker.is_alive()
     at = app_page("live", run=ids[0])
     assert "The run has ended (completed)" in page_text(at)
+
+
+def test_no_pages_folder_beside_the_app() -> None:
+    """Streamlit runs a `pages/` folder beside the main script as a v1 multipage app, executing
+    the page scripts without ui/app.py: the login gate would be skipped."""
+    assert not (APP.parent / "pages").exists()
