@@ -48,7 +48,7 @@ def _stall(text: str | None) -> tuple[float, float] | tuple[None, None]:
 @click.option(
     "--timer-spin-us",
     type=float,
-    help="Spin this long before each due time for sub-ms precision (default 1000; 0 saves CPU).",
+    help="Wake this early before each due time for sub-ms precision (default 1000; 0: ms).",
 )
 def sim(
     host: str,

@@ -132,7 +132,7 @@ class SimConfig(BaseModel):
     stall_for_s: float = Field(default=0.0, ge=0.0)
     faults: list[FaultRule] = Field(default_factory=list)
     seed: int = 0
-    timer_spin_us: float = Field(default=1000.0, ge=0.0)
+    timer_spin_us: float = Field(default=1000.0, ge=0.0)  # see engine.Scheduler
     truth_flush_ms: float = Field(default=25.0, gt=0.0)  # small, frequent slices of work
 
     @model_validator(mode="after")
