@@ -128,7 +128,9 @@ def test_submit_refuses_a_query_string_in_the_target_url() -> None:
             "target": {
                 "api": "openai-chat",
                 "model": "m",
-                "base_url": "http://127.0.0.1:9/v1?key=sk-canary",
+                # not credential-like (the spec refuses those itself), but any query string
+                # would travel through the broker and be stored with the spec
+                "base_url": "http://127.0.0.1:9/v1?api-version=2024-06",
             },
         }
     )
