@@ -269,14 +269,16 @@ def _client_requests(
     tool: str, out: Path
 ) -> tuple[dict[str, Any], list[tuple[str, int, np.ndarray, bool]]]:
     """(meta, [(request id, send ns, per-token arrival ns, ok)]) on the monotonic clock."""
-    d = np.load(out)
+    with np.load(out) as npz:  # an NpzFile re-reads an array on every d[key]: load each once
+        d = {k: npz[k] for k in npz.files}
     meta: dict[str, Any] = json.loads(str(d["meta"]))
     reqs: list[tuple[str, int, np.ndarray, bool]] = []
     if tool == "locust":
         bounds = np.concatenate([[0], np.cumsum(d["lens"])])
         for i, (n, sent, ok) in enumerate(zip(d["ids"], d["sent"], d["ok"], strict=True)):
             rid = f"locust-{meta['pid']}-{n}"
-            reqs.append((rid, int(sent), d["stamps"][bounds[i] : bounds[i + 1]], bool(ok)))
+            stamps = d["stamps"][bounds[i] : bounds[i + 1]].copy()  # not a view of all stamps
+            reqs.append((rid, int(sent), stamps, bool(ok)))
         return meta, reqs
     from loadgen.records import make_request_id
 
@@ -431,6 +433,7 @@ def parent(args: argparse.Namespace) -> None:
            "levels": levels, "duration_s": args.duration, "warmup_s": args.warmup}  # fmt: skip
     print(f"# generator accuracy {stamp}  load average {env['loadavg_before']}", flush=True)
     rows: list[dict[str, Any]] = []
+    path = out_dir / f"generator_accuracy-{stamp}.json"
     with contextlib.ExitStack() as stack:
         if args.workdir:
             work = Path(args.workdir)
@@ -442,10 +445,10 @@ def parent(args: argparse.Namespace) -> None:
                 row = run_one(tool, n, args, work)
                 row["loadavg_after"] = os.getloadavg()
                 rows.append(row)
+                path.write_text(json.dumps({"env": env, "rows": rows}, indent=1))  # so far
                 print(table([row]).splitlines()[-1], flush=True)
     env["loadavg_after"] = os.getloadavg()
     summary = summarise(rows, tools)
-    path = out_dir / f"generator_accuracy-{stamp}.json"
     path.write_text(json.dumps({"env": env, "summary": summary, "rows": rows}, indent=1))
     print("\n" + table(rows) + "\n")
     for r in rows:
