@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import struct
+import threading
 import time
 from collections.abc import Callable
 
@@ -64,32 +67,55 @@ def rss_bytes() -> int:
 
 
 class LoopLagProbe:
-    """Wakes every `interval_s` and records how late it woke (ms): the time any I/O callback
-    of this loop could have waited before running, i.e. the stamping error bound."""
+    """Measures what a network read waits for before this loop's callback sees it (ms): a
+    thread writes its send time into a socket pair every `interval_s`; the loop's reader
+    callback subtracts it from the time it runs. That is exactly a stamp's error (the loop busy
+    with other callbacks, or this process not scheduled), without the whole-millisecond
+    rounding of the loop's own timers."""
 
     def __init__(self, clock: Callable[[], int], interval_s: float = 0.005) -> None:
         self._clock = clock
-        self._interval_ns = int(interval_s * 1e9)
+        self._interval_s = interval_s
         self.second: list[float] = []  # samples since the last tick
         self.total = Histogram()
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         clock = self._clock
-        interval = self._interval_ns
-        due = clock() + interval
-        while True:
-            await asyncio.sleep(max(0, due - clock()) / 1e9)
-            woke = clock()
-            # Time through the ready queue: what an I/O callback queued now would wait.
-            queued = loop.create_future()
-            loop.call_soon(queued.set_result, None)
-            await queued
-            ran = clock()
-            # Timers are quantised to whole ms by the selector: lateness beyond that counts too.
-            late_timer_ms = max(0.0, (woke - due) / 1e6 - 1.0)
-            self.second.append((ran - woke) / 1e6 + late_timer_ms)
-            due = max(due + interval, ran + interval // 2)
+        rsock, wsock = socket.socketpair()
+        rsock.setblocking(False)
+        stop = threading.Event()
+        pending = bytearray()
+
+        def on_readable() -> None:
+            now = clock()
+            try:
+                pending.extend(rsock.recv(4096))
+            except (BlockingIOError, InterruptedError):
+                return
+            whole = len(pending) - len(pending) % 8
+            for (sent,) in struct.iter_unpack("<q", bytes(pending[:whole])):
+                self.second.append(max(0, now - sent) / 1e6)
+            del pending[:whole]
+
+        def ticker() -> None:
+            while not stop.wait(self._interval_s):
+                try:
+                    wsock.send(struct.pack("<q", clock()))
+                except OSError:
+                    return
+
+        loop.add_reader(rsock.fileno(), on_readable)
+        thread = threading.Thread(target=ticker, name="peakload-lag-probe", daemon=True)
+        thread.start()
+        try:
+            await asyncio.Event().wait()  # until cancelled
+        finally:
+            stop.set()
+            loop.remove_reader(rsock.fileno())
+            thread.join(timeout=1.0)
+            rsock.close()
+            wsock.close()
 
     def take_second(self) -> tuple[float, float]:
         """(max, p99) of the last second's samples in ms, folded into the shard histogram."""
