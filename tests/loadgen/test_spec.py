@@ -48,7 +48,16 @@ def test_every_example_spec_is_valid(path: Path) -> None:
 
 def test_examples_exist() -> None:
     names = {p.stem for p in EXAMPLES}
-    assert {"smoke", "sweep", "poisson", "saturation", "trace", "multiturn", "hosted", "regions"} <= names
+    assert {
+        "smoke",
+        "sweep",
+        "poisson",
+        "saturation",
+        "trace",
+        "multiturn",
+        "hosted",
+        "regions",
+    } <= names
 
 
 def test_richer_length_forms(tmp_path: Path) -> None:
