@@ -351,17 +351,7 @@ def store_runs_levels(conn: psycopg.Connection[Any], run_id: str, levels: list[A
     store_runs.upsert_levels(
         conn,
         run_id,
-        [
-            {
-                "level": lv.index,
-                "kind": lv.kind,
-                "value": lv.value,
-                "duration_s": lv.duration_s,
-                "warmup_s": lv.warmup_s,
-                "cooldown_s": lv.cooldown_s,
-            }
-            for lv in levels
-        ],
+        [store_runs.level_row(lv) for lv in levels],
     )
 
 

@@ -30,6 +30,7 @@ from workers.server_metrics import MetricsRecorder
 from workers.store import runs as store_runs
 from workers.store.connect import connect_store
 from workers.store.connect import database_url as default_database_url
+from workers.store.runs import level_row
 from workers.store.writer import StoreWriter
 
 START_DELAY_S = 0.5
@@ -116,17 +117,7 @@ async def _run(
         store_runs.upsert_levels(
             conn,
             run_id,
-            [
-                {
-                    "level": lv.index,
-                    "kind": lv.kind,
-                    "value": lv.value,
-                    "duration_s": lv.duration_s,
-                    "warmup_s": lv.warmup_s,
-                    "cooldown_s": lv.cooldown_s,
-                }
-                for lv in static_levels(spec.load)
-            ],
+            [level_row(lv) for lv in static_levels(spec.load)],
         )
         for p in plans:
             store_runs.upsert_shard(conn, run_id, p.shard_id, p.region, p.slot, p.to_json())
@@ -205,19 +196,7 @@ def _finish(
         store_runs.upsert_levels(
             conn,
             run_id,
-            [
-                {
-                    "level": lv.index,
-                    "kind": lv.kind,
-                    "value": lv.value,
-                    "duration_s": lv.duration_s,
-                    "warmup_s": lv.warmup_s,
-                    "cooldown_s": lv.cooldown_s,
-                    "started_at_ns": lv.started_wall_ns,
-                    "ended_at_ns": lv.ended_wall_ns,
-                }
-                for lv in lv0
-            ],
+            [level_row(lv) for lv in lv0],
         )
     reasons = [f"{r.shard_id}: {why}" for r in results for why in r.invalid_reasons]
     statuses = {r.status for r in results}

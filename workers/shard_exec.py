@@ -24,6 +24,7 @@ from workers import leases, runctl
 from workers.clocks import ClockEstimate, measure_offset
 from workers.control import ShardControl
 from workers.probes import probe_network
+from workers.store.runs import level_row
 
 if TYPE_CHECKING:
     from loadgen.runner import ShardResult
@@ -299,19 +300,7 @@ class _Job:
                     "start_mono_ns": self.start_mono,
                     "outcomes": dict(res.outcomes) if res else {},
                     "health": dict(res.health) if res else {},
-                    "levels": [
-                        {
-                            "level": lv.index,
-                            "kind": lv.kind,
-                            "value": lv.value,
-                            "duration_s": lv.duration_s,
-                            "warmup_s": lv.warmup_s,
-                            "cooldown_s": lv.cooldown_s,
-                            "started_at_ns": lv.started_wall_ns,
-                            "ended_at_ns": lv.ended_wall_ns,
-                        }
-                        for lv in (res.levels if res else [])
-                    ],
+                    "levels": [level_row(lv) for lv in (res.levels if res else [])],
                 },
                 start_skew_ns=self.skew_ns,
             )

@@ -126,6 +126,23 @@ def finish_run(
         _found(cur, "run", run_id)
 
 
+def level_row(level: Any) -> dict[str, Any]:
+    """The `upsert_levels` row of a load level: `loadgen.schedule.Level` (planned) or
+    `loadgen.runner.LevelResult` (as run, with its wall-clock span)."""
+    row = {
+        "level": level.index,
+        "kind": level.kind,
+        "value": level.value,
+        "duration_s": level.duration_s,
+        "warmup_s": level.warmup_s,
+        "cooldown_s": level.cooldown_s,
+    }
+    if hasattr(level, "started_wall_ns"):
+        row["started_at_ns"] = level.started_wall_ns
+        row["ended_at_ns"] = level.ended_wall_ns
+    return row
+
+
 def upsert_levels(conn: psycopg.Connection[Any], run_id: str, levels: list[dict[str, Any]]) -> None:
     """Insert or update load levels. Keys: level, kind, value, duration_s, and optionally
     warmup_s, cooldown_s, started_at_ns, ended_at_ns (wall ns; None keeps what is stored)."""
