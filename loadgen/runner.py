@@ -122,7 +122,8 @@ class ShardRunner:
         # per-second counters
         self.started = self.completed = self.errors = self.tokens = 0
         self.dispatch_second: list[float] = []
-        self.lag = LoopLagProbe(clock)
+        self.chunks_seen = 0  # chunk arrivals stamped so far (weights the lag probe)
+        self.lag = LoopLagProbe(clock, activity=lambda: self.chunks_seen)
         self.cpu = CpuMeter()
         self.cpu_ticks: list[float] = []
         self.dispatch_all = self.lag.total.__class__()
@@ -258,6 +259,7 @@ class ShardRunner:
                         ctokens[-1] += ev.tokens
                         chars[-1] += len(ev.text)
                     else:
+                        self.chunks_seen += 1
                         offsets.append((ev.t_ns - sent) // 1000)
                         ctokens.append(ev.tokens)
                         chars.append(len(ev.text))
