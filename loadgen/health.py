@@ -69,7 +69,7 @@ def rss_bytes() -> int:
 
 class LoopLagProbe:
     """Measures what a network read waits for before this loop's callback sees it (ms): a
-    thread writes its send time into a socket pair every `interval_s`; the loop's reader
+    thread writes a due time into a socket pair every `interval_s`; the loop's reader
     callback subtracts it from the time it runs. That is exactly a stamp's error (the loop busy
     with other callbacks, or this process not scheduled), without the whole-millisecond
     rounding of the loop's own timers."""
@@ -108,12 +108,21 @@ class LoopLagProbe:
                 self.weights.append(1 + self._new_activity())
             del pending[:whole]
 
+        interval_ns = int(self._interval_s * 1e9)
+
         def ticker() -> None:
-            while not stop.wait(self._interval_s):
+            # Each byte carries the time it was *due*, not when this thread got to send it: if
+            # the whole process was starved of CPU (the thread with it), that counts as well.
+            due = clock() + interval_ns
+            while not stop.wait(max(0.0, (due - clock()) / 1e9)):
                 try:
-                    wsock.send(struct.pack("<q", clock()))
+                    wsock.send(struct.pack("<q", due))
                 except OSError:
                     return
+                due += interval_ns
+                now = clock()
+                if due < now:  # starved for more than an interval: one sample said so, resync
+                    due = now + interval_ns
 
         loop.add_reader(rsock.fileno(), on_readable)
         thread = threading.Thread(target=ticker, name="peakload-lag-probe", daemon=True)

@@ -61,9 +61,10 @@ def errors_against_truth(
             continue
         sent_abs = r.scheduled_at_ns + r.sent_ns
         first_abs = r.scheduled_at_ns + r.first_token_ns
-        # the engine stamps right after its write() returns; on loopback the client may already
-        # have the bytes by then (seen: up to ~0.2 ms), never a whole millisecond
-        assert first_abs >= true_ns[0] - 1_000_000, "a token stamped before it was written"
+        # Both sides read one clock: a client stamp far before the engine's write would mean
+        # mixed clocks. The engine stamps after write() returns, so the client may have the
+        # bytes first (~0.2 ms seen; more when a CPU hog delays the engine's own stamp).
+        assert first_abs >= true_ns[0] - 50_000_000, "a token stamped long before it was written"
         ttft_err.append(((first_abs - sent_abs) - (true_ns[0] - sent_abs)) / 1e6)
         got_us = token_times(r.chunk_offsets_us, r.chunk_tokens)
         if len(got_us) == len(true_ns):

@@ -289,9 +289,9 @@ def test_a_blocked_event_loop_marks_the_run_invalid() -> None:
 
 
 def test_an_idle_loop_reads_near_zero_lag() -> None:
-    """The probe does not mistake the selector's 1 ms timer rounding for lag. (The median is
-    used: another process on a shared machine may deschedule this one now and then, and that
-    real lag is what the probe is for.)"""
+    """On an idle loop the probe reads a fraction of a millisecond (a thread's wake-up and one
+    socket hop), far below the validity bound. (The median is used: another process on a shared
+    machine may deschedule this one now and then, and that real lag is what the probe is for.)"""
 
     async def main() -> list[float]:
         probe = LoopLagProbe(time.perf_counter_ns)
@@ -302,7 +302,7 @@ def test_an_idle_loop_reads_near_zero_lag() -> None:
 
     samples = asyncio.run(main())
     assert len(samples) > 40
-    assert float(np.median(samples)) < 0.5
+    assert float(np.median(samples)) < 1.0  # far below the 2 ms validity bound
 
 
 def test_content_is_kept_only_when_the_run_opts_in() -> None:
