@@ -6,6 +6,7 @@ from __future__ import annotations
 import email.utils
 import socket
 import ssl
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
@@ -92,3 +93,19 @@ def display_url(url: str) -> str:
         host = f"[{host}]"
     port = f":{p.port}" if p.port else ""
     return f"{p.scheme}://{host}{port}{p.path}{'?…' if p.query else ''}"
+
+
+async def read_some(body: AsyncIterator[tuple[int, bytes]], limit: int) -> bytes:
+    """Up to `limit` bytes of a response body (for error details); gives up quietly on a
+    transport failure (EOF, reset, timeout): what arrived is all there is to show."""
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async for _, data in body:
+            parts.append(data)
+            size += len(data)
+            if size >= limit:
+                break
+    except TransportError:
+        pass
+    return b"".join(parts)[:limit]

@@ -20,6 +20,7 @@ from loadgen.targets.http_common import (
     StreamReset,
     StreamTruncated,
     connect_error,
+    read_some,
 )
 from loadgen.targets.rawhttp import DEFAULT_KEEPALIVE_EXPIRY_S
 
@@ -200,17 +201,7 @@ class HttpxExchange:
             yield clock(), chunk
 
     async def read_some(self, limit: int) -> bytes:
-        parts: list[bytes] = []
-        size = 0
-        try:
-            async for _, data in self.body():
-                parts.append(data)
-                size += len(data)
-                if size >= limit:
-                    break
-        except TransportError:
-            pass
-        return b"".join(parts)[:limit]
+        return await read_some(self.body(), limit)
 
     def expect_end(self, grace_s: float) -> None:
         """No-op: httpcore fixed the read timeout when the body began; the deadline bounds it."""

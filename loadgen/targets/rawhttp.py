@@ -15,6 +15,7 @@ from loadgen.targets.http_common import (
     StreamReset,
     StreamTruncated,
     parse_head,
+    read_some,
 )
 from loadgen.targets.rawpool import DEFAULT_KEEPALIVE_EXPIRY_S, Conn, RawPool
 
@@ -184,17 +185,7 @@ class RawExchange:
 
     async def read_some(self, limit: int) -> bytes:
         """Up to `limit` bytes of the body (error details); gives up quietly on EOF/timeout."""
-        parts: list[bytes] = []
-        size = 0
-        try:
-            async for _, data in self.body():
-                parts.append(data)
-                size += len(data)
-                if size >= limit:
-                    break
-        except TransportError:
-            pass
-        return b"".join(parts)[:limit]
+        return await read_some(self.body(), limit)
 
     def _eof_error(self, where: str) -> TransportError:
         conn = self.conn
