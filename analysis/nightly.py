@@ -1,6 +1,7 @@
-"""Nightly history: one latency percentile across the runs of a schedule (runs.schedule_name),
-computed in SQL (`percentile_cont`, the same linear interpolation as numpy), and change points
-in that series by binary segmentation on the mean with a BIC-type penalty.
+"""Nightly history: one per-request metric's percentile across the runs of a schedule
+(runs.schedule_name), computed in SQL (`percentile_cont`, the same linear interpolation as numpy),
+change points in that series by binary segmentation on the mean with a BIC-type penalty, and
+the size and direction of each change.
 
 Binary segmentation (Scott & Knott 1974; Killick & Eckley's `changepoint` uses the same cost):
 the cost of a segment is its sum of squared deviations from its mean; the best split of a
@@ -12,6 +13,9 @@ MAD(Δx)/(0.6745·√2), so steps do not inflate it. Segments shorter than `min_
 
 from __future__ import annotations
 
+import datetime as dt
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,14 +24,32 @@ import pandas as pd
 import psycopg
 from psycopg import sql
 
-# per-request metrics as SQL expressions over the requests table (ms)
+# per-request metrics as SQL expressions over the requests table (ms; output speed in tokens/s,
+# as analysis.metrics.output_speed_tps defines it)
 _SQL_METRICS = {
     "ttft_ms": "(first_token_ns - sent_ns) / 1e6",
     "ttfat_ms": "(first_answer_ns - sent_ns) / 1e6",
     "e2e_ms": "(end_ns - sent_ns) / 1e6",
     "tpot_ms": "CASE WHEN output_tokens > 1 THEN (end_ns - first_token_ns) / 1e6 / "
     "(output_tokens - 1) END",
+    "output_speed_tps": "CASE WHEN output_tokens > 1 AND end_ns > first_token_ns THEN "
+    "(output_tokens - 1) / ((end_ns - first_token_ns) / 1e9) END",
 }
+METRICS = tuple(_SQL_METRICS)
+UNITS = {m: ("tokens/s" if m == "output_speed_tps" else "ms") for m in METRICS}
+# a rise in these is an improvement; in every other metric (latencies) a rise is a regression
+HIGHER_IS_BETTER = frozenset({"output_speed_tps"})
+# runs; a new level is only found once it has lasted this long, so detection needs twice as many
+MIN_SEGMENT = 3
+
+
+def schedule_names(conn: psycopg.Connection[Any]) -> list[str]:
+    """Names of the schedules that have at least one stored run, alphabetically."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT DISTINCT schedule_name FROM runs WHERE schedule_name IS NOT NULL ORDER BY 1"
+        )
+        return [str(r[0]) for r in cur.fetchall()]
 
 
 def schedule_history(
@@ -38,19 +60,22 @@ def schedule_history(
     percentile: float = 99.0,
     level: int | None = None,
     limit: int = 365,
+    since: dt.datetime | None = None,
 ) -> pd.DataFrame:
-    """One row per run of the schedule, oldest first: run_id, name, created_at, status,
-    valid, value (the pooled `percentile` of `metric` over ok steady requests, ms), n."""
+    """The newest `limit` runs of the schedule created at or after `since` (wall clock, aware),
+    one row each, oldest first: run_id, name, created_at, started_at, status, valid, value (the
+    pooled `percentile` of `metric` over ok steady requests, in UNITS[metric]), n."""
     if metric not in _SQL_METRICS:
         raise ValueError(f"unknown metric {metric!r}; known: {', '.join(_SQL_METRICS)}")
     if not 0 <= percentile <= 100:
         raise ValueError(f"percentile must be within 0..100 (got {percentile})")
     level_filter = sql.SQL("AND q.level = %(level)s") if level is not None else sql.SQL("")
+    since_filter = sql.SQL("AND created_at >= %(since)s") if since is not None else sql.SQL("")
     query = sql.SQL(
         """
-        SELECT r.run_id::text AS run_id, r.name, r.created_at, r.status, r.valid,
+        SELECT r.run_id::text AS run_id, r.name, r.created_at, r.started_at, r.status, r.valid,
                s.value, COALESCE(s.n, 0) AS n
-        FROM (SELECT * FROM runs WHERE schedule_name = %(schedule)s
+        FROM (SELECT * FROM runs WHERE schedule_name = %(schedule)s {since_filter}
               ORDER BY created_at DESC LIMIT %(limit)s) r
         LEFT JOIN LATERAL (
             SELECT percentile_cont(%(p)s) WITHIN GROUP (ORDER BY v) AS value, count(v) AS n
@@ -61,12 +86,15 @@ def schedule_history(
         ) s ON true
         ORDER BY r.created_at, r.run_id
         """
-    ).format(expr=sql.SQL(_SQL_METRICS[metric]), level_filter=level_filter)
+    ).format(
+        expr=sql.SQL(_SQL_METRICS[metric]), level_filter=level_filter, since_filter=since_filter
+    )
     params = {
         "schedule": schedule_name,
         "limit": int(limit),
         "p": percentile / 100.0,
         "level": level,
+        "since": since,
     }
     with conn.cursor() as cur:
         cur.execute(query, params)
@@ -74,6 +102,7 @@ def schedule_history(
         names = [d.name for d in cur.description or ()]
     df = pd.DataFrame.from_records(rows, columns=names)
     df["created_at"] = pd.to_datetime(df["created_at"], utc=True)
+    df["started_at"] = pd.to_datetime(df["started_at"], utc=True)
     df["value"] = pd.to_numeric(df["value"], errors="coerce").astype("float64")
     return df
 
@@ -88,7 +117,7 @@ def noise_sigma(x: npt.ArrayLike) -> float:
 
 
 def change_points(
-    x: npt.ArrayLike, *, min_size: int = 3, penalty: float | None = None
+    x: npt.ArrayLike, *, min_size: int = MIN_SEGMENT, penalty: float | None = None
 ) -> list[int]:
     """Indices i where a new mean starts (x[i] is the first value of the new segment), sorted.
     NaNs are not allowed (drop them first). See the module docstring for the method."""
@@ -131,12 +160,16 @@ def change_points(
 
 
 def history_with_changes(
-    conn: psycopg.Connection[Any], schedule_name: str, **kwargs: Any
+    conn: psycopg.Connection[Any], schedule_name: str, *, valid_only: bool = False, **kwargs: Any
 ) -> tuple[pd.DataFrame, list[int]]:
-    """The schedule's history and the change points of its values (runs without a value are
-    left out of the detection; indices refer to the returned frame's rows)."""
+    """The schedule's history (`schedule_history`'s keywords) and the change points of its
+    values; indices refer to the returned frame's rows. Runs without a value are left out of the
+    detection, and with `valid_only` so are runs not marked valid (flagged invalid, or not ended:
+    `valid` is NULL until then). Adds `excluded` (why a run was left out, "" when it was used)
+    and `segment` (NaN for runs left out)."""
     hist = schedule_history(conn, schedule_name, **kwargs)
-    has = hist["value"].notna().to_numpy()
+    hist["excluded"] = exclusion_reasons(hist, valid_only=valid_only)
+    has = (hist["excluded"] == "").to_numpy()
     idx = np.flatnonzero(has)
     cps = change_points(hist["value"].to_numpy()[has]) if has.any() else []
     hist["segment"] = np.nan
@@ -145,3 +178,58 @@ def history_with_changes(
         end = cps[seg] if seg < len(cps) else len(idx)
         hist.loc[hist.index[idx[s:end]], "segment"] = seg
     return hist, [int(idx[c]) for c in cps]
+
+
+def exclusion_reasons(hist: pd.DataFrame, *, valid_only: bool) -> list[str]:
+    """Per run of a history, why it cannot take part in change-point detection ("" if it can)."""
+    out = []
+    for value, valid in zip(hist["value"], hist["valid"], strict=True):
+        if not np.isfinite(value):
+            out.append("no value (no ok steady requests)")
+        elif valid_only and pd.isna(valid):
+            out.append("not ended (validity unknown)")
+        elif valid_only and not bool(valid):
+            out.append("invalid")
+        else:
+            out.append("")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A change point of a history: the row where a new level starts, and the means of the
+    segments before and after it (in the metric's units)."""
+
+    index: int
+    before: float
+    after: float
+
+    @property
+    def delta(self) -> float:
+        return self.after - self.before
+
+    @property
+    def delta_pct(self) -> float:
+        """The change relative to the level before, in percent (±inf from a level of zero)."""
+        if self.before == 0:
+            return math.copysign(math.inf, self.delta) if self.delta else 0.0
+        return 100.0 * self.delta / abs(self.before)
+
+    def worse(self, metric: str) -> bool:
+        """A rise in a latency, or a fall in a metric in HIGHER_IS_BETTER."""
+        return self.delta < 0 if metric in HIGHER_IS_BETTER else self.delta > 0
+
+    def regression(self, metric: str, threshold_pct: float) -> bool:
+        """Worse by more than `threshold_pct` percent of the level before."""
+        return self.worse(metric) and abs(self.delta_pct) > threshold_pct
+
+
+def changes(hist: pd.DataFrame, cps: list[int]) -> list[Change]:
+    """Each change point of `history_with_changes` with the mean of its segment and the one
+    before (the same means the segmentation compared)."""
+    means = hist.groupby("segment")["value"].mean()
+    out = []
+    for c in cps:
+        seg = hist["segment"].iloc[c]
+        out.append(Change(index=c, before=float(means[seg - 1]), after=float(means[seg])))
+    return out
