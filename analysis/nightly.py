@@ -8,7 +8,8 @@ the cost of a segment is its sum of squared deviations from its mean; the best s
 segment is the one that lowers the cost most; it is kept if the gain exceeds the penalty
 2·σ²·ln(n) (BIC for one extra mean parameter under Gaussian noise of variance σ²), and both
 halves are searched again. The noise sigma is estimated robustly from first differences,
-MAD(Δx)/(0.6745·√2), so steps do not inflate it. Segments shorter than `min_size` are not split off.
+median(|Δx|)/(0.6745·√2) (see `noise_sigma`), so steps do not inflate it. Segments shorter
+than `min_size` are not split off.
 """
 
 from __future__ import annotations
@@ -108,12 +109,18 @@ def schedule_history(
 
 
 def noise_sigma(x: npt.ArrayLike) -> float:
-    """Robust noise level: MAD of first differences / (0.6745·√2)."""
-    d = np.diff(np.asarray(x, dtype=np.float64))
+    """Robust noise level from the first differences Δx (noise of sd √2·sigma, but for the
+    few steps): median(|Δx|)/(0.6745·√2); when over half of them are exactly zero (quantized
+    values), mean(|Δx|)·√π/2 (E|Δx| = 2·sigma/√π for Gaussian noise). Not a MAD about the
+    median of Δx: noise whose differences take two values (e.g. a weekly pattern) has a MAD of
+    0, and then every wiggle became a change point."""
+    d = np.abs(np.diff(np.asarray(x, dtype=np.float64)))
     if d.size == 0:
         return 0.0
-    mad = float(np.median(np.abs(d - np.median(d))))
-    return float(mad / (0.6745 * np.sqrt(2.0)))
+    med = float(np.median(d))
+    if med > 0.0:
+        return float(med / (0.6745 * np.sqrt(2.0)))
+    return float(np.mean(d) * np.sqrt(np.pi) / 2.0)
 
 
 def change_points(

@@ -84,6 +84,18 @@ def test_change_points_single_step_position() -> None:
         nightly.change_points([1.0, np.nan, 2.0, 3.0, 4.0, 5.0])
 
 
+def test_change_points_ignore_a_periodic_wiggle() -> None:
+    # a 5-night pattern: first differences take two values (+2 and -3), so a MAD of them is 0;
+    # the noise must still be seen as noise, and only the step found
+    wiggle = np.array([(k * 7) % 5 for k in range(14)], dtype=np.float64)
+    assert nightly.noise_sigma(wiggle) == pytest.approx(2.0 / (0.6745 * np.sqrt(2.0)))
+    assert nightly.change_points(100 + wiggle) == []
+    assert nightly.change_points(100 + wiggle + np.r_[np.zeros(8), np.full(6, 80.0)]) == [8]
+    # quantized: most differences are exactly 0, the mean absolute difference sets the noise
+    q = np.r_[np.full(10, 100.0), 100.5, np.full(5, 100.0)]
+    assert nightly.noise_sigma(q) == pytest.approx(1.0 / 15 * np.sqrt(np.pi) / 2)
+
+
 @pytest.mark.integration
 def test_schedule_history_from_store(pg_conn: psycopg.Connection[Any]) -> None:
     t0 = dt.datetime(2026, 10, 1, 2, 0, tzinfo=dt.UTC)
