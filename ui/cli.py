@@ -17,6 +17,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "db": ("ui.commands.db", "db", "The store: migrate, status, stop the embedded server."),
     "demo": ("ui.commands.demo", "demo_command", "A short sweep against the simulated engine."),
     "export": ("ui.commands.export", "export_command", "Export requests: csv, parquet, jsonl."),
+    "nightly": (
+        "ui.commands.nightly",
+        "nightly_command",
+        "A metric across a schedule's runs, with change points.",
+    ),
     "report": ("ui.commands.report", "report_command", "Report on a run: HTML, JSON, figures."),
     "run": ("ui.commands.run", "run_command", "Run a spec in this process and store everything."),
     "runs": ("ui.commands.runs", "runs_command", "List stored runs, newest first."),

@@ -20,11 +20,12 @@ from loadgen.errors import StoreError
 
 
 @contextmanager
-def analysis_store() -> Iterator[psycopg.Connection[Any]]:
-    """An autocommit connection to the configured store (PEAKLOAD_DATABASE_URL or embedded)."""
+def analysis_store(url: str | None = None) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit connection to the store at `url`, else the configured one
+    (PEAKLOAD_DATABASE_URL or embedded)."""
     from workers.store.connect import connect_store
 
-    conn = connect_store(autocommit=True)
+    conn = connect_store(url, autocommit=True)
     try:
         yield conn
     finally:

@@ -1,0 +1,369 @@
+"""`peakload nightly SCHEDULE`: one metric's percentile across the runs of a schedule, the change
+points in that history (analysis.nightly) and a verdict for cron jobs and CI, decided by the
+latest change point larger than the threshold (a smaller, later one must not hide a regression).
+Exit codes: 0 that change is no regression (or there is none); 1 it is a regression; 2 too few
+usable runs to decide; 3 bad input or store error."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import pandas as pd
+import psycopg
+from rich.console import Console
+from rich.table import Table
+
+from analysis import nightly
+from loadgen.errors import StoreError
+from ui.commands.runs import analysis_store, fail
+
+EXIT_OK, EXIT_REGRESSION, EXIT_TOO_FEW, EXIT_BAD_INPUT = 0, 1, 2, 3
+MIN_RUNS = 2 * nightly.MIN_SEGMENT
+DEFAULT_LAST = 60  # runs: two months of nightlies
+SINCE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
+
+
+class BadUsage(click.UsageError):
+    exit_code = EXIT_BAD_INPUT
+
+
+class BadInputExits3(click.Command):
+    """Click exits 2 on a usage error, and 2 here means "too few runs": a mistyped option in a
+    cron line must fail as bad input, not pass for a soft result."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as e:
+            raise BadUsage(e.format_message(), e.ctx) from e
+
+
+@click.command("nightly", cls=BadInputExits3)
+@click.argument("schedule")
+@click.option(
+    "--metric",
+    default="ttft_ms",
+    show_default=True,
+    type=click.Choice(nightly.METRICS),
+    help="per-request metric; output_speed_tps is tokens/s (a fall is the regression)",
+)
+@click.option(
+    "--percentile",
+    default=99.0,
+    show_default=True,
+    type=click.FloatRange(0, 100),
+    help="percentile of the metric over each run's ok steady requests",
+)
+@click.option("--level", type=click.IntRange(0), help="one load level (default: all, pooled)")
+@click.option(
+    "--last",
+    default=DEFAULT_LAST,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="the newest N runs of the schedule",
+)
+@click.option(
+    "--since",
+    type=click.DateTime(SINCE_FORMATS),
+    help="only runs created at or after this time (UTC), e.g. 2026-10-01",
+)
+@click.option(
+    "--threshold-pct",
+    "--threshold",
+    "threshold_pct",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="changes up to this size (percent of the level before) do not decide the verdict",
+)
+@click.option(
+    "--include-invalid",
+    is_flag=True,
+    help="let invalid and unended runs take part in the detection (shown either way)",
+)
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write every number")
+@click.option(
+    "--store",
+    "store_url",
+    metavar="URL",
+    help="PostgreSQL URL of the store (default: PEAKLOAD_DATABASE_URL, else the embedded one)",
+)
+def nightly_command(
+    schedule: str,
+    metric: str,
+    percentile: float,
+    level: int | None,
+    last: int,
+    since: dt.datetime | None,
+    threshold_pct: float,
+    include_invalid: bool,
+    json_out: str | None,
+    store_url: str | None,
+) -> None:
+    """The history of one metric across the runs of SCHEDULE, with change points.
+
+    Each run's value pools its ok steady requests. Change points come from binary segmentation
+    on the mean (BIC penalty); a new level is found once it has lasted 3 runs, so the detection
+    needs at least 6 usable runs. Invalid runs (a saturated generator) and runs not yet ended are
+    shown but left out of the detection unless --include-invalid.
+
+    The verdict comes from the latest change point larger than --threshold-pct; smaller ones
+    are listed but do not decide (a later small shift cannot hide a regression before it).
+
+    \b
+    Exit codes:
+      0  that change point is an improvement, or there is none
+      1  it is a regression: a latency that rose, or an output speed that fell
+      2  too few usable runs to decide
+      3  bad input (unknown schedule or level, bad option) or store error; nothing written
+    """
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=dt.UTC)
+    try:
+        with analysis_store(store_url) as conn:
+            known = nightly.schedule_names(conn)
+            if schedule not in known:
+                fail(_unknown_schedule(schedule, known), EXIT_BAD_INPUT)
+            hist, cps = nightly.history_with_changes(
+                conn,
+                schedule,
+                valid_only=not include_invalid,
+                metric=metric,
+                percentile=percentile,
+                level=level,
+                limit=last,
+                since=since,
+            )
+    except (StoreError, psycopg.Error) as e:
+        fail(" ".join(str(e).split()), EXIT_BAD_INPUT)
+    if level is not None and len(hist) and not (hist["n"] > 0).any():
+        fail(
+            f"level {level}: no run of schedule {schedule!r} has ok steady requests at it",
+            EXIT_BAD_INPUT,
+        )
+    result = _result(hist, cps, metric, threshold_pct)
+    if json_out:
+        out = {
+            "schedule": schedule,
+            "metric": metric,
+            "unit": nightly.UNITS[metric],
+            "higher_is_better": metric in nightly.HIGHER_IS_BETTER,
+            "percentile": percentile,
+            "level": level,
+            "last": last,
+            "since": None if since is None else since.isoformat(),
+            "threshold_pct": threshold_pct,
+            "invalid_runs_in_detection": include_invalid,
+            "min_runs": MIN_RUNS,
+            **result,
+        }
+        try:
+            Path(json_out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        except OSError as e:
+            fail(f"cannot write {json_out}: {e}", EXIT_BAD_INPUT)
+    console = Console()
+    console.print(_table(hist, result, schedule, metric, percentile, level))
+    for line in _notes(result, metric, threshold_pct, include_invalid):
+        console.print(line)
+    sys.exit(result["exit_code"])
+
+
+def _unknown_schedule(schedule: str, known: list[str]) -> str:
+    if not known:
+        return f"no runs of schedule {schedule!r}: the store has no scheduled runs yet"
+    shown = ", ".join(known[:10]) + (f" (and {len(known) - 10} more)" if len(known) > 10 else "")
+    return f"no runs of schedule {schedule!r} in the store; schedules with runs: {shown}"
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def _iso(t: Any) -> str | None:
+    return None if pd.isna(t) else pd.Timestamp(t).isoformat()
+
+
+def _result(
+    hist: pd.DataFrame, cps: list[int], metric: str, threshold_pct: float
+) -> dict[str, Any]:
+    """Everything the table and the JSON show: runs, change points, verdict and exit code."""
+    found = nightly.changes(hist, cps)
+    by_index = {c.index: c for c in found}
+    runs = []
+    for i, r in enumerate(hist.to_dict("records")):
+        runs.append(
+            {
+                "run_id": r["run_id"],
+                "name": r["name"],
+                "created_at": _iso(r["created_at"]),
+                "started_at": _iso(r["started_at"]),
+                "status": r["status"],
+                "valid": None if pd.isna(r["valid"]) else bool(r["valid"]),
+                "value": _num(r["value"]),
+                "n": int(r["n"]),
+                "used": r["excluded"] == "",
+                "excluded": r["excluded"] or None,
+                "segment": None if pd.isna(r["segment"]) else int(r["segment"]),
+                "change_point": i in by_index,
+            }
+        )
+    points = [
+        {
+            "run_id": runs[c.index]["run_id"],
+            "index": c.index,
+            "started_at": runs[c.index]["started_at"],
+            "before": c.before,
+            "after": c.after,
+            "delta": c.delta,
+            "delta_pct": _num(c.delta_pct),
+            "direction": "up" if c.delta > 0 else "down",
+            "worse": c.worse(metric),
+            "regression": c.regression(metric, threshold_pct),
+        }
+        for c in found
+    ]
+    used = sum(1 for r in runs if r["used"])
+    # delta_pct is None only from a level of zero: any change from there is large
+    large = [p for p in points if p["delta_pct"] is None or abs(p["delta_pct"]) > threshold_pct]
+    deciding = large[-1] if large else None
+    if used < MIN_RUNS:
+        verdict, code = "too few runs", EXIT_TOO_FEW
+    elif deciding is not None and deciding["regression"]:
+        verdict, code = "regression", EXIT_REGRESSION
+    else:
+        verdict, code = "no regression", EXIT_OK
+    return {
+        "runs": runs,
+        "runs_used": used,
+        "change_points": points,
+        "latest_change_point": points[-1] if points else None,
+        "deciding_change_point": deciding,
+        "verdict": verdict,
+        "exit_code": code,
+    }
+
+
+def _table(
+    hist: pd.DataFrame,
+    result: dict[str, Any],
+    schedule: str,
+    metric: str,
+    percentile: float,
+    level: int | None,
+) -> Table:
+    unit = nightly.UNITS[metric]
+    where = "all levels pooled" if level is None else f"level {level}"
+    t = Table(title=f"{schedule}: p{percentile:g} {metric} per run ({unit}, {where})")
+    for col in ("run", "name", "started (UTC)", "status", "validity", "n", f"p{percentile:g}"):
+        t.add_column(col, justify="right" if col in ("n", f"p{percentile:g}") else "left")
+    t.add_column("segment", justify="right")
+    t.add_column("change point / detection")
+    points = {p["index"]: p for p in result["change_points"]}
+    for i, r in enumerate(result["runs"]):
+        started = r["started_at"] or r["created_at"]
+        when = pd.Timestamp(started).strftime("%Y-%m-%d %H:%M") if started else "—"
+        validity = "?" if r["valid"] is None else "valid" if r["valid"] else "[yellow]INVALID[/]"
+        if i in points:
+            p = points[i]
+            style = "bold red" if p["regression"] else "red" if p["worse"] else "green"
+            note = (
+                f"[{style}]◆ {p['direction']} {_pct(p['delta_pct'])}, "
+                f"{'worse' if p['worse'] else 'better'}[/]"
+            )
+        elif r["excluded"]:
+            note = f"[dim]excluded: {r['excluded']}[/]"
+        else:
+            note = ""
+        t.add_row(
+            r["run_id"][:8],
+            str(r["name"]),
+            when,
+            str(r["status"]),
+            validity,
+            str(r["n"]),
+            "—" if r["value"] is None else f"{r['value']:,.2f}",
+            "" if r["segment"] is None else str(r["segment"]),
+            note,
+        )
+    return t
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:+.1f}%"
+
+
+def _notes(
+    result: dict[str, Any], metric: str, threshold_pct: float, include_invalid: bool
+) -> list[str]:
+    """The lines under the table: how runs were chosen for the detection, each change point,
+    and the verdict."""
+    unit = nightly.UNITS[metric]
+    runs = result["runs"]
+    lines = []
+    excluded = [r for r in runs if r["excluded"]]
+    invalid_shown = sum(1 for r in runs if r["valid"] is False)
+    if include_invalid:
+        lines.append(
+            f"Invalid runs are included in the change-point detection ({invalid_shown} shown)."
+        )
+    else:
+        lines.append(
+            f"Invalid and unended runs are shown but excluded from the change-point detection "
+            f"({invalid_shown} invalid shown; --include-invalid to use them)."
+        )
+    if excluded:
+        reasons: dict[str, int] = {}
+        for r in excluded:
+            reasons[r["excluded"]] = reasons.get(r["excluded"], 0) + 1
+        text = ", ".join(f"{n} {why}" for why, n in reasons.items())
+        lines.append(f"{len(excluded)} of {len(runs)} runs left out: {text}.")
+    points = result["change_points"]
+    lines.append(
+        f"Change points in {result['runs_used']} usable runs (binary segmentation on the mean, "
+        f"BIC penalty, >= {nightly.MIN_SEGMENT} runs per segment): {len(points)}"
+    )
+    for p in points:
+        r = runs[p["index"]]
+        when = (r["started_at"] or r["created_at"] or "")[:10]
+        lines.append(
+            f"  from run {p['run_id'][:8]} ({when}): {p['before']:,.2f} -> {p['after']:,.2f} "
+            f"{unit}, {p['direction']} {abs(p['delta']):,.2f} ({_pct(p['delta_pct'])}), "
+            f"{'worse' if p['worse'] else 'better'}"
+        )
+    code, p = result["exit_code"], result["deciding_change_point"]
+    beyond = f"the latest change point beyond the {threshold_pct:g}% threshold"
+    if code == EXIT_TOO_FEW:
+        lines.append(
+            f"[yellow]Too few runs to decide: {result['runs_used']} usable, the detection needs "
+            f"at least {MIN_RUNS}.[/]"
+        )
+    elif code == EXIT_REGRESSION:
+        lines.append(
+            f"[bold red]REGRESSION at {beyond} (run {p['run_id'][:8]}): {metric} "
+            f"{p['direction']} {_pct(p['delta_pct'])}.[/]"
+        )
+    elif p is not None:
+        lines.append(
+            f"[green]No regression: {beyond} (run {p['run_id'][:8]}) is an improvement, "
+            f"{_pct(p['delta_pct'])}.[/]"
+        )
+    elif points:
+        lines.append(
+            f"[green]No regression: every change point is within the {threshold_pct:g}% "
+            f"threshold.[/]"
+        )
+    else:
+        lines.append("[green]No change point: no regression.[/]")
+    return lines
