@@ -44,6 +44,11 @@ class StreamEvent:
     status: int = 0
     usage: Usage | None = None
     retry_after_s: float | None = None
+    spread_ns: int = -1
+    """How much earlier than `t_ns` an output event may have arrived: 0 when the stamp is the
+    kernel's for these very bytes, `t_ns - (when the socket was last drained)` when several token
+    events came in one kernel-stamped read, -1 when the stamp was taken in user space (then the
+    event loop's lag bounds it)."""
 
 
 @dataclass(slots=True)

@@ -119,6 +119,7 @@ class HttpxExchange:
     ) -> None:
         self.owner = owner
         self.clock = clock
+        self.lo = -1  # reads are stamped in user space: no kernel bound (see rawpool)
         self.idle_s = idle_s
         self.sent_ns: int | None = None
         self.connected = False

@@ -229,7 +229,8 @@ class OpenAITarget:
                 try:
                     async for t, chunk in ex.body():
                         try:
-                            for payload in parser.feed(chunk):
+                            payloads = parser.feed(chunk)
+                            for payload in payloads:
                                 decoder.decode(payload, t, out)
                         except TransportError:
                             # tokens that came in the same read as an in-band error are kept
@@ -237,6 +238,8 @@ class OpenAITarget:
                                 yield ev
                             raise
                         if out:
+                            if ex.lo >= 0:
+                                _mark_spread(out, t - ex.lo if len(payloads) > 1 else 0)
                             if not saw_output:
                                 saw_output = any(ev.kind in _OUTPUT for ev in out)
                             for ev in out:
@@ -324,3 +327,12 @@ class OpenAITarget:
             self._pool.close()
         if self._httpx is not None:
             await self._httpx.aclose()
+
+
+def _mark_spread(events: list[StreamEvent], window_ns: int) -> None:
+    """Kernel-stamped read: its output events are exact unless several of them came in it
+    (then the earlier ones may have arrived up to `window_ns` before the stamp)."""
+    outputs = [ev for ev in events if ev.kind in _OUTPUT]
+    spread = window_ns if len(outputs) > 1 else 0
+    for ev in outputs:
+        ev.spread_ns = spread

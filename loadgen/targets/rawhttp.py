@@ -17,7 +17,7 @@ from loadgen.targets.http_common import (
     parse_head,
     read_some,
 )
-from loadgen.targets.rawpool import DEFAULT_KEEPALIVE_EXPIRY_S, Conn, RawPool
+from loadgen.targets.rawpool import DEFAULT_KEEPALIVE_EXPIRY_S, Conn, RawPool, Read
 
 MAX_HEAD_BYTES = 64 * 1024
 __all__ = ["DEFAULT_KEEPALIVE_EXPIRY_S", "RawExchange", "RawPool"]
@@ -45,7 +45,8 @@ class RawExchange:
         self.head_done = False
         self.complete = False
         self.reusable = False
-        self.leftover: list[tuple[int, bytes]] = []
+        self.leftover: list[Read] = []
+        self.lo = -1  # earliest arrival of the read `body()` yielded last (-1: not known)
         self.framing = 2  # 0 content-length, 1 chunked, 2 until EOF
         self.remaining = 0
         self.chunked: _Chunked | None = None
@@ -62,7 +63,8 @@ class RawExchange:
         conn.transport.write(self.data)
         if conn.drain is not None:  # a large body is still queued: wait until the kernel took it
             await self._wait(conn.drain)
-        return self.clock()
+        sent = conn.drained = self.clock()
+        return sent
 
     def _on_timer(self) -> None:
         self.timer = None
@@ -91,7 +93,7 @@ class RawExchange:
         if self.failed is not None:
             raise self.failed
 
-    async def _next_reads(self) -> list[tuple[int, bytes]]:
+    async def _next_reads(self) -> list[Read]:
         """The reads that arrived since the last call; waits for at least one."""
         conn = self.conn
         assert conn is not None
@@ -113,14 +115,14 @@ class RawExchange:
             reads = await self._next_reads()
             if not reads:
                 raise self._eof_error("before the response headers")
-            for i, (t, data) in enumerate(reads):
+            for i, (t, data, lo) in enumerate(reads):
                 buf += data
                 while (end := buf.find(b"\r\n\r\n")) >= 0:
                     head = parse_head(buf[:end], t)
                     buf = buf[end + 4 :]
                     if 100 <= head.status < 200:  # interim (100 Continue): the real one follows
                         continue
-                    self.leftover = ([(t, buf)] if buf else []) + reads[i + 1 :]
+                    self.leftover = ([(t, buf, lo)] if buf else []) + reads[i + 1 :]
                     self._start_body(head)
                     return head
                 if len(buf) > MAX_HEAD_BYTES:
@@ -142,6 +144,7 @@ class RawExchange:
             self.framing = 0
         else:
             self.framing = 2
+        conn.batch = conn.sock is not None and self.framing == 1  # see rawpool.BATCH_WAKE_S
         keep = h.get("connection", "").lower() != "close" and head.version != "HTTP/1.0"
         self.reusable = keep and self.framing != 2
         if self.framing == 0 and self.remaining == 0:
@@ -155,12 +158,13 @@ class RawExchange:
         )
 
     async def body(self) -> AsyncIterator[tuple[int, bytes]]:
-        """(t_ns, bytes) per network read of the decoded body, until the body ends."""
+        """(t_ns, bytes) per network read of the decoded body, until the body ends; `self.lo` is
+        that read's earliest possible arrival (see rawpool) while it is being consumed."""
         if self.complete:
             return
         reads, self.leftover = self.leftover, []
         while True:
-            for t, data in reads:
+            for t, data, lo in reads:
                 self.nbytes += len(data)
                 if self.framing == 1:
                     assert self.chunked is not None
@@ -172,6 +176,7 @@ class RawExchange:
                 else:
                     out, done = data, False
                 if out:
+                    self.lo = lo
                     yield t, out
                 if done:
                     self.complete = True

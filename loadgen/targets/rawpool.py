@@ -1,19 +1,33 @@
-"""The raw transport's connections: an asyncio Protocol per socket that stamps each read with
-the runner's clock in `data_received` (before any parsing) and queues it for its exchange, and a
-keep-alive pool per origin with a hard cap on open connections."""
+"""The raw transport's connections: an asyncio Protocol per socket that stamps each read in
+`data_received` (before any parsing) and queues it for its exchange, and a keep-alive pool per
+origin with a hard cap on open connections.
+
+A read's stamp is the kernel's receive time of its last segment when the socket gives one (see
+`kstamp`), else the runner's clock at `data_received`. Each queued read also carries `lo`: the
+earliest its first bytes can have arrived (when this socket was last drained), or -1 when the
+stamp is the user-space one. A read that carries several tokens is exact only if they came
+together; `stamp - lo` bounds how early the first of them may have come."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import socket
 import ssl
 from typing import cast
 
 from loadgen.errors import PhaseTimeout
 from loadgen.target import Clock
 from loadgen.targets.http_common import connect_error
+from loadgen.targets.kstamp import KernelStamper, StampedSocket
+
+Read = tuple[int, bytes, int]  # (stamp ns, bytes, earliest possible arrival ns or -1)
 
 PAUSE_READS = 64  # unconsumed reads before the socket is paused (consumer far behind)
+# With kernel stamps a read's time no longer depends on when it is consumed, so a streaming
+# body's consumer is woken at most this often (and at once for the body's end): one wake-up per
+# several tokens instead of one per token.
+BATCH_WAKE_S = 0.05
 DEFAULT_KEEPALIVE_EXPIRY_S = 4.0  # below uvicorn's 5 s keep-alive: never reuse a dying socket
 IDLE, BUSY, DEAD = 0, 1, 2
 
@@ -30,7 +44,10 @@ class Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.clock: Clock = _no_clock
         self.time = pool.loop.time
-        self.reads: list[tuple[int, bytes]] = []
+        self.sock: StampedSocket | None = None  # set when the kernel gives receive stamps
+        self.stamper = pool.stamper
+        self.drained = 0  # clock at the latest read (or the send): lower bound of the next
+        self.reads: list[Read] = []
         self.waiter: asyncio.Future[None] | None = None
         self.last_read = 0.0  # loop time of the latest read
         self.closed = False
@@ -40,20 +57,32 @@ class Conn(asyncio.Protocol):
         self.idle_since = 0.0
         self.reading_paused = False
         self.drain: asyncio.Future[None] | None = None
+        self.batch = False  # wake the consumer in batches (kernel-stamped streaming body)
 
     # --- asyncio callbacks: minimal work; the consumer parses
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
 
     def data_received(self, data: bytes) -> None:
-        t = self.clock()
-        self.reads.append((t, data))
+        now = self.clock()
+        t, lo = now, -1
+        sock = self.sock
+        if sock is not None and sock.rx_real_ns:
+            k = self.stamper.to_monotonic(sock.rx_real_ns, now, self.clock)
+            if k >= 0:
+                lo = self.drained
+                t = k if k > lo else lo
+        self.drained = now
+        self.reads.append((t, data, lo))
         self.last_read = self.time()
         w = self.waiter
         if w is not None:
-            self.waiter = None
-            if not w.done():
-                w.set_result(None)
+            if self.batch and b"[DONE]" not in data and not data.endswith(b"0\r\n\r\n"):
+                self.pool.defer(self)
+            else:
+                self.waiter = None
+                if not w.done():
+                    w.set_result(None)
         elif self.state != BUSY:  # an idle keep-alive socket got bytes: it is unusable
             self.close()
         elif len(self.reads) > PAUSE_READS and self.transport is not None:
@@ -94,7 +123,7 @@ class Conn(asyncio.Protocol):
             self.transport.close()
         self.closed = True
 
-    def take_reads(self) -> list[tuple[int, bytes]]:
+    def take_reads(self) -> list[Read]:
         reads = self.reads
         self.reads = []
         if self.reading_paused and self.transport is not None and not self.closed:
@@ -132,6 +161,9 @@ class RawPool:
         self.idle: list[Conn] = []
         self.open = 0
         self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.stamper = KernelStamper()
+        self.deferred: set[Conn] = set()
+        self.flush_handle: asyncio.TimerHandle | None = None
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -139,6 +171,7 @@ class RawPool:
         if loop is not self._loop:  # first use, or a new event loop: old sockets are unusable
             self._loop, self.idle, self.open = loop, [], 0
             self.waiters.clear()
+            self.deferred, self.flush_handle = set(), None
         return loop
 
     async def _connect(self, deadline_at: float) -> Conn:
@@ -146,13 +179,20 @@ class RawPool:
         budget = min(self.connect_timeout_s, deadline_at - loop.time())
         try:
             async with asyncio.timeout(max(budget, 0.0)):
-                _, conn = await loop.create_connection(
-                    lambda: Conn(self),
-                    self.host,
-                    self.port,
-                    ssl=self.ssl_context,
-                    server_hostname=self.host if self.ssl_context is not None else None,
-                )
+                sock = await self._open_socket(loop)
+                stamped = sock.enable()
+                try:
+                    _, conn = await loop.create_connection(
+                        lambda: Conn(self),
+                        sock=sock,
+                        ssl=self.ssl_context,
+                        server_hostname=self.host if self.ssl_context is not None else None,
+                    )
+                except BaseException:
+                    sock.close()
+                    raise
+                if stamped:
+                    conn.sock = sock
         except TimeoutError:
             raise PhaseTimeout(
                 "connect", f"no connection to {self.host}:{self.port} within {budget:.3g} s"
@@ -160,6 +200,25 @@ class RawPool:
         except OSError as e:  # refused, DNS, unreachable, TLS (ssl.SSLError is an OSError)
             raise connect_error(e, self.host, self.port) from None
         return conn
+
+    async def _open_socket(self, loop: asyncio.AbstractEventLoop) -> StampedSocket:
+        """A connected non-blocking socket to the origin: each resolved address in turn."""
+        infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        error: OSError | None = None
+        for family, type_, proto, _, address in infos:
+            sock = StampedSocket(family, type_, proto)
+            try:
+                sock.setblocking(False)
+                await loop.sock_connect(sock, address)
+            except OSError as e:
+                sock.close()
+                error = e
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            return sock
+        raise error if error is not None else OSError(f"{self.host} resolved to no address")
 
     async def acquire(self, deadline_at: float) -> Conn:
         """A connection for one exchange: a live idle one, a new one, or the next one freed."""
@@ -198,12 +257,25 @@ class RawPool:
                     ) from None
                 raise
 
+    def defer(self, conn: Conn) -> None:
+        """Wake `conn`'s consumer at the next batch flush (one timer for the whole pool)."""
+        self.deferred.add(conn)
+        if self.flush_handle is None:
+            self.flush_handle = self.loop.call_later(BATCH_WAKE_S, self._flush)
+
+    def _flush(self) -> None:
+        self.flush_handle = None
+        conns, self.deferred = self.deferred, set()
+        for conn in conns:
+            conn.wake()
+
     def release(self, conn: Conn, reusable: bool) -> None:
         """Give a connection back after an exchange; closed unless `reusable` and healthy."""
         if conn.state != BUSY:
             return
         conn.clock = _no_clock
         conn.waiter = None
+        conn.batch = False
         if reusable and not (conn.closed or conn.eof) and not conn.reads:
             conn.state = IDLE
             conn.idle_since = self.loop.time()

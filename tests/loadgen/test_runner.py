@@ -37,8 +37,10 @@ class ScriptedTarget:
         usage: int | None = None,
         fail: Callable[[int], Exception | None] | None = None,
         fail_after: int = 2,
+        spread_ns: int = -1,
     ) -> None:
         self.ttft_s, self.itl_s, self.tokens = ttft_s, itl_s, tokens
+        self.spread_ns = spread_ns  # >= 0: stamps as if the kernel gave them (see StreamEvent)
         self.texts = texts
         self.usage = usage
         self.fail = fail
@@ -62,7 +64,9 @@ class ScriptedTarget:
             if exc is not None:
                 raise exc
             text = self.texts[i] if self.texts else f"w{i} "
-            yield StreamEvent(EventKind.CONTENT, clock(), text=text, tokens=1)
+            yield StreamEvent(
+                EventKind.CONTENT, clock(), text=text, tokens=1, spread_ns=self.spread_ns
+            )
         if self.usage is not None:
             yield StreamEvent(EventKind.USAGE, clock(), usage=Usage(10, self.usage))
         yield StreamEvent(EventKind.DONE, clock())
@@ -286,6 +290,45 @@ def test_a_blocked_event_loop_marks_the_run_invalid() -> None:
     ledger(sink.records, result.requests_scheduled)
     assert not result.valid
     assert any("event-loop lag" in why for why in result.invalid_reasons)
+
+
+def _run_with_hog(target: ScriptedTarget) -> ShardResult:
+    plan = make_plan({"concurrency": [2], "duration_s": 1.5})
+
+    async def main() -> tuple[ShardResult, MemorySink]:
+        async def hog() -> None:
+            while True:
+                time.sleep(0.03)
+                await asyncio.sleep(0.01)
+
+        h = asyncio.create_task(hog())
+        try:
+            sink = MemorySink()
+            return await run_shard(plan, target, sink), sink
+        finally:
+            h.cancel()
+
+    result, sink = asyncio.run(main())
+    ledger(sink.records, result.requests_scheduled)
+    return result
+
+
+def test_kernel_stamped_tokens_are_not_judged_by_the_loops_lag() -> None:
+    """Tokens stamped by the kernel on arrival keep their time however late the loop reads them:
+    the lag is reported, but only their own uncertainty (the spread) decides their validity."""
+    result = _run_with_hog(ScriptedTarget(spread_ns=0))
+    assert result.health["kernel_stamps"] == 1.0
+    assert result.health["loop_lag_p99_ms"] > 2.0
+    assert not any("event-loop lag" in why for why in result.invalid_reasons)
+    assert not any("stamp uncertainty" in why for why in result.invalid_reasons)
+
+
+def test_tokens_read_together_after_a_stall_mark_the_run_invalid() -> None:
+    """Kernel-stamped tokens that came in one read are only known to the read's window."""
+    result = _run_with_hog(ScriptedTarget(spread_ns=25_000_000))
+    assert not result.valid
+    assert any("token stamp uncertainty p99" in why for why in result.invalid_reasons)
+    assert result.health["stamp_spread_p99_ms"] >= 25.0
 
 
 def test_an_idle_loop_reads_near_zero_lag() -> None:

@@ -1,0 +1,162 @@
+"""Kernel receive stamps on the raw transport: a token keeps the time its bytes arrived even when
+the event loop reads it much later, and tokens that a stalled loop reads together say how
+uncertain their stamps are. The server runs in its own thread (the client's loop is blocked on
+purpose), and stamps the monotonic clock around each `sendall`, which on loopback brackets the
+kernel's receive stamp."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from loadgen.spec import TargetSpec
+from loadgen.target import EventKind, PreparedRequest, StreamEvent
+from loadgen.targets import OpenAITarget
+from loadgen.targets.kstamp import SUPPORTED, KernelStamper, StampedSocket
+
+pytestmark = pytest.mark.skipif(not SUPPORTED, reason="kernel receive stamps are Linux-only")
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+MS = 1_000_000
+
+
+def _chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _event(text: str) -> bytes:
+    obj = {"choices": [{"index": 0, "delta": {"content": text}}]}
+    return _chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+
+class Writes:
+    """(before, after) monotonic ns around each token's sendall, in order."""
+
+    def __init__(self) -> None:
+        self.brackets: list[tuple[int, int]] = []
+
+
+@contextmanager
+def serve(gaps_s: list[float]) -> Iterator[tuple[str, Writes]]:
+    """One connection: after the request, the head, then one token per gap (slept before it)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    writes = Writes()
+
+    def run() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                buf += conn.recv(65536)
+            head, _, body = buf.partition(b"\r\n\r\n")
+            length = int(
+                next(
+                    line.split(b":")[1]
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                )
+            )
+            while len(body) < length:
+                body += conn.recv(65536)
+            conn.sendall(HEAD)
+            for i, gap in enumerate(gaps_s):
+                time.sleep(gap)
+                before = time.perf_counter_ns()
+                conn.sendall(_event(f"t{i} "))
+                writes.brackets.append((before, time.perf_counter_ns()))
+            time.sleep(0.01)
+            conn.sendall(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}/v1", writes
+    finally:
+        thread.join(timeout=5)
+        listener.close()
+
+
+def _stream(base_url: str, block_after_headers_s: float) -> list[StreamEvent]:
+    spec = TargetSpec(api="openai-chat", base_url=base_url, model="m")
+    request = PreparedRequest("r-1", {"messages": [{"role": "user", "content": "hi"}]})
+
+    async def main() -> list[StreamEvent]:
+        target = OpenAITarget(spec, max_connections=1, transport="raw")
+        events: list[StreamEvent] = []
+        try:
+            async for ev in target.stream(request, time.perf_counter_ns):
+                events.append(ev)
+                if ev.kind is EventKind.HEADERS:
+                    time.sleep(block_after_headers_s)  # the loop is stuck: nothing is read
+        finally:
+            await target.aclose()
+        return events
+
+    return asyncio.run(main())
+
+
+def test_a_token_read_late_keeps_the_time_it_arrived() -> None:
+    with serve([0.01, 0.08]) as (url, writes):
+        events = _stream(url, block_after_headers_s=0.06)
+    tokens = [ev for ev in events if ev.kind is EventKind.CONTENT]
+    assert len(tokens) == 2
+    for ev, (before, after) in zip(tokens, writes.brackets, strict=True):
+        # the loop read the first token ~50 ms after it came; its stamp is still its arrival
+        assert before - MS <= ev.t_ns <= after + MS, (ev.t_ns - before) / MS
+        assert ev.spread_ns == 0
+
+
+def test_tokens_read_together_carry_their_uncertainty() -> None:
+    with serve([0.005, 0.03, 0.1]) as (url, writes):
+        events = _stream(url, block_after_headers_s=0.08)
+    tokens = [ev for ev in events if ev.kind is EventKind.CONTENT]
+    assert len(tokens) == 3
+    first, second, third = tokens
+    # the first two came 30 ms apart while the loop was stuck: one read, the later arrival's
+    # stamp, and a spread that covers how early the first may have come
+    assert first.t_ns == second.t_ns
+    before2, after2 = writes.brackets[1]
+    assert before2 - MS <= second.t_ns <= after2 + MS
+    true_gap = second.t_ns - writes.brackets[0][0]
+    assert first.spread_ns >= true_gap - MS
+    assert second.spread_ns == first.spread_ns
+    assert third.spread_ns == 0  # read alone: exact
+
+
+def test_a_wall_clock_step_between_reads_is_not_trusted() -> None:
+    stamper = KernelStamper()
+    now = time.perf_counter_ns()
+    real = time.time_ns()
+    t = stamper.to_monotonic(real - 5 * MS, now, time.perf_counter_ns)
+    assert now - 7 * MS <= t <= now - 3 * MS
+    jumped = KernelStamper()
+    jumped.offset = stamper.offset + 3_600 * 1_000 * MS  # as if the wall clock moved an hour
+    assert jumped.to_monotonic(real, now, time.perf_counter_ns) == -1
+
+
+def test_the_stamped_socket_reads_like_a_socket() -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    sock = StampedSocket(socket.AF_INET)
+    try:
+        sock.connect(server.getsockname())
+        peer, _ = server.accept()
+        assert sock.enable()
+        peer.sendall(b"hello")
+        buf = bytearray(16)
+        assert sock.recv_into(buf) == 5 and bytes(buf[:5]) == b"hello"
+        assert sock.rx_real_ns > 0
+        peer.sendall(b"again")
+        assert sock.recv(16) == b"again"
+        peer.close()
+    finally:
+        sock.close()
+        server.close()
