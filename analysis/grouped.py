@@ -6,12 +6,14 @@ np.percentile(np.repeat(v, k)[group], q, method="linear") exactly.
 Pass 1 counts (weighted) keys made of each value's float64 top bits (sign, exponent, 12
 mantissa bits: monotone for v >= 0) per group; ranks are located in those histograms. Pass 2
 keeps only values in the bins holding wanted ranks, which are then sorted. Work is done in
-blocks so temporaries stay small.
+blocks so temporaries stay small; with a `pick` function the keys of pass 1 are kept (4 bytes
+a value) and pass 2 reads only the candidates' values.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +23,8 @@ _SHIFT = 40
 
 # yields, for a block [i, j) of the sample, (values float64 >= 0, labels int, weights int)
 BlockFn = Callable[[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
+# (values, labels, weights) at the given 0-based positions of the sample (see `pick` below)
+PickFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
 FLOOR = 2.0**-20  # values below share the lowest bin (the candidates are sorted anyway)
@@ -32,13 +36,16 @@ def _key_range(value_max: float) -> tuple[int, int]:
     return lo, hi
 
 
-def _keys(v: np.ndarray, kmin: int, kmax: int) -> np.ndarray:
-    """Bin of each value: its float64 top bits, clamped to [kmin, kmax], minus kmin. Monotone
-    in v for v >= 0; every value below FLOOR (and any negative) lands in bin 0 and every value
-    above the bound in the top bin, so the result stays exact: bins are only a filter."""
+def _combined(v: np.ndarray, lab: np.ndarray, kmin: int, kmax: int, nb: int) -> np.ndarray:
+    """Histogram cell of each value: (label + 1) * nb + bin, row 0 for label -1 (left out).
+    The bin is the float64's top bits clamped to [kmin, kmax], minus kmin: monotone in v for
+    v >= 0; every value below FLOOR (and any negative) lands in bin 0 and every value above the
+    bound in the top bin, so the result stays exact: bins are only a filter."""
     k = v.view(np.int64) >> _SHIFT
-    np.clip(k, kmin, kmax, out=k)
-    k -= kmin
+    np.maximum(k, kmin, out=k)
+    np.minimum(k, kmax, out=k)
+    k += np.multiply(lab, nb, dtype=np.int64)
+    k += nb - kmin
     return k
 
 
@@ -50,11 +57,17 @@ def grouped_order_statistics(
     ranks: Callable[[str, int], np.ndarray],
     *,
     value_max: float | None = None,
+    pick: PickFn | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """For each set (a union of labels) of total weight t > 0, the values at the 0-based ranks
     `ranks(set, t)` (within 0..t-1) of its sorted, weight-expanded sample; and every set's
     total weight. Labels < 0 are ignored; values must be finite. `value_max` (an upper bound
-    of the values, for sizing the bins) saves a pass when given."""
+    of the values, for sizing the bins) saves a pass when given.
+
+    With `pick`, `block` may give any non-decreasing function of the true values instead of
+    the values (cheaper to compute, e.g. before a unit conversion; `value_max` in its units):
+    it only bins them. Each value's bin is then kept (4 bytes each) and the last pass reads the
+    true values, labels and weights of the candidates alone through `pick(positions)`."""
     if n <= 0:
         return {}, {s: 0 for s in sets}
     if value_max is None:
@@ -70,15 +83,30 @@ def grouped_order_statistics(
     nb = kmax - kmin + 1
     # row 0 of the histogram takes the left-out values (label -1): no compaction per block
     size = (n_labels + 1) * nb
-    hist = np.zeros(size, dtype=np.int64)
-    for i in range(0, n, BLOCK):
-        v, lab, w = block(i, min(i + BLOCK, n))
-        comb = _keys(v, kmin, kmax)
-        comb += (lab.astype(np.int64) + 1) * nb
-        hist += np.bincount(comb, minlength=size)
-        heavy = w > 1  # weight k counts k times: add the k - 1 extra on the few heavy ones
-        if heavy.any():
-            hist += np.bincount(comb[heavy], weights=w[heavy] - 1, minlength=size).astype(np.int64)
+    kept = np.empty(n, dtype=np.int32) if pick is not None and size < 2**31 else None
+
+    def count(lo: int, hi: int) -> np.ndarray:
+        """The weighted histogram of blocks [lo, hi) (keeping their cells when `kept`)."""
+        hist = np.zeros(size, dtype=np.int64)
+        weighted = np.zeros(size, dtype=np.float64)
+        for i in range(lo, hi, BLOCK):
+            v, lab, w = block(i, min(i + BLOCK, hi))
+            comb = _combined(v, lab, kmin, kmax, nb)
+            if kept is not None:
+                kept[i : i + comb.size] = comb
+            if bool((w > 1).any()):  # weight k counts k times (float64 sums: exact below 2^53)
+                weighted += np.bincount(comb, weights=w, minlength=size)
+            else:
+                hist += np.bincount(comb, minlength=size)
+        hist += weighted.astype(np.int64)
+        return hist
+
+    # numpy releases the GIL in most of this: two threads over halves of the blocks
+    halves = [0, (n // BLOCK + 1) // 2 * BLOCK, n] if n > 4 * BLOCK else [0, n]
+    with ThreadPoolExecutor(max_workers=len(halves) - 1) as pool:
+        hists = list(pool.map(count, halves[:-1], halves[1:]))
+    hist = np.sum(hists, axis=0)
+    del hists
     hist = hist[nb:]
     hist2 = hist.reshape(n_labels, nb)
     wanted = np.zeros((n_labels, nb), dtype=bool)
@@ -97,26 +125,39 @@ def grouped_order_statistics(
         wanted[np.ix_(np.asarray(labels, dtype=np.int64), np.unique(bins))] = True
         located[name] = (uniq, inverse, bins, before)
     wanted_flat = np.r_[np.zeros(nb, dtype=bool), wanted.ravel()]  # row 0: left out
-    cand_v, cand_lab, cand_w = [], [], []
-    for i in range(0, n, BLOCK):
-        v, lab, w = block(i, min(i + BLOCK, n))
-        comb = _keys(v, kmin, kmax)
-        comb += (lab.astype(np.int64) + 1) * nb
-        keep = wanted_flat[comb]
-        cand_v.append(v[keep])
-        cand_lab.append(lab[keep])
-        cand_w.append(w[keep])
-    cv, cl, cw = np.concatenate(cand_v), np.concatenate(cand_lab), np.concatenate(cand_w)
-    order = np.argsort(cv, kind="stable")  # sort the candidates once, for every set
-    cv, cl, cw = cv[order], cl[order], cw[order]
+
+    def candidates(lo: int, hi: int) -> tuple[np.ndarray, ...]:
+        """(values, labels, weights, bins) of blocks [lo, hi) in the wanted cells."""
+        parts: list[tuple[np.ndarray, ...]] = []
+        for i in range(lo, hi, BLOCK):
+            if kept is not None and pick is not None:
+                comb = kept[i : min(i + BLOCK, hi)]
+                pos = np.flatnonzero(wanted_flat[comb])
+                v, lab, w = pick(pos + i)
+                comb = comb[pos].astype(np.int64)
+            else:
+                v, lab, w = block(i, min(i + BLOCK, hi))
+                comb = _combined(v, lab, kmin, kmax, nb)
+                keep = wanted_flat[comb]
+                v, lab, w, comb = v[keep], lab[keep], w[keep], comb[keep]
+            parts.append((v, lab, w, comb - (lab.astype(np.int64) + 1) * nb))
+        return tuple(np.concatenate([p[f] for p in parts]) for f in range(4))
+
+    with ThreadPoolExecutor(max_workers=len(halves) - 1) as pool:
+        found = list(pool.map(candidates, halves[:-1], halves[1:]))
+    kept = None  # free the kept cells (4 bytes a value) before sorting
+    cv, cl, cw, cb = (np.concatenate([f[k] for f in found]) for k in range(4))
+    # sorted by bin, then value: an order of the values too (a value's bin never decreases as
+    # the value grows), and the bins stay sorted even when two bins hold equal values
+    order = np.lexsort((cv, cb))
+    cv, cl, cw, cb = cv[order], cl[order], cw[order], cb[order]
     out: dict[str, np.ndarray] = {}
     for name, labels in sets.items():
         if name not in located:
             continue
         uniq, inverse, bins, before = located[name]
         mine = np.isin(cl, np.asarray(list(labels)))
-        v, w = cv[mine], cw[mine].astype(np.int64)  # still sorted: a subset of sorted values
-        b = _keys(v.copy(), kmin, kmax)
+        v, w, b = cv[mine], cw[mine].astype(np.int64), cb[mine]
         cumw = np.cumsum(w)
         seg_start = np.searchsorted(b, bins, side="left")
         base = np.where(seg_start > 0, cumw[np.maximum(seg_start - 1, 0)], 0)
@@ -135,11 +176,14 @@ def spectra_from_blocks(
     confidence: float = 0.95,
     resamples: int = 1000,
     seed: int = 0,
+    exact: bool = True,
     value_max: float | None = None,
+    pick: PickFn | None = None,
 ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
     """Per set: (value, lower, upper, n) at the percentiles `grid` (linear interpolation; bands
-    by the exact order-statistic bootstrap of analysis.percentiles). Three passes over the data:
-    value range, weighted histograms per label, candidates in the wanted bins."""
+    by analysis.percentiles.bootstrap_band: exact by default, `resamples=0` for none). Passes
+    over the data: value range (unless `value_max`), weighted histograms per label, candidates
+    in the wanted bins (see `grouped_order_statistics` for `pick`)."""
     from analysis import percentiles as pc
 
     g = np.asarray(grid, dtype=np.float64)
@@ -147,11 +191,15 @@ def spectra_from_blocks(
 
     def ranks(name: str, total: int) -> np.ndarray:
         lo, hi, _ = pc._linear_ranks(total, g)
-        idx = pc.bootstrap_ranks(total, g, resamples, seed)
+        if resamples <= 0:
+            return np.concatenate([lo, hi])
+        idx = pc._band_ranks(total, g, confidence, resamples, exact, seed)
         shapes[name] = idx.shape
         return np.concatenate([lo, hi, idx.ravel()])
 
-    stats, totals = grouped_order_statistics(n, block, n_labels, sets, ranks, value_max=value_max)
+    stats, totals = grouped_order_statistics(
+        n, block, n_labels, sets, ranks, value_max=value_max, pick=pick
+    )
     out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]] = {}
     for name in sets:
         if name not in stats:
@@ -162,7 +210,7 @@ def spectra_from_blocks(
         _, _, t = pc._linear_ranks(total, g)
         value = pc._lerp(st[: g.size], st[g.size : 2 * g.size], t)
         if resamples > 0:
-            lower, upper = pc._band(st[2 * g.size :].reshape(shapes[name]), confidence)
+            lower, upper = pc._band_from(st[2 * g.size :], shapes[name], confidence, exact)
         else:
             lower, upper = np.full(g.shape, np.nan), np.full(g.shape, np.nan)
         out[name] = (value, lower, upper, total)

@@ -1,5 +1,6 @@
 """Full percentile spectra (p0 … p99.99 on a log-scaled tail axis, like HdrHistogram's plots),
-exact from raw rows and pooled across shards and regions, with bootstrap confidence bands; per
+exact from raw rows and pooled across shards and regions, with percentile-bootstrap confidence
+bands (computed exactly: the limit of infinitely many replicates, see `bootstrap_band`); per
 metric, level and region. Percentiles are numpy `method="linear"`; large arrays use an exact
 O(n) selection (`exact_percentiles`) that returns the same numbers as np.percentile.
 """
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+from scipy import special
 
 from analysis import grouped
 from analysis import metrics as m
@@ -118,16 +120,43 @@ def exact_percentiles(values: npt.ArrayLike, q: npt.ArrayLike) -> np.ndarray:
 
 
 def bootstrap_ranks(n: int, qs: np.ndarray, resamples: int, seed: int) -> np.ndarray:
-    """0-based ranks, shape (resamples, len(qs)), of the bootstrap replicates' quantiles."""
+    """0-based ranks, shape (resamples, len(qs)), of Monte Carlo bootstrap replicates' quantiles
+    (see `bootstrap_band`). analysis.compare draws these for differences between two runs."""
     rng = np.random.default_rng(seed)
     r = 1.0 + (n - 1) * qs / 100.0
     u = rng.beta(r, n + 1.0 - r, size=(resamples, qs.size))
     return np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)
 
 
+def band_ranks(n: int, qs: np.ndarray, confidence: float) -> np.ndarray:
+    """0-based ranks, shape (2, len(qs)), of the lower and upper ends of the exact bootstrap band
+    (see `bootstrap_band`): ceil(n * B^-1(a)) - 1 for a = (1 - confidence)/2 and 1 - that,
+    B^-1 the Beta(r, n + 1 - r) quantile function."""
+    alpha = (1.0 - confidence) / 2.0
+    r = 1.0 + (n - 1) * qs / 100.0
+    ends = np.array([[alpha], [1.0 - alpha]])
+    u = np.asarray(special.betaincinv(r[None, :], n + 1.0 - r[None, :], ends), dtype=np.float64)
+    return np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)
+
+
 def _band(draws: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
     alpha = (1.0 - confidence) / 2.0
     return np.quantile(draws, alpha, axis=0), np.quantile(draws, 1.0 - alpha, axis=0)
+
+
+def _band_ranks(
+    n: int, qs: np.ndarray, confidence: float, resamples: int, exact: bool, seed: int
+) -> np.ndarray:
+    """The ranks a band needs: (2, len(qs)) when `exact`, else (resamples, len(qs))."""
+    return band_ranks(n, qs, confidence) if exact else bootstrap_ranks(n, qs, resamples, seed)
+
+
+def _band_from(
+    stats: np.ndarray, shape: tuple[int, ...], confidence: float, exact: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) from the order statistics at `_band_ranks`' ranks (flattened)."""
+    s = stats.reshape(shape)
+    return (s[0].copy(), s[1].copy()) if exact else _band(s, confidence)
 
 
 def bootstrap_band(
@@ -137,21 +166,24 @@ def bootstrap_band(
     confidence: float = 0.95,
     resamples: int = 1000,
     seed: int = 0,
+    exact: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Pointwise bootstrap bands (lower, upper) for percentiles `q` of `values`.
+    """Pointwise percentile-bootstrap bands (lower, upper) for percentiles `q` of `values`.
 
-    The percentile-bootstrap distribution of a sample quantile is drawn exactly without
-    resampling n values: in a resample of size n, the order statistic at rank r is
-    F̂⁻¹(U₍ᵣ₎) with U₍ᵣ₎ ~ Beta(r, n + 1 - r) and F̂⁻¹(u) = x₍⌈nu⌉₎ (the sorted data). So each
-    replicate costs one Beta draw per percentile: `resamples` * len(q), seeded, vectorised.
-    r is the (fractional) 1-based linear-interpolation rank 1 + (n - 1)·q/100."""
+    In a resample of size n, the order statistic at rank r is F̂⁻¹(U₍ᵣ₎) with
+    U₍ᵣ₎ ~ Beta(r, n + 1 - r) and F̂⁻¹(u) = x₍⌈nu⌉₎ (the sorted data); r is the (fractional)
+    1-based linear-interpolation rank 1 + (n - 1)·q/100. F̂⁻¹ is monotone, so the a-quantile of
+    the bootstrap distribution is F̂⁻¹(B⁻¹(a)) exactly: `exact` (the default) takes it, which
+    is the band infinitely many replicates would converge to, at the cost of two order
+    statistics per percentile and with no Monte Carlo noise. `exact=False` draws `resamples`
+    Beta variates per percentile (seeded) and takes the band's quantiles of those replicates."""
     v = _finite(values)
     qs = np.atleast_1d(np.asarray(q, dtype=np.float64))
     if v.size == 0:
         nan = np.full(qs.shape, np.nan)
         return nan, nan.copy()
-    idx = bootstrap_ranks(v.size, qs, resamples, seed)
-    return _band(order_statistics(v, idx.ravel()).reshape(idx.shape), confidence)
+    idx = _band_ranks(v.size, qs, confidence, resamples, exact, seed)
+    return _band_from(order_statistics(v, idx.ravel()), idx.shape, confidence, exact)
 
 
 def spectrum(
@@ -161,18 +193,26 @@ def spectrum(
     confidence: float = 0.95,
     resamples: int = 1000,
     seed: int = 0,
+    exact: bool = True,
 ) -> pd.DataFrame:
-    """One row per percentile: percentile, x (= 1/(1-q)), value, lower, upper, n."""
+    """One row per percentile: percentile, x (= 1/(1-q)), value, lower, upper, n. The band is
+    `bootstrap_band`'s (exact by default); `resamples=0`: no band (NaN)."""
     g = tail_grid() if grid is None else np.asarray(grid, dtype=np.float64)
     v = _finite(values)
+    lower = upper = np.full(g.shape, np.nan)
     if v.size == 0:
-        value = lower = upper = np.full(g.shape, np.nan)
-    else:  # one sort (or selection pass) for the percentiles and every bootstrap replicate
+        value = np.full(g.shape, np.nan)
+    else:  # one sort (or selection pass) for the percentiles and the band
         lo, hi, t = _linear_ranks(v.size, g)
-        idx = bootstrap_ranks(v.size, g, resamples, seed)
+        idx = (
+            _band_ranks(v.size, g, confidence, resamples, exact, seed)
+            if resamples > 0
+            else np.zeros((0, g.size), dtype=np.int64)
+        )
         stats = order_statistics(v, np.concatenate([lo, hi, idx.ravel()]))
         value = _lerp(stats[: g.size], stats[g.size : 2 * g.size], t)
-        lower, upper = _band(stats[2 * g.size :].reshape(idx.shape), confidence)
+        if resamples > 0:
+            lower, upper = _band_from(stats[2 * g.size :], idx.shape, confidence, exact)
     return pd.DataFrame(
         {
             "percentile": g,
@@ -200,7 +240,8 @@ def percentile_curves(
     seed: int = 0,
 ) -> pd.DataFrame:
     """Long table of spectra: metric, level, region ("all" = pooled over regions), then the
-    columns of `spectrum`. Samples are ok requests in the steady phase; `itl_ms` is per token."""
+    columns of `spectrum`. Samples are ok requests in the steady phase; `itl_ms` is per token.
+    Bands are `bootstrap_band`'s exact ones (`resamples` > 0 switches them on; 0: none)."""
     ok = ((df["outcome"] == "ok") & (df["phase"] == "steady")).to_numpy()
     level = df["level"].to_numpy()
     region = df["region"].astype(object).to_numpy()
@@ -323,18 +364,37 @@ def itl_group_spectra(
     metrics.itl_per_token_ms; `per_chunk`: the value g ms with weight 1. `resamples=0`: no
     bands (NaN)."""
     off, tok = chunks.offsets_us, chunks.tokens
+    pick: grouped.PickFn | None = None
+    key_scale = 1.0  # block values are the ITL ms times this (see grouped's `pick`)
     if off.size and bool((tok > 0).all()):
         gap_label = _chunk_labels(chunks, labels)[1:]
         bounds = chunks.ptr[1:-1]
         gap_label[bounds[(bounds > 0) & (bounds < off.size)] - 1] = -1  # across requests
         n = off.size - 1
+        # gaps in the offsets' own integer type when they cannot overflow it
+        narrow = off.dtype == np.int32 and int(off.min()) >= 0
+        key_scale = 1.0 if per_chunk else 1e3
 
         def block(i: int, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            # key values: gap/k µs (one division; the ms values are a monotone function of it)
             k = tok[i + 1 : j + 1]
-            gap = off[i + 1 : j + 1].astype(np.float64) - off[i:j]
+            gap = (
+                off[i + 1 : j + 1] - off[i:j]
+                if narrow
+                else off[i + 1 : j + 1] - off[i:j].astype(np.int64)
+            )
             if per_chunk:
                 return gap / 1e3, gap_label[i:j], np.ones(k.size, dtype=np.int64)
-            return gap / k / 1e3, gap_label[i:j], k
+            return np.true_divide(gap, k, dtype=np.float64), gap_label[i:j], k
+
+        def pick_at(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            k = tok[pos + 1]
+            gap = off[pos + 1].astype(np.float64) - off[pos]
+            if per_chunk:
+                return gap / 1e3, gap_label[pos], np.ones(k.size, dtype=np.int64)
+            return gap / k / 1e3, gap_label[pos], k
+
+        pick = pick_at
     else:
         gp = m.chunk_gaps(chunks, labels >= 0, labels=labels)
         n = gp.gap_us.size
@@ -347,7 +407,7 @@ def itl_group_spectra(
             return gap / k / 1e3, gp.label[i:j], k
 
     # bounds every gap (ms); values beyond a bound stay exact (analysis.grouped)
-    vmax = max(float(off.max()), -float(off.min())) / 1e3 if off.size else None
+    vmax = max(float(off.max()), -float(off.min())) / 1e3 * key_scale if off.size else None
     return grouped.spectra_from_blocks(
         n,
         block,
@@ -358,6 +418,7 @@ def itl_group_spectra(
         resamples=resamples,
         seed=seed,
         value_max=vmax,
+        pick=pick,
     )
 
 

@@ -19,7 +19,7 @@ from analysis import metrics as m
 from analysis import percentiles as pc
 
 BAND_CONFIDENCE = 0.95
-RESAMPLES = 400  # bootstrap replicates for the bands shown (the report uses its own)
+RESAMPLES = 400  # replicates of the change table (analysis.compare); spectra bands are exact
 CURVE_COLUMNS = ["series", "percentile", "x", "value_ms", "lo_ms", "hi_ms", "n"]
 
 

@@ -53,3 +53,32 @@ def test_negatives_and_a_low_bound_stay_exact(value_max: float | None) -> None:
         v.size, block, 1, {"x": [0]}, g, resamples=20, value_max=value_max
     )["x"]
     assert total == v.size and np.array_equal(value, np.percentile(v, g))
+
+
+def test_pick_reads_true_values_binned_by_a_monotone_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    # blocks give g/k (µs, integers per token) and pick gives the ms values: same results as
+    # binning the ms values themselves, and as np.percentile of the expanded sample
+    monkeypatch.setattr(grouped, "BLOCK", 997)
+    rng = np.random.default_rng(4)
+    n = 30_000
+    gap = rng.integers(0, 90_000, n)
+    k = rng.integers(1, 4, n)
+    lab = rng.integers(-1, 3, n)
+
+    def keys(i: int, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return np.true_divide(gap[i:j], k[i:j], dtype=np.float64), lab[i:j], k[i:j]
+
+    def pick(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return gap[pos].astype(np.float64) / k[pos] / 1e3, lab[pos], k[pos]
+
+    sets = {"all": [0, 1, 2], "one": [1]}
+    g = pc.tail_grid()
+    out = grouped.spectra_from_blocks(n, keys, 3, sets, g, value_max=90_000.0, pick=pick)
+    for name, labels in sets.items():
+        sel = np.isin(lab, labels)
+        expanded = np.repeat(gap[sel].astype(np.float64) / k[sel] / 1e3, k[sel])
+        value, lower, upper, total = out[name]
+        assert total == expanded.size
+        assert np.array_equal(value, np.percentile(expanded, g))
+        lo, hi = pc.bootstrap_band(expanded, g)
+        assert np.array_equal(lower, lo) and np.array_equal(upper, hi)

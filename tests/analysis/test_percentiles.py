@@ -41,11 +41,12 @@ def test_selection_equals_numpy(monkeypatch: pytest.MonkeyPatch, kind: str) -> N
     assert np.array_equal(pc.order_statistics(v, ranks), np.sort(v)[ranks])
 
 
-def test_bootstrap_band_matches_brute_force() -> None:
+@pytest.mark.parametrize("exact", [True, False])
+def test_bootstrap_band_matches_brute_force(exact: bool) -> None:
     rng = np.random.default_rng(3)
     v = rng.exponential(100.0, 2000)
     q = np.array([50.0, 90.0, 99.0])
-    lo, hi = pc.bootstrap_band(v, q, resamples=4000, seed=1)
+    lo, hi = pc.bootstrap_band(v, q, resamples=4000, seed=1, exact=exact)
     boots = np.percentile(v[rng.integers(0, v.size, (4000, v.size))], q, axis=1).T
     blo, bhi = np.quantile(boots, 0.025, axis=0), np.quantile(boots, 0.975, axis=0)
     # same distribution up to Monte Carlo noise and interpolation: within 5% of the value
@@ -53,8 +54,26 @@ def test_bootstrap_band_matches_brute_force() -> None:
     assert np.all(np.abs(lo - blo) < 0.05 * point) and np.all(np.abs(hi - bhi) < 0.05 * point)
     assert np.all(lo <= point) and np.all(point <= hi)
     # seeded: same numbers again
-    lo2, hi2 = pc.bootstrap_band(v, q, resamples=4000, seed=1)
+    lo2, hi2 = pc.bootstrap_band(v, q, resamples=4000, seed=1, exact=exact)
     assert np.array_equal(lo, lo2) and np.array_equal(hi, hi2)
+
+
+def test_exact_band_is_the_limit_of_the_monte_carlo_band() -> None:
+    # the exact band takes the Beta quantiles the Monte Carlo replicates estimate: with many
+    # replicates the two agree to within a rank or two
+    rng = np.random.default_rng(5)
+    v = np.sort(rng.lognormal(3, 1, 5000))
+    q = pc.tail_grid()
+    lo, hi = pc.bootstrap_band(v, q)
+    mlo, mhi = pc.bootstrap_band(v, q, resamples=40_000, seed=2, exact=False)
+    rank = np.searchsorted
+    for exact_end, mc_end in ((lo, mlo), (hi, mhi)):
+        assert np.all(np.abs(rank(v, exact_end) - rank(v, mc_end)) <= 2)
+    point = np.percentile(v, q)
+    assert np.all(lo <= point) and np.all(point <= hi)
+    # a band is two order statistics: exactly the ranks band_ranks names
+    r = pc.band_ranks(v.size, q, 0.95)
+    assert np.array_equal(lo, v[r[0]]) and np.array_equal(hi, v[r[1]])
 
 
 def test_curves_pool_and_split_regions() -> None:
