@@ -22,10 +22,12 @@ import contextlib
 import itertools
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from array import array
@@ -53,15 +55,33 @@ _started: list[subprocess.Popen[bytes]] = []  # every process this script starte
 
 
 class CompactSink:
-    """Keeps what the comparison needs in flat arrays (~6 bytes per chunk), not records."""
+    """Keeps what the comparison needs in flat arrays (~6 bytes per chunk), not records.
+
+    Like the store's writer, `write` only queues the batch; a thread does the conversion, so
+    the bench's own bookkeeping does not hold up the event loop it is measuring."""
 
     def __init__(self) -> None:
         self.index, self.ok, self.nchunks = array("i"), array("b"), array("i")
         self.sched_wall, self.sent, self.first = array("q"), array("q"), array("q")
         self.offs, self.toks = array("i"), array("h")
         self.ticks: list[tuple[float, int, int]] = []  # (cpu %, rss bytes, in flight)
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._convert, name="bench-sink", daemon=True)
+        self._thread.start()
 
     def write(self, batch: Any) -> None:
+        self._queue.put(batch)
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def _convert(self) -> None:
+        while (batch := self._queue.get()) is not None:
+            self._keep(batch)
+
+    def _keep(self, batch: Any) -> None:
         for r in batch.records:
             self.index.append(r.index)
             self.ok.append(1 if r.outcome.value == "ok" else 0)
@@ -72,9 +92,6 @@ class CompactSink:
             self.offs.extend(r.chunk_offsets_us)
             self.toks.extend(r.chunk_tokens)
         self.ticks.extend((t.cpu_percent, t.rss_bytes, t.in_flight) for t in batch.ticks)
-
-    def close(self) -> None:
-        return None
 
     def nbytes(self) -> int:
         arrs = (self.index, self.ok, self.nchunks, self.sched_wall, self.sent, self.first)
@@ -147,6 +164,7 @@ def child(args: argparse.Namespace) -> None:
             await target.aclose()
 
     res = run_measurement(main())
+    sink.close()
     meta.update(
         hwm_kib=_status_kib("VmHWM"),
         stamp_bytes=sink.nbytes(),

@@ -40,6 +40,10 @@ class Histogram:
         np.add.at(self.counts, idx, 1 if weights is None else np.asarray(weights, dtype=np.int64))
         self.max = max(self.max, float(arr.max()))
 
+    def add_zeros(self, count: int) -> None:
+        """Count `count` values of exactly 0 (the lowest bin)."""
+        self.counts[0] += count
+
     @property
     def n(self) -> int:
         return int(self.counts.sum())

@@ -9,7 +9,8 @@ in the real-time-minus-monotonic offset; that read keeps its user-space stamp in
 
 Linux only (x86-64 and arm64 share the option's number); elsewhere, and on loops that bypass the
 socket object (uvloop reads the descriptor itself), `rx_real_ns` stays 0 and callers stamp in
-user space as before.
+user space as before. So it does for a read the kernel gave no stamp: the kernel switches
+receive stamping on system-wide a moment after the first socket asks for it.
 """
 
 from __future__ import annotations
@@ -36,8 +37,14 @@ class StampedSocket(socket.socket):
 
     __slots__ = ("rx_real_ns",)
 
-    def __init__(self, family: int, type_: int = socket.SOCK_STREAM, proto: int = 0) -> None:
-        super().__init__(family, type_, proto)
+    def __init__(
+        self,
+        family: int = socket.AF_INET,
+        type_: int = socket.SOCK_STREAM,
+        proto: int = 0,
+        fileno: int | None = None,
+    ) -> None:
+        super().__init__(family, type_, proto, fileno)
         self.rx_real_ns = 0
 
     def enable(self) -> bool:
@@ -58,6 +65,7 @@ class StampedSocket(socket.socket):
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         data, ancillary, _, _ = self.recvmsg(bufsize, _ANC_SIZE, flags)
+        self.rx_real_ns = 0  # no stamp on this read unless the kernel gave one
         if ancillary:
             self._keep(ancillary)
         return data
@@ -67,6 +75,7 @@ class StampedSocket(socket.socket):
         if nbytes:
             view = view[:nbytes]
         n, ancillary, _, _ = self.recvmsg_into([view], _ANC_SIZE, flags)
+        self.rx_real_ns = 0
         if ancillary:
             self._keep(ancillary)
         return n

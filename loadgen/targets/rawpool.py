@@ -28,6 +28,7 @@ PAUSE_READS = 64  # unconsumed reads before the socket is paused (consumer far b
 # body's consumer is woken at most this often (and at once for the body's end): one wake-up per
 # several tokens instead of one per token.
 BATCH_WAKE_S = 0.05
+WAKE_SLICE = 8  # consumers woken per loop iteration when a batch is due
 DEFAULT_KEEPALIVE_EXPIRY_S = 4.0  # below uvicorn's 5 s keep-alive: never reuse a dying socket
 IDLE, BUSY, DEAD = 0, 1, 2
 
@@ -163,7 +164,7 @@ class RawPool:
         self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self.stamper = KernelStamper()
         self.deferred: set[Conn] = set()
-        self.flush_handle: asyncio.TimerHandle | None = None
+        self.flush_handle: asyncio.Handle | None = None
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -264,10 +265,15 @@ class RawPool:
             self.flush_handle = self.loop.call_later(BATCH_WAKE_S, self._flush)
 
     def _flush(self) -> None:
-        self.flush_handle = None
-        conns, self.deferred = self.deferred, set()
-        for conn in conns:
-            conn.wake()
+        """Wake the deferred consumers a slice per loop iteration, so the socket reads (and
+        their stamps) between slices never wait for a whole batch's parsing."""
+        deferred = self.deferred
+        for _ in range(min(len(deferred), WAKE_SLICE)):
+            deferred.pop().wake()
+        if deferred:
+            self.flush_handle = self.loop.call_soon(self._flush)
+        else:
+            self.flush_handle = None
 
     def release(self, conn: Conn, reusable: bool) -> None:
         """Give a connection back after an exchange; closed unless `reusable` and healthy."""

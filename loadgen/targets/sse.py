@@ -29,6 +29,15 @@ class SSEParser:
 
     def feed(self, data: bytes) -> list[bytes]:
         """Consume `data`; return the payloads of the events it completed, in order."""
+        if (  # the usual read: exactly one `data: ...` line and its blank line, nothing held
+            not self._buf
+            and not self._cr
+            and data[:6] == b"data: "
+            and data.find(b"\n") == len(data) - 2
+            and data[-1] == 10
+            and b"\r" not in data
+        ):
+            return [data[6:-2]]
         if self._cr:
             data = b"\r" + data
             self._cr = False

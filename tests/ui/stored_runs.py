@@ -83,7 +83,7 @@ def make_runs(database_url: str, workdir: Path) -> dict[str, str]:
             spec_from_dict(regions), database_url=database_url, schedule_name=SCHEDULE
         ).run_id
         invalid = _spec("ui-invalid", sim.base_url, {"concurrency": [2], "duration_s": 2})
-        invalid["validity"] = {"max_loop_lag_p99_ms": 0.0001}
+        invalid["validity"] = {"max_loop_lag_p99_ms": 0.0001, "max_dispatch_delay_p99_ms": 0.0001}
         out["invalid"] = run_local(spec_from_dict(invalid), database_url=database_url).run_id
     faults = [
         "--preset",
