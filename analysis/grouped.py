@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 BLOCK = 1 << 21
+SUB_BLOCK = 1 << 16  # elements per step within a block: temporaries stay in the CPU's cache
 _SHIFT = 40
 
 # yields, for a block [i, j) of the sample, (values float64 >= 0, labels int, weights int)
@@ -36,12 +37,14 @@ def _key_range(value_max: float) -> tuple[int, int]:
     return lo, hi
 
 
-def _combined(v: np.ndarray, lab: np.ndarray, kmin: int, kmax: int, nb: int) -> np.ndarray:
+def _combined(
+    v: np.ndarray, lab: np.ndarray, kmin: int, kmax: int, nb: int, out: np.ndarray | None = None
+) -> np.ndarray:
     """Histogram cell of each value: (label + 1) * nb + bin, row 0 for label -1 (left out).
     The bin is the float64's top bits clamped to [kmin, kmax], minus kmin: monotone in v for
     v >= 0; every value below FLOOR (and any negative) lands in bin 0 and every value above the
     bound in the top bin, so the result stays exact: bins are only a filter."""
-    k = v.view(np.int64) >> _SHIFT
+    k = np.right_shift(v.view(np.int64), _SHIFT, out=out)
     np.maximum(k, kmin, out=k)
     np.minimum(k, kmax, out=k)
     k += np.multiply(lab, nb, dtype=np.int64)
@@ -88,17 +91,36 @@ def grouped_order_statistics(
     def count(lo: int, hi: int) -> np.ndarray:
         """The weighted histogram of blocks [lo, hi) (keeping their cells when `kept`)."""
         hist = np.zeros(size, dtype=np.int64)
-        weighted = np.zeros(size, dtype=np.float64)
+        extra: list[tuple[np.ndarray, np.ndarray]] = []  # cells and weights - 1 of heavy values
+        held = 0
+
+        def add_extra() -> None:
+            cells = np.concatenate([e[0] for e in extra])
+            more = np.concatenate([e[1] for e in extra]).astype(np.float64)
+            hist[:] += np.bincount(cells, weights=more, minlength=size).astype(np.int64)
+            extra.clear()
+
+        cells = np.empty(min(BLOCK, max(hi - lo, 0)), dtype=np.int64)
+        sub = min(SUB_BLOCK, BLOCK)
         for i in range(lo, hi, BLOCK):
-            v, lab, w = block(i, min(i + BLOCK, hi))
-            comb = _combined(v, lab, kmin, kmax, nb)
+            j = min(i + BLOCK, hi)
+            # values and cells a cache-sized piece at a time; one bincount per block
+            for a in range(i, j, sub):
+                b = min(a + sub, j)
+                v, lab, w = block(a, b)
+                comb = _combined(v, lab, kmin, kmax, nb, out=cells[a - i : b - i])
+                heavy = w > 1  # weight k counts k times: the k - 1 more are added in bulk
+                if bool(heavy.any()):
+                    extra.append((comb[heavy], w[heavy] - 1))
+                    held += extra[-1][0].size
             if kept is not None:
-                kept[i : i + comb.size] = comb
-            if bool((w > 1).any()):  # weight k counts k times (float64 sums: exact below 2^53)
-                weighted += np.bincount(comb, weights=w, minlength=size)
-            else:
-                hist += np.bincount(comb, minlength=size)
-        hist += weighted.astype(np.int64)
+                kept[i:j] = cells[: j - i]
+            hist += np.bincount(cells[: j - i], minlength=size)
+            if held > 8 * BLOCK:
+                add_extra()
+                held = 0
+        if extra:
+            add_extra()
         return hist
 
     # numpy releases the GIL in most of this: two threads over halves of the blocks
@@ -156,7 +178,9 @@ def grouped_order_statistics(
         if name not in located:
             continue
         uniq, inverse, bins, before = located[name]
-        mine = np.isin(cl, np.asarray(list(labels)))
+        member = np.zeros(n_labels + 1, dtype=bool)  # index -1 (left out) stays False
+        member[np.asarray(list(labels), dtype=np.int64)] = True
+        mine = member[cl]
         v, w, b = cv[mine], cw[mine].astype(np.int64), cb[mine]
         cumw = np.cumsum(w)
         seg_start = np.searchsorted(b, bins, side="left")

@@ -367,9 +367,7 @@ def itl_group_spectra(
     pick: grouped.PickFn | None = None
     key_scale = 1.0  # block values are the ITL ms times this (see grouped's `pick`)
     if off.size and bool((tok > 0).all()):
-        gap_label = _chunk_labels(chunks, labels)[1:]
-        bounds = chunks.ptr[1:-1]
-        gap_label[bounds[(bounds > 0) & (bounds < off.size)] - 1] = -1  # across requests
+        gap_labels = _GapLabels(chunks.ptr, labels)
         n = off.size - 1
         # gaps in the offsets' own integer type when they cannot overflow it
         narrow = off.dtype == np.int32 and int(off.min()) >= 0
@@ -383,16 +381,17 @@ def itl_group_spectra(
                 if narrow
                 else off[i + 1 : j + 1] - off[i:j].astype(np.int64)
             )
+            lab = gap_labels.block(i, j)
             if per_chunk:
-                return gap / 1e3, gap_label[i:j], np.ones(k.size, dtype=np.int64)
-            return np.true_divide(gap, k, dtype=np.float64), gap_label[i:j], k
+                return gap / 1e3, lab, np.ones(k.size, dtype=np.int64)
+            return np.true_divide(gap, k, dtype=np.float64), lab, k
 
         def pick_at(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             k = tok[pos + 1]
             gap = off[pos + 1].astype(np.float64) - off[pos]
             if per_chunk:
-                return gap / 1e3, gap_label[pos], np.ones(k.size, dtype=np.int64)
-            return gap / k / 1e3, gap_label[pos], k
+                return gap / 1e3, gap_labels.at(pos), np.ones(k.size, dtype=np.int64)
+            return gap / k / 1e3, gap_labels.at(pos), k
 
         pick = pick_at
     else:
@@ -422,15 +421,31 @@ def itl_group_spectra(
     )
 
 
-def _chunk_labels(chunks: m.ChunkArrays, labels: np.ndarray) -> np.ndarray:
-    """Each chunk's request label (int16 when labels fit, else int32), by a cumulative sum of
-    label changes at request starts: no per-chunk repeat."""
-    lengths = np.diff(chunks.ptr)
-    nonempty = lengths > 0
-    starts = chunks.ptr[:-1][nonempty]
-    dtype = np.int16 if labels.size == 0 or int(labels.max()) < 2**15 - 1 else np.int32
-    labs = labels[nonempty].astype(dtype)
-    out = np.zeros(chunks.offsets_us.size, dtype=dtype)
-    out[starts] = np.diff(labs, prepend=dtype(0))
-    np.cumsum(out, out=out)
-    return out
+class _GapLabels:
+    """The request label of each gap p (from chunk p to chunk p + 1): its request's label when
+    both chunks belong to the same request, else -1; made per block or position, never for
+    every chunk at once."""
+
+    def __init__(self, ptr: np.ndarray, labels: np.ndarray) -> None:
+        self.ptr = ptr
+        small = labels.size == 0 or (int(labels.max()) < 2**15 and int(labels.min()) >= -(2**15))
+        self.labels = labels.astype(np.int16 if small else np.int32)
+
+    def block(self, i: int, j: int) -> np.ndarray:
+        """Labels of the gaps i .. j - 1."""
+        lo, hi = i + 1, j + 1  # the chunks the gaps end at
+        ptr = self.ptr
+        r0 = int(np.searchsorted(ptr, lo, side="right")) - 1
+        r1 = int(np.searchsorted(ptr, hi, side="left"))  # requests starting before hi
+        starts, ends = np.clip(ptr[r0:r1], lo, hi), np.clip(ptr[r0 + 1 : r1 + 1], lo, hi)
+        out = np.repeat(self.labels[r0:r1], ends - starts)
+        first = ptr[r0:r1]
+        out[first[(first >= lo) & (first < hi)] - lo] = -1  # a request's first chunk
+        return out
+
+    def at(self, pos: np.ndarray) -> np.ndarray:
+        """Labels of the gaps at positions `pos`."""
+        owner = np.searchsorted(self.ptr, pos + 1, side="right") - 1
+        return np.where(self.ptr[owner] == pos + 1, -1, self.labels[owner]).astype(
+            self.labels.dtype
+        )
