@@ -12,12 +12,14 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from workers.store import copyenc
+from workers.store import blocks, copyenc
 from workers.store.spool import EncodedBatch
 
 _REQ_COLS = sql.SQL(", ").join(map(sql.Identifier, copyenc.REQUEST_COLUMNS))
 _TICK_COLS = sql.SQL(", ").join(map(sql.Identifier, copyenc.TICK_COLUMNS))
+_BLOCK_COLS = sql.SQL(", ").join(map(sql.Identifier, blocks.BLOCK_COLUMNS))
 _STAGE_REQ, _STAGE_TICKS = sql.Identifier("pl_stage_requests"), sql.Identifier("pl_stage_ticks")
+_STAGE_BLOCKS = sql.Identifier("pl_stage_blocks")
 _SETUP = [
     sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (LIKE requests) ON COMMIT DELETE ROWS").format(
         _STAGE_REQ
@@ -31,17 +33,26 @@ COPY_STAGED_REQ = sql.SQL(_COPY).format(_STAGE_REQ, _REQ_COLS)
 COPY_STAGED_TICKS = sql.SQL(_COPY).format(_STAGE_TICKS, _TICK_COLS)
 COPY_DIRECT_REQ = sql.SQL(_COPY).format(sql.Identifier("requests"), _REQ_COLS)
 COPY_DIRECT_TICKS = sql.SQL(_COPY).format(sql.Identifier("ticks"), _TICK_COLS)
+COPY_STAGED_BLOCKS = sql.SQL(_COPY).format(_STAGE_BLOCKS, _BLOCK_COLS)
+COPY_DIRECT_BLOCKS = sql.SQL(_COPY).format(sql.Identifier("request_blocks"), _BLOCK_COLS)
 _INSERT = "INSERT INTO {0} ({1}) SELECT {1} FROM {2} ON CONFLICT DO NOTHING"
 INSERT_REQ = sql.SQL(_INSERT).format(sql.Identifier("requests"), _REQ_COLS, _STAGE_REQ)
 INSERT_TICKS = sql.SQL(_INSERT).format(sql.Identifier("ticks"), _TICK_COLS, _STAGE_TICKS)
+INSERT_BLOCKS = sql.SQL(_INSERT).format(
+    sql.Identifier("request_blocks"), _BLOCK_COLS, _STAGE_BLOCKS
+)
+_SETUP_BLOCKS = sql.SQL(
+    "CREATE TEMP TABLE IF NOT EXISTS {} (LIKE request_blocks) ON COMMIT DELETE ROWS"
+).format(_STAGE_BLOCKS)
 
 
 def connect_writer(
     url: str, connect_timeout_s: int, application_name: str, pause_s: float = 0.0
-) -> psycopg.Connection[Any]:
+) -> tuple[psycopg.Connection[Any], bool]:
     """An autocommit connection with TCP keepalives, the staging tables, and a server-side
     bound on a transaction left idle by a vanished writer (so its row locks do not block the
-    replay for long). Raises psycopg.Error."""
+    replay for long); and whether the store has `request_blocks` (a store migrated before
+    deploy/sql/0110 gets no blocks). Raises psycopg.Error."""
     conn = psycopg.connect(
         url,
         autocommit=True,
@@ -61,19 +72,28 @@ def connect_writer(
         )
         for stmt in _SETUP:
             conn.execute(stmt)
+        row = conn.execute("SELECT to_regclass('request_blocks') IS NOT NULL").fetchone()
+        has_blocks = bool(row and row[0])
+        if has_blocks:
+            conn.execute(_SETUP_BLOCKS)
     except psycopg.Error:
         conn.close()
         raise
-    return conn
+    return conn, has_blocks
 
 
 def write_batch(
-    conn: psycopg.Connection[Any], enc: EncodedBatch, *, staged: bool, pause_s: float = 0.0
+    conn: psycopg.Connection[Any],
+    enc: EncodedBatch,
+    *,
+    staged: bool,
+    pause_s: float = 0.0,
+    with_blocks: bool = True,
 ) -> tuple[int, int]:
     """One transaction: COPY straight into the tables (`staged=False`; raises UniqueViolation
     if any row exists, and nothing is kept), or COPY into staging then INSERT ... ON CONFLICT DO
-    NOTHING. Returns rows inserted into (requests, ticks). `pause_s` (tests only) sleeps before
-    COMMIT."""
+    NOTHING. The batch's request_blocks rows go with it unless `with_blocks` is False. Returns
+    rows inserted into (requests, ticks). `pause_s` (tests only) sleeps before COMMIT."""
     inserted = ticks_inserted = 0
     with conn.transaction(), conn.cursor() as cur:
         if enc.n_records:
@@ -90,6 +110,11 @@ def write_batch(
         if staged and enc.n_ticks:
             cur.execute(INSERT_TICKS)
             ticks_inserted = max(cur.rowcount, 0)
+        if with_blocks and enc.blocks:
+            with cur.copy(COPY_STAGED_BLOCKS if staged else COPY_DIRECT_BLOCKS) as cp:
+                cp.write(enc.blocks)
+            if staged:
+                cur.execute(INSERT_BLOCKS)
         if pause_s > 0:
             time.sleep(pause_s)
     return inserted, ticks_inserted

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from loadgen.records import RequestRecord, Tick
+from workers.store import blocks as block_rows
 
 REQUEST_COLUMNS = (
     "request_id", "scheduled_at", "run_id", "shard_id", "region", "level", "idx", "phase",
@@ -95,17 +96,23 @@ def _int8_or_null(value: int | None) -> bytes:
     return _NULL if value is None else _I64.pack(8, value)
 
 
+def _flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Every list's values concatenated (int64) and each list's length."""
+    lens = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+    total = int(lens.sum())
+    return np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=total), lens
+
+
 def _arrays(
-    lists: list[list[int]], elem: np.dtype[np.void], width: int, oid: int, empty: bytes
+    flat: np.ndarray, lens: np.ndarray, elem: np.dtype[np.void], width: int, oid: int, empty: bytes
 ) -> list[bytes]:
-    """Binary array fields for a whole batch at once: one numpy pass over every element (the
-    per-row cost would otherwise dominate), then one slice per row."""
-    lens = [len(v) for v in lists]
-    total = sum(lens)
-    flat = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=total)
+    """Binary array fields for a whole batch at once (`_flat`'s output): one numpy pass over
+    every element (the per-row cost would otherwise dominate), then one slice per row."""
+    total = flat.size
     lo, hi = (-(2**31), 2**31 - 1) if width == 4 else (-(2**15), 2**15 - 1)
     if total and (int(flat.min()) < lo or int(flat.max()) > hi):
-        bad = next(i for i, v in enumerate(lists) if v and (min(v) < lo or max(v) > hi))
+        bad_elem = int(np.flatnonzero((flat < lo) | (flat > hi))[0])
+        bad = int(np.searchsorted(np.cumsum(lens), bad_elem, side="right"))
         raise EncodeError(f"row {bad}: an array value does not fit {width * 8}-bit integers")
     elems = np.empty(total, elem)
     elems["n"] = width
@@ -114,7 +121,7 @@ def _arrays(
     step = 4 + width
     out: list[bytes] = []
     pos = 0
-    for n in lens:
+    for n in lens.tolist():
         if n == 0:
             out.append(empty)
             continue
@@ -195,11 +202,20 @@ def encode_tick(t: Tick) -> bytes:
 def encode_requests(records: Iterable[RequestRecord], store_content: bool) -> bytes:
     """A complete binary COPY payload (header, tuples, trailer); raises EncodeError naming the
     first record that cannot be encoded."""
-    records = list(records)
+    return encode_batch(list(records), store_content, blocks=False)[0]
+
+
+def encode_batch(
+    records: list[RequestRecord], store_content: bool, *, blocks: bool = True
+) -> tuple[bytes, bytes]:
+    """Binary COPY payloads of `requests` and (with `blocks`, else b"") `request_blocks`
+    (workers/store/blocks.py) for the same records; raises EncodeError naming the first record
+    that cannot be encoded."""
     try:
-        offsets = _arrays([r.chunk_offsets_us for r in records], _ELEM_I4, 4, _INT4_OID,
-                          _EMPTY_INT4)  # fmt: skip
-        tokens = _arrays([r.chunk_tokens for r in records], _ELEM_I2, 2, _INT2_OID, _EMPTY_INT2)
+        off_flat, off_lens = _flat([r.chunk_offsets_us for r in records])
+        tok_flat, tok_lens = _flat([r.chunk_tokens for r in records])
+        offsets = _arrays(off_flat, off_lens, _ELEM_I4, 4, _INT4_OID, _EMPTY_INT4)
+        tokens = _arrays(tok_flat, tok_lens, _ELEM_I2, 2, _INT2_OID, _EMPTY_INT2)
     except (TypeError, ValueError, OverflowError) as e:
         raise EncodeError(f"chunk arrays: {e}") from e
     parts = [HEADER]
@@ -209,7 +225,16 @@ def encode_requests(records: Iterable[RequestRecord], store_content: bool) -> by
         except (struct.error, ValueError, OverflowError, AttributeError, TypeError) as e:
             raise EncodeError(f"request {r.request_id!r} (index {r.index}): {e}") from e
     parts.append(TRAILER)
-    return b"".join(parts)
+    packed = b""
+    # a record whose two arrays differ in length is stored as it is, but cannot be packed: its
+    # batch gets no block, and readers of its run fall back to `requests`
+    if blocks and records and np.array_equal(off_lens, tok_lens):
+        try:
+            packed = HEADER + block_rows.encode_blocks(records, off_flat, tok_flat, off_lens)
+        except (struct.error, ValueError, OverflowError, AttributeError, TypeError) as e:
+            raise EncodeError(f"packed block: {e}") from e
+        packed += TRAILER
+    return b"".join(parts), packed
 
 
 def encode_ticks(ticks: Iterable[Tick]) -> bytes:

@@ -204,7 +204,8 @@ def ensure(conn: psycopg.Connection[Any], retention_days: int | None = None) -> 
             errors["compression"] = err
     if retention_days is not None:
         stmts = []
-        for t in ("requests", "ticks", "server_metrics"):
+        # request_blocks (deploy/sql/0110) go with the requests they pack
+        for t in ("requests", "request_blocks", "ticks", "server_metrics"):
             if t in f.hypertables:
                 # replace, so a changed PEAKLOAD_RETENTION_DAYS takes effect
                 stmts.append(

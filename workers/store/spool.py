@@ -18,38 +18,49 @@ from pathlib import Path
 
 from loadgen.errors import SpoolFullError, StoreError
 
-MAGIC = b"PLSPOOL1"
-_HEAD = struct.Struct(">8sIIQQ")  # magic, n_records, n_ticks, len(requests), len(ticks)
+MAGIC = b"PLSPOOL2"
+MAGIC_V1 = b"PLSPOOL1"  # before request_blocks: no blocks payload (still replayed)
+_HEAD = struct.Struct(">8sIIQQQ")  # magic, n_records, n_ticks, len(requests, ticks, blocks)
+_HEAD_V1 = struct.Struct(">8sIIQQ")
 SUFFIX = ".batch"
 FRESH = "-fresh"  # never attempted: replay may COPY it straight into the tables
 
 
 @dataclass(frozen=True, slots=True)
 class EncodedBatch:
-    """What one transaction writes: two binary COPY payloads and their row counts."""
+    """What one transaction writes: binary COPY payloads of requests, ticks and request_blocks
+    (b"" when there are none) and the row counts of the first two."""
 
     requests: bytes
     ticks: bytes
     n_records: int
     n_ticks: int
+    blocks: bytes = b""
 
     @property
     def nbytes(self) -> int:
-        return _HEAD.size + len(self.requests) + len(self.ticks)
+        return _HEAD.size + len(self.requests) + len(self.ticks) + len(self.blocks)
 
     def to_bytes(self) -> bytes:
-        head = _HEAD.pack(MAGIC, self.n_records, self.n_ticks, len(self.requests), len(self.ticks))
-        return head + self.requests + self.ticks
+        lens = (len(self.requests), len(self.ticks), len(self.blocks))
+        head = _HEAD.pack(MAGIC, self.n_records, self.n_ticks, *lens)
+        return head + self.requests + self.ticks + self.blocks
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str) -> EncodedBatch:
-        if len(data) < _HEAD.size:
+        v1 = data[:8] == MAGIC_V1
+        head = _HEAD_V1 if v1 else _HEAD
+        if len(data) < head.size:
             raise StoreError(f"spool file {where} is truncated")
-        magic, n_rec, n_ticks, len_req, len_ticks = _HEAD.unpack_from(data)
-        if magic != MAGIC or len(data) != _HEAD.size + len_req + len_ticks:
+        magic, n_rec, n_ticks, len_req, len_ticks, *rest = head.unpack_from(data)
+        len_blocks = rest[0] if rest else 0
+        if magic not in (MAGIC, MAGIC_V1) or len(data) != (
+            head.size + len_req + len_ticks + len_blocks
+        ):
             raise StoreError(f"spool file {where} is not a complete peakload spool batch")
-        body = memoryview(data)[_HEAD.size :]
-        return cls(bytes(body[:len_req]), bytes(body[len_req:]), n_rec, n_ticks)
+        body = memoryview(data)[head.size :]
+        a, b = len_req, len_req + len_ticks
+        return cls(bytes(body[:a]), bytes(body[a:b]), n_rec, n_ticks, bytes(body[b:]))
 
 
 class Spool:

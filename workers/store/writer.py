@@ -5,7 +5,8 @@ behind and replaying in order after; a full spool fails the run.
 
 # Batches are bounded by rows and seconds. A first attempt COPYs straight into the tables; a batch
 # whose rows may already exist (a replay) goes through TEMP staging tables and INSERT ... ON
-# CONFLICT DO NOTHING (workers/store/batchsql.py), so it never duplicates.
+# CONFLICT DO NOTHING (workers/store/committer.py, batchsql.py), so it never duplicates. Each
+# batch also writes its packed request_blocks row (workers/store/blocks.py) for fast reads.
 
 from __future__ import annotations
 
@@ -15,13 +16,10 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import Any
-
-import psycopg
 
 from loadgen.errors import SpoolFullError, StoreError
 from loadgen.records import Batch
-from workers.store import batchsql, copyenc, embedded
+from workers.store import committer, copyenc, embedded
 from workers.store.connect import redact_url
 from workers.store.spool import EncodedBatch, Spool
 from workers.store.writer_stats import LagWindow, WriterStats
@@ -32,14 +30,9 @@ DEFAULT_SPOOL_MAX_BYTES = 1 << 30  # 1 GiB: about 500k requests of 128 chunks
 DEFAULT_IO_TIMEOUT_S = 30.0  # one batch's transaction; past it the socket is shut down
 DEFAULT_CONNECT_TIMEOUT_S = 5  # libpq connect_timeout (whole seconds, at least 2)
 DEFAULT_CLOSE_TIMEOUT_S = 60.0  # how long close() keeps retrying a spool backlog
-BACKOFF_MIN_S, BACKOFF_MAX_S = 0.25, 5.0
 SPILL_AFTER_S = 2.0  # an encoded batch waiting this long for the database goes to the spool
 PAUSE_ENV = "PEAKLOAD_TEST_PAUSE_BEFORE_COMMIT"  # tests only: seconds to sleep before COMMIT
 APPLICATION_NAME = "peakload-writer"
-
-
-class _Lost(Exception):
-    """The connection broke (or timed out) mid-transaction: the batch is not known committed."""
 
 
 class _Job:
@@ -101,14 +94,18 @@ class StoreWriter:
         self._rows_out = 0  # rows taken (writer thread only)
         self._closing = False
         self._closed = False
-        self._conn: psycopg.Connection[Any] | None = None
-        self._next_connect = 0.0  # perf_counter seconds
-        self._backoff = BACKOFF_MIN_S
-        self._spool_times: dict[str, tuple[int, int]] = {}
-        self._spool_lock = (
-            threading.Lock()
-        )  # spooling happens on both threads  # spool file -> (oldest write ns, n)
+        self._spool_times: dict[str, tuple[int, int]] = {}  # file -> (oldest write ns, n)
+        self._spool_lock = threading.Lock()  # spooling happens on both threads
         self.stats_ = WriterStats()
+        self._db = committer.Committer(
+            url,
+            self.stats_,
+            application_name=APPLICATION_NAME,
+            connect_timeout_s=self.connect_timeout_s,
+            io_timeout_s=io_timeout_s,
+            direct_copy=direct_copy,
+            pause_s=self._pause_s,
+        )
         self._lags = LagWindow()
         self.error: BaseException | None = None
         # Two threads, so encoding batch N+1 (Python, holds the GIL) overlaps the database
@@ -220,7 +217,7 @@ class StoreWriter:
                     break
                 if job is not _IDLE:
                     self._deliver(job)
-                if len(self.spool) and time.perf_counter() >= self._next_connect:
+                if len(self.spool) and time.perf_counter() >= self._db.next_connect:
                     got_end = self._queue_to_spool()  # older queued batches keep their place
                     self._replay()
                     if got_end:
@@ -229,7 +226,7 @@ class StoreWriter:
             while len(self.spool) and time.perf_counter() < deadline:
                 self._replay()
                 if len(self.spool):
-                    time.sleep(min(self._backoff, max(0.0, deadline - time.perf_counter())))
+                    time.sleep(min(self._db.backoff, max(0.0, deadline - time.perf_counter())))
         except BaseException as e:  # surfaced by close()
             self._fail(StoreError(f"store writer crashed: {e!r}"))
         finally:
@@ -271,11 +268,9 @@ class StoreWriter:
         records = [r for _, b in items for r in b.records]
         ticks = [t for _, b in items for t in b.ticks]
         try:
+            req, blk = copyenc.encode_batch(records, self.store_content) if records else (b"", b"")
             enc = EncodedBatch(
-                copyenc.encode_requests(records, self.store_content) if records else b"",
-                copyenc.encode_ticks(ticks) if ticks else b"",
-                len(records),
-                len(ticks),
+                req, copyenc.encode_ticks(ticks) if ticks else b"", len(records), len(ticks), blk
             )
         except copyenc.EncodeError as e:
             self.stats_.records_lost += len(records)
@@ -293,7 +288,7 @@ class StoreWriter:
                     self._lags.add_batch(job.times, time.perf_counter_ns())
                 self._mark_handled(job.n_items)
                 return
-            except _Lost:  # its outcome is unknown: the replay must be idempotent
+            except committer.Lost:  # its outcome is unknown: the replay must be idempotent
                 self._spool_job(job, fresh=False)
                 return
         self._spool_job(job)
@@ -331,7 +326,7 @@ class StoreWriter:
             try:
                 batch = self.spool.read(path)
                 committed = self._commit(batch, replay=not self.spool.is_fresh(path))
-            except _Lost:
+            except committer.Lost:
                 return
             if not committed:  # rejected for good: kept for inspection, never replayed
                 self.spool.set_aside(path)
@@ -354,76 +349,22 @@ class StoreWriter:
     # ------------------------------------------------------------------ the database
 
     def _connected(self) -> bool:
-        """A live connection, reconnecting (with backoff) when due; False when not available."""
-        if self._conn is not None and not self._conn.closed:
-            return True
-        if time.perf_counter() < self._next_connect:
-            return False
-        try:
-            conn = batchsql.connect_writer(
-                self.url, self.connect_timeout_s, APPLICATION_NAME, self._pause_s
-            )
-        except psycopg.Error as e:
-            self.stats_.connect_failures += 1
-            self.stats_.last_error = f"connect: {str(e).strip()[:300]}"
-            self._schedule_retry()
-            return False
-        self._conn = conn
-        self._backoff = BACKOFF_MIN_S
-        return True
-
-    def _schedule_retry(self) -> None:
-        self._next_connect = time.perf_counter() + self._backoff
-        self._backoff = min(BACKOFF_MAX_S, self._backoff * 2)
+        return self._db.connected()
 
     def _drop_conn(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except Exception:  # already broken: nothing to release
-                self.stats_.last_error = self.stats_.last_error or "close failed"
-            self._conn = None
+        self._db.drop()
 
     def _commit(self, enc: EncodedBatch, *, replay: bool = False) -> bool:
-        """One transaction per batch. A first attempt COPYs straight into the tables (the
-        cheapest path for the server); if any row already exists, that transaction is rolled
-        back and the batch goes through the idempotent path: COPY into TEMP staging, then
-        INSERT ... ON CONFLICT DO NOTHING. Spool replays (`replay`) always take the idempotent
-        path. Raises _Lost on a connection problem (the batch must be kept); other database
-        errors fail the writer, count the records as lost and return False."""
-        conn = self._conn
-        assert conn is not None
-        watchdog = threading.Timer(self.io_timeout_s, batchsql.shutdown_socket, (conn,))
-        watchdog.daemon = True
-        watchdog.start()
+        """Commit one batch (workers/store/committer.py). Raises committer.Lost when its outcome is
+        unknown (the batch must be kept); a rejected batch fails the writer, counts its records
+        as lost and returns False."""
         try:
-            counts: tuple[int, int] | None = None
-            if self.direct_copy and not replay:
-                try:
-                    counts = batchsql.write_batch(conn, enc, staged=False, pause_s=self._pause_s)
-                except psycopg.errors.UniqueViolation:
-                    self.stats_.direct_fallbacks += 1
-            if counts is None:
-                counts = batchsql.write_batch(conn, enc, staged=True, pause_s=self._pause_s)
-        except psycopg.Error as e:
-            broken = conn.closed or conn.broken or isinstance(e, psycopg.OperationalError)
-            self.stats_.last_error = str(e).strip()[:300]
-            if broken:
-                self._drop_conn()
-                self._schedule_retry()
-                raise _Lost from e
+            return self._db.commit(enc, replay=replay)
+        except committer.Rejected as e:
             self.stats_.records_lost += enc.n_records
             self.stats_.rejected_batches += 1
             self._fail(StoreError(f"the store rejected a batch of run {self.run_id}: {e}"))
             return False
-        finally:
-            watchdog.cancel()
-        inserted, ticks_inserted = counts
-        self.stats_.batches_committed += 1
-        self.stats_.rows_inserted += inserted
-        self.stats_.rows_duplicate += enc.n_records - inserted
-        self.stats_.ticks_inserted += ticks_inserted
-        return True
 
 
 def spool_root() -> Path:

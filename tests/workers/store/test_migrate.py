@@ -112,7 +112,7 @@ def test_d4_apache_timescaledb_reports_what_its_license_lacks(
         pytest.skip(f"this TimescaleDB has license {found.license}, not the Apache build")
     assert found.features["timescaledb"].on
     assert found.features["hypertables"].on
-    assert set(found.hypertables) == {"requests", "ticks", "server_metrics"}
+    assert set(found.hypertables) == {"requests", "request_blocks", "ticks", "server_metrics"}
     for name in ("compression", "retention", "continuous_aggregates"):
         assert not found.features[name].on
         assert "license apache" in found.features[name].reason
