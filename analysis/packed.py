@@ -1,0 +1,256 @@
+"""Reading a run from `request_blocks` (deploy/sql/0110_request_blocks.sql specifies the body):
+one binary COPY of a few large bytea values per connection, copied into the result arrays in
+place. Used by analysis.fastload when the blocks cover exactly the run's rows; None otherwise.
+"""
+
+# The server sends a bytea with a copy (no per-element work, unlike int[]), so the cost is the
+# bytes: about 6 bytes per chunk and 170 per request.
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import pq, sql
+
+FORMAT = 1
+MAGIC = b"PLBLOCK1"
+HEAD = struct.Struct("<8sIQI")  # magic, requests, chunks, dictionary bytes
+N_SCALARS, N_CODED = 17, 6
+_ROW_HEAD = 2 + 4  # a COPY tuple's field count, then the body's length
+_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
+_COPY_HEADER = len(_SIGNATURE) + 8
+PARALLEL_MAX = 1  # connections reading blocks at once (see _load)
+
+
+@dataclass(slots=True)
+class Packed:
+    """A run as arrays: fields (n, 1 + N_SCALARS + N_CODED) int64 in analysis.fastload's
+    column order (chunks per request, the scalars, then global codes into `dicts`), flat chunk
+    offsets (int32) and tokens (int16), request ids (n, 16) bytes."""
+
+    fields: np.ndarray
+    offsets: np.ndarray
+    tokens: np.ndarray
+    ids: np.ndarray
+    dicts: list[list[str]]
+
+
+def _blocks(conn: psycopg.Connection[Any], run_id: str) -> list[tuple[Any, int, int]] | None:
+    """(block_id, n_requests, n_chunks) of the run's blocks, ordered; None when their request
+    count differs from `requests`' (some rows have no block: an older writer, a block-less
+    batch) or the store has no request_blocks."""
+    row = conn.execute("SELECT to_regclass('request_blocks') IS NOT NULL").fetchone()
+    if not row or not row[0]:
+        return None
+    blocks = conn.execute(
+        "SELECT block_id, n_requests, n_chunks FROM request_blocks "
+        "WHERE run_id = %s::uuid AND format = %s ORDER BY block_id",
+        (run_id, FORMAT),
+    ).fetchall()
+    if not blocks:
+        return None
+    counted = conn.execute(
+        "SELECT count(*) FROM requests WHERE run_id = %s::uuid", (run_id,)
+    ).fetchone()
+    other = conn.execute(
+        "SELECT count(*) FROM request_blocks WHERE run_id = %s::uuid AND format <> %s",
+        (run_id, FORMAT),
+    ).fetchone()
+    if counted is None or other is None or other[0] or sum(b[1] for b in blocks) != counted[0]:
+        return None
+    return [(b[0], int(b[1]), int(b[2])) for b in blocks]
+
+
+class _Filler:
+    """Copies block bodies into the result arrays at their precomputed places; each block's
+    codes are translated into global codes after all dictionaries are known."""
+
+    def __init__(self, n: int, c: int) -> None:
+        # column-major: a block's fields are runs of one column, and so are the frame's
+        self.fields = np.empty((n, 1 + N_SCALARS + N_CODED), dtype=np.int64, order="F")
+        self.offsets = np.empty(c, dtype=np.int32)
+        self.tokens = np.empty(c, dtype=np.int16)
+        self.ids = np.empty((n, 16), dtype=np.uint8)
+        self.local: list[tuple[int, int, list[list[str]]]] = []  # (row, rows, dictionary)
+
+    def fill(self, body: memoryview, row: int, chunk: int) -> tuple[int, int]:
+        magic, n, c, dict_len = HEAD.unpack_from(body)
+        if magic != MAGIC:
+            raise ValueError("request_blocks body: not a format 1 block")
+        raw = np.frombuffer(body, dtype=np.uint8)
+        p = HEAD.size
+        sizes = (8 * N_SCALARS * n, 16 * n, 4 * c, 4 * n, 2 * N_CODED * n, 2 * c, dict_len)
+        if p + sum(sizes) != len(body):
+            raise ValueError("request_blocks body: sizes do not add up")
+        sl = []
+        for size in sizes:
+            sl.append(raw[p : p + size])
+            p += size
+        # The body sits at any address in its message: the big sections are copied as bytes
+        # into the (aligned) results; the small ones that change type go through a copy.
+        for j in range(N_SCALARS):
+            self.fields[row : row + n, 1 + j].view(np.uint8)[:] = sl[0][8 * n * j : 8 * n * (j + 1)]
+        self.ids[row : row + n] = sl[1].reshape(n, 16)
+        self.offsets[chunk : chunk + c].view(np.uint8)[:] = sl[2]
+        self.fields[row : row + n, 0] = np.frombuffer(sl[3].tobytes(), dtype="<i4")
+        codes = np.frombuffer(sl[4].tobytes(), dtype="<i2").reshape(N_CODED, n)
+        self.fields[row : row + n, 1 + N_SCALARS :] = codes.T
+        self.tokens[chunk : chunk + c].view(np.uint8)[:] = sl[5]
+        self.local.append((row, n, json.loads(bytes(sl[6]).decode())))
+        return n, c
+
+    def finish(self) -> Packed:
+        """Global dictionaries (sorted, as analysis.fastload's) and codes into them."""
+        dicts: list[list[str]] = [
+            sorted({v for _, _, d in self.local for v in d[j]}) for j in range(N_CODED)
+        ]
+        index = [{v: i for i, v in enumerate(d)} for d in dicts]
+        for row, n, local in self.local:
+            for j in range(N_CODED):
+                lut = np.array([index[j][v] for v in local[j]] + [-1], dtype=np.int64)
+                col = self.fields[row : row + n, 1 + N_SCALARS + j]
+                col[:] = lut[col]  # -1 (NULL) takes the last entry: -1
+        return Packed(self.fields, self.offsets, self.tokens, self.ids, dicts)
+
+
+def _copy_blocks(
+    url_or_conn: str | psycopg.Connection[Any],
+    run_id: str,
+    wanted: Sequence[tuple[Any, int, int]],
+    places: Sequence[tuple[int, int]],
+    filler: _Filler,
+) -> None:
+    """COPY the bodies of `wanted` blocks (in block_id order) and fill each at its place."""
+    own = isinstance(url_or_conn, str)
+    conn = (
+        psycopg.connect(url_or_conn, autocommit=True)
+        if isinstance(url_or_conn, str)
+        else url_or_conn
+    )
+    query = sql.SQL(
+        "COPY (SELECT body FROM request_blocks WHERE run_id = {} AND format = {} "
+        "AND block_id = ANY({}) ORDER BY block_id) TO STDOUT (FORMAT BINARY)"
+    ).format(
+        sql.Literal(run_id),
+        sql.Literal(FORMAT),
+        sql.Literal([str(b[0]) for b in wanted]),
+    )
+    try:
+        with conn.lock:
+            pg = conn.pgconn
+            pg.send_query(query.as_bytes(conn))
+            res = pg.get_result()
+            if res is None or res.status != pq.ExecStatus.COPY_OUT:
+                msg = res.error_message.decode(errors="replace") if res is not None else ""
+                while pg.get_result() is not None:
+                    pass
+                raise psycopg.DatabaseError(f"COPY of request_blocks failed: {msg}")
+            k = 0
+            first = True
+            while True:
+                nbytes, data = pg.get_copy_data(0)
+                if nbytes < 0:
+                    break
+                start = 0
+                if first:  # the header, alone or with the first row
+                    first = False
+                    if bytes(data[: len(_SIGNATURE)]) != _SIGNATURE:
+                        raise ValueError("not a PostgreSQL binary COPY stream")
+                    start = _COPY_HEADER
+                    if nbytes == start:
+                        continue
+                if bytes(data[start : start + 2]) == b"\xff\xff":
+                    continue  # the trailer
+                if k >= len(wanted):
+                    raise ValueError("COPY of request_blocks: more rows than blocks")
+                (size,) = struct.unpack_from(">i", data, start + 2)
+                body = memoryview(data)[start + _ROW_HEAD : start + _ROW_HEAD + size]
+                got = filler.fill(body, *places[k])
+                if got != (wanted[k][1], wanted[k][2]):
+                    raise ValueError("request_blocks: a body disagrees with its row's counts")
+                k += 1
+            error = ""
+            while (res := pg.get_result()) is not None:
+                if res.status == pq.ExecStatus.FATAL_ERROR:
+                    error = res.error_message.decode(errors="replace")
+            if error:
+                raise psycopg.DatabaseError(f"COPY of request_blocks failed: {error}")
+            if k != len(wanted):
+                raise ValueError("COPY of request_blocks: fewer rows than blocks")
+    finally:
+        if own:
+            conn.close()
+
+
+def _covers(conn: psycopg.Connection[Any], run_id: str, p: Packed) -> bool:
+    """The blocks hold each request once (unique ids) and span the run's first and last
+    scheduled times; with equal counts (checked first) they are the run's rows."""
+    n = p.ids.shape[0]
+    if n == 0:
+        return False
+    words = p.ids.view("<u8").reshape(n, 2)
+    hi = np.sort(words[:, 0])
+    if bool((hi[1:] == hi[:-1]).any()):  # random ids rarely share 8 bytes: check those fully
+        order = np.lexsort((words[:, 1], words[:, 0]))
+        w = words[order]
+        if bool(((w[1:] == w[:-1]).all(axis=1)).any()):
+            return False
+    row = conn.execute(
+        "SELECT (extract(epoch FROM min(scheduled_at)) * 1000000)::int8, "
+        "(extract(epoch FROM max(scheduled_at)) * 1000000)::int8 "
+        "FROM requests WHERE run_id = %s::uuid",
+        (run_id,),
+    ).fetchone()
+    sched = p.fields[:, 1]
+    return row is not None and (row[0], row[1]) == (int(sched.min()), int(sched.max()))
+
+
+def load_packed(
+    conn: psycopg.Connection[Any] | str, run_id: str, *, parallel: int = 1
+) -> Packed | None:
+    """The run from its blocks, or None when they do not cover exactly its rows (the caller
+    then reads `requests`). With a URL and `parallel` > 1, blocks are read over that many
+    connections at once."""
+    if isinstance(conn, str):
+        with psycopg.connect(conn, autocommit=True) as c:
+            return _load(c, conn, run_id, parallel)
+    return _load(conn, conn, run_id, 1)
+
+
+def _load(
+    conn: psycopg.Connection[Any],
+    source: psycopg.Connection[Any] | str,
+    run_id: str,
+    parallel: int,
+) -> Packed | None:
+    blocks = _blocks(conn, run_id)
+    if blocks is None:
+        return None
+    n = np.array([b[1] for b in blocks], dtype=np.int64)
+    c = np.array([b[2] for b in blocks], dtype=np.int64)
+    places = list(zip((np.cumsum(n) - n).tolist(), (np.cumsum(c) - c).tolist(), strict=True))
+    filler = _Filler(int(n.sum()), int(c.sum()))
+    # one connection is the fastest here: the server sends a bytea with a copy, and the
+    # client's copies into the results contend when two threads do them (measured on 2 cores)
+    parts = max(1, min(parallel, len(blocks), PARALLEL_MAX))
+    if parts == 1:
+        _copy_blocks(source, run_id, blocks, places, filler)
+    else:  # alternate blocks between connections: similar sizes each
+        with ThreadPoolExecutor(max_workers=parts) as pool:
+            futures = [
+                pool.submit(
+                    _copy_blocks, source, run_id, blocks[k::parts], places[k::parts], filler
+                )
+                for k in range(parts)
+            ]
+            for f in futures:
+                f.result()
+    packed = filler.finish()
+    return packed if _covers(conn, run_id, packed) else None
