@@ -44,6 +44,14 @@ class Histogram:
         """Count `count` values of exactly 0 (the lowest bin)."""
         self.counts[0] += count
 
+    def share_above(self, x_ms: float) -> float:
+        """The share of values above `x_ms` (at bin resolution: bins wholly above it), 0..1."""
+        total = self.n
+        if total == 0:
+            return 0.0
+        i = int(np.searchsorted(_EDGES_MS, x_ms, side="right"))
+        return float(self.counts[i + 1 :].sum()) / total
+
     @property
     def n(self) -> int:
         return int(self.counts.sum())

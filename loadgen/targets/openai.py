@@ -330,9 +330,11 @@ class OpenAITarget:
 
 
 def _mark_spread(events: list[StreamEvent], window_ns: int) -> None:
-    """Kernel-stamped read: its output events are exact unless several of them came in it
-    (then the earlier ones may have arrived up to `window_ns` before the stamp)."""
-    outputs = [ev for ev in events if ev.kind in _OUTPUT]
-    spread = window_ns if len(outputs) > 1 else 0
-    for ev in outputs:
-        ev.spread_ns = spread
+    """Kernel-stamped read: its output events get the read's stamp (its last segment's), exact
+    for a read that carried one event. With several, an earlier one may have come up to
+    `window_ns` before it (since the socket was last drained): the kernel keeps one stamp for
+    segments that queue up together, whether the server wrote them together or the loop was
+    late to read them."""
+    for ev in events:
+        if ev.kind in _OUTPUT:
+            ev.spread_ns = window_ns
