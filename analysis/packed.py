@@ -8,9 +8,12 @@ place. Used by analysis.fastload when the blocks cover exactly the run's rows; N
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +30,36 @@ _ROW_HEAD = 2 + 4  # a COPY tuple's field count, then the body's length
 _SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 _COPY_HEADER = len(_SIGNATURE) + 8
 PARALLEL_MAX = 1  # connections reading blocks at once (see _load)
+
+
+# glibc's mallopt parameters (malloc.h) and their static defaults
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_GLIBC_DEFAULT = 128 * 1024
+_REUSE_BYTES = 64 << 20
+
+
+@contextlib.contextmanager
+def _reuse_message_buffers() -> Iterator[None]:
+    """libpq allocates every COPY message (a block: ~5 MB) afresh and frees it after; glibc
+    serves that from mmap or trims it off the heap each time, so the pages are faulted in again
+    for every block (measured: 1.1 s of a 1.6 s read of 930 MB). While reading, freed memory is
+    kept for reuse; after, glibc's static thresholds (the documented defaults) are set back.
+    Where glibc is not the C library, nothing changes."""
+    libc = None
+    with contextlib.suppress(OSError, AttributeError):
+        name = ctypes.util.find_library("c")
+        libc = ctypes.CDLL(name) if name else None
+        if libc is not None and not libc.mallopt(_M_MMAP_THRESHOLD, _REUSE_BYTES):
+            libc = None
+    try:
+        if libc is not None:
+            libc.mallopt(_M_TRIM_THRESHOLD, _REUSE_BYTES)
+        yield
+    finally:
+        if libc is not None:
+            libc.mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT)
+            libc.mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT)
+            libc.malloc_trim(0)
 
 
 @dataclass(slots=True)
@@ -241,7 +274,8 @@ def _load(
     # client's copies into the results contend when two threads do them (measured on 2 cores)
     parts = max(1, min(parallel, len(blocks), PARALLEL_MAX))
     if parts == 1:
-        _copy_blocks(source, run_id, blocks, places, filler)
+        with _reuse_message_buffers():
+            _copy_blocks(source, run_id, blocks, places, filler)
     else:  # alternate blocks between connections: similar sizes each
         with ThreadPoolExecutor(max_workers=parts) as pool:
             futures = [

@@ -244,61 +244,55 @@ def percentile_curves(
     Bands are `bootstrap_band`'s exact ones (`resamples` > 0 switches them on; 0: none)."""
     ok = ((df["outcome"] == "ok") & (df["phase"] == "steady")).to_numpy()
     level = df["level"].to_numpy()
-    region = df["region"].astype(object).to_numpy()
-    per_req = {k: m.per_request_values(df, k) for k in metrics if k != "itl_ms"}
+    rc, regions = _codes(df["region"])
     levels = sorted(set(level.tolist()))
-    regions = sorted(set(region.tolist()))
     g = tail_grid() if grid is None else np.asarray(grid, dtype=np.float64)
     itl: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]] = {}
     if "itl_ms" in metrics:
         ch = chunks if chunks is not None else m.ChunkArrays.from_frame(df)
-        itl = _itl_spectra(ch, ok, level, region, levels, regions, g, confidence, resamples, seed)
+        li = np.searchsorted(np.asarray(levels), level)
+        labels = np.where(ok, li * max(len(regions), 1) + rc, -1).astype(np.int32)
+        itl = _itl_spectra(ch, labels, levels, regions, g, confidence, resamples, seed)
+    per_req = {k: m.per_request_values(df, k) for k in metrics if k != "itl_ms"}
+    spectra: dict[tuple[int, str, str], pd.DataFrame] = {}
+    order: list[tuple[int, str, str]] = []
+    for lvl in levels:
+        in_level = level == lvl
+        present = np.unique(rc[in_level]).tolist() if by_region else []
+        groups = [("all", ok & in_level)]
+        if len(present) > 1:
+            groups += [(regions[j], ok & in_level & (rc == j)) for j in present]
+        for name, rows in groups:
+            for metric in metrics:
+                order.append((lvl, name, metric))
+                if metric != "itl_ms":
+                    spectra[(lvl, name, metric)] = spectrum(
+                        per_req[metric][rows],
+                        g,
+                        confidence=confidence,
+                        resamples=resamples,
+                        seed=seed,
+                    )
     parts = []
-
-    def add(metric: str, lvl: int, name: str, s: pd.DataFrame) -> None:
+    for lvl, name, metric in order:
+        if metric == "itl_ms":
+            value, lower, upper, n = itl[f"{lvl}|{name}"]
+            s = pd.DataFrame(
+                {
+                    "percentile": g,
+                    "x": tail_x(g),
+                    "value": value,
+                    "lower": lower,
+                    "upper": upper,
+                    "n": n,
+                }
+            )
+        else:
+            s = spectra[(lvl, name, metric)]
         s.insert(0, "region", name)
         s.insert(0, "level", int(lvl))
         s.insert(0, "metric", metric)
         parts.append(s)
-
-    for lvl in levels:
-        in_level = level == lvl
-        names = sorted(set(region[in_level].tolist())) if by_region else []
-        groups = [("all", ok & in_level)]
-        if len(names) > 1:
-            groups += [(str(r), ok & in_level & (region == r)) for r in names]
-        for name, rows in groups:
-            for metric in metrics:
-                if metric == "itl_ms":
-                    value, lower, upper, n = itl[f"{lvl}|{name}"]
-                    add(
-                        metric,
-                        lvl,
-                        name,
-                        pd.DataFrame(
-                            {
-                                "percentile": g,
-                                "x": tail_x(g),
-                                "value": value,
-                                "lower": lower,
-                                "upper": upper,
-                                "n": n,
-                            }
-                        ),
-                    )
-                else:
-                    add(
-                        metric,
-                        lvl,
-                        name,
-                        spectrum(
-                            per_req[metric][rows],
-                            g,
-                            confidence=confidence,
-                            resamples=resamples,
-                            seed=seed,
-                        ),
-                    )
     if not parts:
         return pd.DataFrame(
             columns=["metric", "level", "region", "percentile", "x", "value", "lower", "upper", "n"]
@@ -306,11 +300,26 @@ def percentile_curves(
     return pd.concat(parts, ignore_index=True)
 
 
+def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Codes (int64) of a text column into its distinct values, sorted (as
+    sorted(set(values)) would give them), without comparing Python strings per row."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes = col.cat.codes.to_numpy().astype(np.int64)
+        cats = [str(c) for c in col.cat.categories]
+    else:
+        raw, uniques = pd.factorize(col.astype(object))
+        codes, cats = raw.astype(np.int64), [str(c) for c in uniques]
+    present = np.unique(codes[codes >= 0]).tolist()
+    names = sorted(cats[i] for i in present)
+    lut = np.full(len(cats) + 1, -1, dtype=np.int64)  # index -1 (missing) stays -1
+    for i in present:
+        lut[i] = names.index(cats[i])
+    return lut[codes], names
+
+
 def _itl_spectra(
     chunks: m.ChunkArrays,
-    ok: np.ndarray,
-    level: np.ndarray,
-    region: np.ndarray,
+    labels: np.ndarray,
     levels: list[int],
     regions: list[str],
     grid: np.ndarray,
@@ -318,10 +327,23 @@ def _itl_spectra(
     resamples: int,
     seed: int,
 ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
-    """Per-token ITL spectra keyed "level|all" and "level|region" (see `itl_group_spectra`)."""
-    labels, n_labels, sets = level_region_labels(ok, level, region, levels, regions)
+    """Per-token ITL spectra keyed "level|all" and "level|region" (see `itl_group_spectra`), of
+    request labels level_index * len(regions) + region_index (-1: left out)."""
+    nreg = max(len(regions), 1)
+    sets: dict[str, list[int]] = {}
+    for i, lvl in enumerate(levels):
+        sets[f"{lvl}|all"] = [i * nreg + j for j in range(nreg)]
+        for j, r in enumerate(regions):
+            sets[f"{lvl}|{r}"] = [i * nreg + j]
     return itl_group_spectra(
-        chunks, labels, n_labels, sets, grid, confidence=confidence, resamples=resamples, seed=seed
+        chunks,
+        labels,
+        len(levels) * nreg,
+        sets,
+        grid,
+        confidence=confidence,
+        resamples=resamples,
+        seed=seed,
     )
 
 
