@@ -19,6 +19,7 @@ import platform
 import socket
 import struct
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -64,11 +65,17 @@ class StampedSocket(socket.socket):
                 self.rx_real_ns = sec * 1_000_000_000 + nsec
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
-        data, ancillary, _, _ = self.recvmsg(bufsize, _ANC_SIZE, flags)
+        """Read into this thread's scratch buffer and return an exact-size copy: asyncio asks
+        for 256 KiB, and a bytes object allocated that large and shrunk keeps far more memory
+        than a token's few hundred bytes while it waits in a queue."""
+        view = _scratch()
+        if bufsize < len(view):
+            view = view[:bufsize]
+        n, ancillary, _, _ = self.recvmsg_into([view], _ANC_SIZE, flags)
         self.rx_real_ns = 0  # no stamp on this read unless the kernel gave one
         if ancillary:
             self._keep(ancillary)
-        return data
+        return view[:n].tobytes()
 
     def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
         view = memoryview(buffer)
@@ -79,6 +86,17 @@ class StampedSocket(socket.socket):
         if ancillary:
             self._keep(ancillary)
         return n
+
+
+_local = threading.local()
+SCRATCH_BYTES = 64 * 1024
+
+
+def _scratch() -> memoryview:
+    view: memoryview | None = getattr(_local, "view", None)
+    if view is None:
+        view = _local.view = memoryview(bytearray(SCRATCH_BYTES))
+    return view
 
 
 class KernelStamper:
