@@ -53,17 +53,22 @@ class RawExchange:
         self.nbytes = 0
 
     async def send(self) -> int:
-        """Acquire a connection, write the request; the clock right after the write (ns)."""
+        """Acquire a connection, write the request; the send time (ns): the clock just before
+        the write, which hands the whole request to the kernel at once (a server can have it
+        before a clock read after the write returns); or, when a large body had to wait for the
+        kernel to take it, the clock once it did."""
         conn = await self.pool.acquire(self.deadline_at)
         self.conn = conn
         conn.clock = self.clock
         conn.reads = []
         self.timer = self.loop.call_at(self.deadline_at, self._on_timer)
         assert conn.transport is not None
+        sent = self.clock()
         conn.transport.write(self.data)
         if conn.drain is not None:  # a large body is still queued: wait until the kernel took it
             await self._wait(conn.drain)
-        sent = conn.drained = self.clock()
+            sent = self.clock()
+        conn.drained = sent
         return sent
 
     def _on_timer(self) -> None:
