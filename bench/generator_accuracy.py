@@ -13,6 +13,9 @@ The first `--warmup` seconds of every run are excluded equally for both tools. M
 requests sent in [start + warmup, + duration): TTFT error = (first token - send) measured minus
 (first token written - request received) true; ITL error per token k >= 1 = measured gap minus
 true gap, where the tokens of one read (client) or one write (sim) share its time.
+TTFT error splits into the client's first-token stamp minus the sim's write of it, plus the
+sim's request stamp minus the client's send: transit and how late the sim's own loop read the
+request (the truth's reference point, not the client's error).
 """
 
 from __future__ import annotations
@@ -331,6 +334,8 @@ def analyse(
     w0 = meta["start_ns"] + int(args.warmup * 1e9)
     w1 = w0 + int(args.duration * 1e9)
     ttft_err: list[float] = []
+    first_err: list[float] = []  # first token: client stamp - sim write (the client's part)
+    req_read: list[float] = []  # sim's request stamp - client send (transit + the sim's lag)
     itl_err: list[np.ndarray] = []
     late: list[np.ndarray] = []
     tokens_in_window = used = mismatched = failed = 0
@@ -348,6 +353,8 @@ def analyse(
             continue
         used += 1
         ttft_err.append(((times[0] - sent) - (true[0] - t["request_ns"])) / 1e6)
+        first_err.append((times[0] - true[0]) / 1e6)
+        req_read.append((t["request_ns"] - sent) / 1e6)
         itl_err.append((np.diff(times) - np.diff(true)) / 1e6)
         late.append(np.asarray(t["chunk_late_us"], dtype=np.float64) / 1e3)
     ttft, itl = (
@@ -372,6 +379,8 @@ def analyse(
         "tool": tool, "streams": streams, "requests_used": used, "requests_failed": failed,
         "requests_count_mismatch": mismatched, "tokens_per_s": tokens_in_window / args.duration,
         "theoretical_tokens_per_s": theo, "ttft_err_ms": ttft, "itl_err_ms": itl,
+        "first_token_stamp_err_ms": _pcts(np.asarray(first_err)),
+        "sim_request_read_after_send_ms": _pcts(np.asarray(req_read)),
         "sim_write_late_ms_p99": float(np.percentile(np.concatenate(late), 99)) if late else None,
         "cpu_percent": cpu, "runqueue_wait_percent": runq,
         "peak_rss_mib": hwm / 1024, "rss_base_mib": base / 1024,
@@ -393,17 +402,21 @@ def _f(v: float | None, fmt: str = ".2f") -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| tool | streams | requests | tok/s (of theory) | TTFT err p50 / p99 ms "
             "| abs TTFT err p50 / p99 | ITL err p50 / p99 ms | abs ITL err p50 / p99 "
+            "| 1st-token stamp abs err p99 / sim read after send p99 ms "
             "| CPU % (runq wait %) | peak RSS MiB | KiB/stream (net) | self-check | accurate |\n"
-            + "|---" * 13 + "|\n")  # fmt: skip
+            + "|---" * 14 + "|\n")  # fmt: skip
     lines = []
     for r in rows:
         t, i = r["ttft_err_ms"], r["itl_err_ms"]
+        f1 = r.get("first_token_stamp_err_ms", {})
+        rr = r.get("sim_request_read_after_send_ms", {})
         check = "—" if r["valid"] is None else ("valid" if r["valid"] else "INVALID")
         lines.append(
             f"| {r['tool']} | {r['streams']} | {r['requests_used']} | {r['tokens_per_s']:.0f} "
             f"({100 * r['tokens_per_s'] / r['theoretical_tokens_per_s']:.0f}%) "
             f"| {_f(t['p50'])} / {_f(t['p99'])} | {_f(t['abs_p50'])} / {_f(t['abs_p99'])} "
             f"| {_f(i['p50'])} / {_f(i['p99'])} | {_f(i['abs_p50'])} / {_f(i['abs_p99'])} "
+            f"| {_f(f1.get('abs_p99'))} / {_f(rr.get('p99'))} "
             f"| {_f(r['cpu_percent'], '.0f')} ({_f(r['runqueue_wait_percent'], '.0f')}) "
             f"| {r['peak_rss_mib']:.0f} "
             f"| {r['rss_per_stream_kib']:.1f} ({r['rss_per_stream_net_kib']:.1f}) | {check} "
