@@ -1,5 +1,6 @@
-"""The generator watching itself: event-loop lag, dispatch delay and CPU, summarised per second
-for ticks and over the whole shard for the validity verdict.
+"""The generator watching itself: event-loop lag, dispatch delay, CPU and how token stamps were
+taken, summarised per second for ticks and over the whole shard for the validity verdict
+(`SelfCheck.verdict`).
 
 Distributions are kept in fixed log-spaced histograms (bounded memory however long the run);
 they only decide validity and are never reported as latencies of the server.
@@ -16,6 +17,8 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+
+from loadgen.spec import ValiditySpec
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # Bin edges in ms: 1 µs .. 100 s, 40 bins per decade (~6% wide).
@@ -186,3 +189,86 @@ class CpuMeter:
         pct = 100.0 * (cpu - self._cpu) / d_wall if d_wall > 0 else 0.0
         self._cpu, self._wall = cpu, wall
         return pct
+
+
+class SelfCheck:
+    """Everything the generator records about itself during a shard, and the verdict on it:
+    the loop-lag probe, dispatch delays, CPU per second and how token stamps were taken."""
+
+    def __init__(self, clock: Callable[[], int], activity: Callable[[], int]) -> None:
+        self.lag = LoopLagProbe(clock, activity=activity)
+        self.cpu = CpuMeter()
+        self.cpu_ticks: list[float] = []
+        self.dispatch_second: list[float] = []  # ms, since the last tick
+        self.dispatch_all = Histogram()
+        # token stamps by kind: kernel-stamped alone in their read (exact), kernel-stamped
+        # with other events in one read (see StreamEvent.spread_ns), stamped in user space
+        self.exact_stamped = self.merged_stamped = self.user_stamped = 0
+
+    def take_second(self) -> tuple[float, float, float, float]:
+        """(lag max, lag p99, dispatch delay max, CPU %) of the last second, folded in."""
+        lag_max, lag_p99 = self.lag.take_second()
+        disp, self.dispatch_second = self.dispatch_second, []
+        self.dispatch_all.add_many(disp)
+        cpu = self.cpu.take()
+        self.cpu_ticks.append(cpu)
+        return lag_max, lag_p99, max(disp) if disp else 0.0, cpu
+
+    @property
+    def kernel_stamped(self) -> bool:
+        """Token stamps are the kernel's receive times, but for at most 1 in 1,000 (a read the
+        kernel gave no stamp, e.g. while it switches stamping on): too few to move a p99."""
+        kernel = self.exact_stamped + self.merged_stamped
+        return kernel > 0 and self.user_stamped * 1000 <= kernel + self.user_stamped
+
+    def verdict(self, v: ValiditySpec) -> tuple[bool, list[str], dict[str, float]]:
+        """Valid unless the generator shaped the numbers.
+
+        Token stamps taken in user space are late by the loop's lag: its p99 must stay within
+        the bound. A kernel stamp is exact for a read that carried one token event; when events
+        queued up and came in one read, the earlier ones may be early by up to how long the
+        loop took to read them. So a token's error exceeds the bound only if it was read
+        together with others *and* the loop's lag then exceeded the bound: the share of such
+        tokens is at most min(share read together, share of lag samples above the bound), and
+        that must stay within 1 % (the p99)."""
+        bound = v.max_loop_lag_p99_ms
+        lag99 = self.lag.total.quantile(0.99)
+        lag_over = self.lag.total.share_above(bound)
+        kernel = self.exact_stamped + self.merged_stamped
+        merged = self.merged_stamped / kernel if kernel else 0.0
+        disp99 = self.dispatch_all.quantile(0.99)
+        busy = sum(1 for c in self.cpu_ticks if c >= v.max_cpu_percent)
+        reasons = []
+        if self.kernel_stamped:
+            if min(merged, lag_over) > 0.01:
+                reasons.append(
+                    f"{merged:.1%} of tokens were read together with others and the event loop "
+                    f"was over {bound:g} ms late for {lag_over:.1%} of reads: more than 1% of "
+                    f"token stamps may be off by over {bound:g} ms"
+                )
+        elif lag99 > bound:
+            reasons.append(
+                f"event-loop lag p99 {lag99:.2f} ms exceeds {bound:g} ms: "
+                "the generator was too busy to stamp arrivals accurately"
+            )
+        if disp99 > v.max_dispatch_delay_p99_ms:
+            reasons.append(
+                f"dispatch delay p99 {disp99:.2f} ms exceeds {v.max_dispatch_delay_p99_ms:g} ms: "
+                "requests left later than scheduled"
+            )
+        if self.cpu_ticks and busy / len(self.cpu_ticks) > 0.2:
+            reasons.append(
+                f"generator CPU at or above {v.max_cpu_percent:g}% in {busy} of "
+                f"{len(self.cpu_ticks)} seconds"
+            )
+        health = {
+            "loop_lag_p99_ms": lag99,
+            "loop_lag_max_ms": self.lag.total.max,
+            "tokens_read_together_share": merged,
+            "loop_lag_over_bound_share": lag_over,
+            "kernel_stamps": 1.0 if self.kernel_stamped else 0.0,
+            "dispatch_delay_p99_ms": disp99,
+            "dispatch_delay_max_ms": self.dispatch_all.max,
+            "cpu_percent_max": max(self.cpu_ticks, default=0.0),
+        }
+        return not reasons, reasons, health

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.health import CpuMeter, Histogram, LoopLagProbe, rss_bytes
+from loadgen.health import SelfCheck, rss_bytes
 from loadgen.plan import ShardPlan, Sink
 from loadgen.records import (
     Batch,
@@ -121,15 +121,8 @@ class ShardRunner:
         self.level_index = 0
         # per-second counters
         self.started = self.completed = self.errors = self.tokens = 0
-        self.dispatch_second: list[float] = []
         self.chunks_seen = 0  # chunk arrivals stamped so far (weights the lag probe)
-        self.lag = LoopLagProbe(clock, activity=lambda: self.chunks_seen)
-        self.cpu = CpuMeter()
-        self.cpu_ticks: list[float] = []
-        self.dispatch_all = Histogram()
-        # token stamps by kind: kernel-stamped alone in their read (exact), kernel-stamped
-        # with other events in one read (see StreamEvent.spread_ns), stamped in user space
-        self.exact_stamped = self.merged_stamped = self.user_stamped = 0
+        self.check = SelfCheck(clock, activity=lambda: self.chunks_seen)
         self.stopping = False
         self.stop_reason = ""
 
@@ -215,9 +208,10 @@ class ShardRunner:
         """Send one request scheduled at `sched` (monotonic ns); emit its record. Returns the
         answer text (only needed by multi-turn sessions)."""
         clock = self.clock
+        check = self.check
         start = clock()
         delay_ms = (start - sched) / 1e6
-        self.dispatch_second.append(delay_ms)
+        self.check.dispatch_second.append(delay_ms)
         messages = context if context is not None else prompt.messages
         body = request_body(self.spec, Prompt(messages, prompt.prompt_tokens, prompt.max_tokens))
         rid = make_request_id(self.plan.run_id, self.plan.shard_id, index)
@@ -260,11 +254,11 @@ class ShardRunner:
                         rec.reasoning_tokens += ev.tokens
                     spread = ev.spread_ns
                     if spread == 0:
-                        self.exact_stamped += 1
+                        check.exact_stamped += 1
                     elif spread < 0:
-                        self.user_stamped += 1
+                        check.user_stamped += 1
                     else:
-                        self.merged_stamped += 1
+                        check.merged_stamped += 1
                     if ev.t_ns == last_t:  # same read: one arrival, one chunk
                         ctokens[-1] += ev.tokens
                         chars[-1] += len(ev.text)
@@ -489,11 +483,7 @@ class ShardRunner:
             self.tick()
 
     def tick(self) -> None:
-        lag_max, lag_p99 = self.lag.take_second()
-        disp, self.dispatch_second = self.dispatch_second, []
-        self.dispatch_all.add_many(disp)
-        cpu = self.cpu.take()
-        self.cpu_ticks.append(cpu)
+        lag_max, lag_p99, disp_max, cpu = self.check.take_second()
         p = self.plan
         t = Tick(
             run_id=p.run_id,
@@ -508,7 +498,7 @@ class ShardRunner:
             output_tokens=self.tokens,
             loop_lag_ms_max=lag_max,
             loop_lag_ms_p99=lag_p99,
-            dispatch_delay_ms_max=max(disp) if disp else 0.0,
+            dispatch_delay_ms_max=disp_max,
             cpu_percent=cpu,
             rss_bytes=rss_bytes(),
         )
@@ -517,66 +507,6 @@ class ShardRunner:
         if self.on_tick is not None:
             self.on_tick(t)
         self.flush()
-
-    @property
-    def kernel_stamped(self) -> bool:
-        """Token stamps are the kernel's receive times, but for at most 1 in 1,000 (a read the
-        kernel gave no stamp, e.g. while it switches stamping on): too few to move a p99."""
-        kernel = self.exact_stamped + self.merged_stamped
-        return kernel > 0 and self.user_stamped * 1000 <= kernel + self.user_stamped
-
-    def verdict(self) -> tuple[bool, list[str], dict[str, float]]:
-        """Valid unless the generator shaped the numbers.
-
-        Token stamps taken in user space are late by the loop's lag: its p99 must stay within
-        the bound. A kernel stamp is exact for a read that carried one token event; when events
-        queued up and came in one read, the earlier ones may be early by up to how long the
-        loop took to read them. So a token's error exceeds the bound only if it was read
-        together with others *and* the loop's lag then exceeded the bound: the share of such
-        tokens is at most min(share read together, share of lag samples above the bound), and
-        that must stay within 1 % (the p99)."""
-        v = self.spec.validity
-        bound = v.max_loop_lag_p99_ms
-        lag99 = self.lag.total.quantile(0.99)
-        lag_over = self.lag.total.share_above(bound)
-        kernel = self.exact_stamped + self.merged_stamped
-        merged = self.merged_stamped / kernel if kernel else 0.0
-        disp99 = self.dispatch_all.quantile(0.99)
-        busy = sum(1 for c in self.cpu_ticks if c >= v.max_cpu_percent)
-        reasons = []
-        if self.kernel_stamped:
-            if min(merged, lag_over) > 0.01:
-                reasons.append(
-                    f"{merged:.1%} of tokens were read together with others and the event loop "
-                    f"was over {bound:g} ms late for {lag_over:.1%} of reads: more than 1% of "
-                    f"token stamps may be off by over {bound:g} ms"
-                )
-        elif lag99 > bound:
-            reasons.append(
-                f"event-loop lag p99 {lag99:.2f} ms exceeds {bound:g} ms: "
-                "the generator was too busy to stamp arrivals accurately"
-            )
-        if disp99 > v.max_dispatch_delay_p99_ms:
-            reasons.append(
-                f"dispatch delay p99 {disp99:.2f} ms exceeds {v.max_dispatch_delay_p99_ms:g} ms: "
-                "requests left later than scheduled"
-            )
-        if self.cpu_ticks and busy / len(self.cpu_ticks) > 0.2:
-            reasons.append(
-                f"generator CPU at or above {v.max_cpu_percent:g}% in {busy} of "
-                f"{len(self.cpu_ticks)} seconds"
-            )
-        health = {
-            "loop_lag_p99_ms": lag99,
-            "loop_lag_max_ms": self.lag.total.max,
-            "tokens_read_together_share": merged,
-            "loop_lag_over_bound_share": lag_over,
-            "kernel_stamps": 1.0 if self.kernel_stamped else 0.0,
-            "dispatch_delay_p99_ms": disp99,
-            "dispatch_delay_max_ms": self.dispatch_all.max,
-            "cpu_percent_max": max(self.cpu_ticks, default=0.0),
-        }
-        return not reasons, reasons, health
 
 
 def _messages_text(messages: list[dict[str, str]]) -> str:
@@ -649,7 +579,7 @@ async def run_shard(
     start = start_at_mono_ns if start_at_mono_ns is not None else clock()
     status = "completed"
     levels_done: list[LevelResult] = []
-    background = [asyncio.create_task(r.lag.run())]
+    background = [asyncio.create_task(r.check.lag.run())]
     await r.sleep_until(start)
     background.append(asyncio.create_task(r.ticker(start)))
 
@@ -708,7 +638,7 @@ async def run_shard(
     await asyncio.gather(*background, stop_abort, return_exceptions=True)
     r.tick()
     r.flush()
-    valid, reasons, health = r.verdict()
+    valid, reasons, health = r.check.verdict(spec.validity)
     return ShardResult(
         plan.shard_id,
         status,
