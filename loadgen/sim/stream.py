@@ -107,6 +107,7 @@ class Completion:
         self.chunk_ns: list[int] = []
         self.chunk_tokens: list[int] = []
         self.chunk_due_ns: list[int] = []
+        self.chunk_write_us: list[int] = []  # how long each write call took (preemption shows)
         self._trickle_body = b""
         self._trickle_pos = 0
         self._trickle_ends: dict[int, int] = {}
@@ -161,8 +162,11 @@ class Completion:
         self.state.tokens_generated += 1
         if self._plain and n < self.max_tokens:  # the hot path: one token, one event, one write
             ev = self._pre + text.token_bytes(self.offset, i, i != 0) + self._post
+            before = time.perf_counter_ns()
             self.t.write(b"%x\r\n%s\r\n" % (len(ev), ev))
-            self.chunk_ns.append(time.perf_counter_ns())
+            after = time.perf_counter_ns()
+            self.chunk_ns.append(after)
+            self.chunk_write_us.append((after - before) // 1000)
             self.chunk_tokens.append(1)
             self.chunk_due_ns.append(due_ns)
             return False
@@ -222,8 +226,11 @@ class Completion:
     def _send(self, payload: bytes, tokens: int, due_ns: int) -> None:
         if not payload:
             return
+        before = time.perf_counter_ns()
         self.t.write(payload)
-        self.chunk_ns.append(time.perf_counter_ns())
+        after = time.perf_counter_ns()
+        self.chunk_ns.append(after)
+        self.chunk_write_us.append((after - before) // 1000)
         self.chunk_tokens.append(tokens)
         self.chunk_due_ns.append(due_ns)
 
@@ -324,6 +331,7 @@ class Completion:
             "chunk_ns": self.chunk_ns,
             "chunk_tokens": self.chunk_tokens,
             "chunk_due_ns": self.chunk_due_ns,
+            "chunk_write_us": self.chunk_write_us,
             "end_ns": time.perf_counter_ns(),
         }
 

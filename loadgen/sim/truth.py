@@ -10,7 +10,9 @@ Line layout (`"type": "request"`):
   anchor), response_headers_ns (status line and headers written; None if never),
   chunk_ns[i] (write i of the body after the head; the role-only chunk goes with the head),
   chunk_tokens[i] (tokens whose event completed in write i), chunk_due_ns[i], chunk_late_us[i]
-  (write time minus due time, µs), end_ns (request finished).
+  (write time minus due time, µs), chunk_write_us[i] (how long the write call took, µs: the
+  bytes left somewhere in that interval, so a long one, e.g. the process preempted, makes
+  chunk_ns[i] uncertain by as much), end_ns (request finished).
 The last line (`"type": "summary"`, on shutdown) holds totals: by_status, by_outcome, by_fault.
 """
 
