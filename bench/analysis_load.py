@@ -5,7 +5,10 @@ frontier. Prints timings (time.perf_counter_ns) and peak RSS.
     PEAKLOAD_BENCH_URL=postgresql://... python bench/analysis_load.py [--requests 1000000]
 
 The URL is an admin URL of a PostgreSQL/TimescaleDB server (default: PEAKLOAD_TEST_TIMESCALE_URL);
-the run is generated server-side once into the database `peakload_bench` and reused.
+the run is generated server-side once into the database `peakload_bench` and reused, and its
+request_blocks are written once by workers.store.backfill (the writer's encoder, in the writer's
+5,000-row batches), as a writer would have written them. `--arrays` reads the int[] columns
+instead (analysis.fastload's fallback, the path of runs without blocks).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analysis import cache, fastload, frontier, load, percentiles
 from analysis.summary import level_summary
+from workers.store.backfill import pack_run
 
 DB = "peakload_bench"
 LEVELS = (50.0, 100.0, 200.0, 400.0)
@@ -121,6 +125,22 @@ def generate(conn: psycopg.Connection[tuple[object, ...]], rid: str, n: int, chu
     conn.execute("ANALYZE requests")
 
 
+def ensure_blocks(url: str, rid: str) -> None:
+    """Pack the run's request_blocks once (a generated run has none)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM requests WHERE run_id = %s), "
+            "(SELECT sum(n_requests) FROM request_blocks WHERE run_id = %s)",
+            (rid, rid),
+        ).fetchone()
+    if row is not None and row[0] == row[1]:
+        return
+    t = time.perf_counter_ns()
+    print("packing request_blocks (once) ...", flush=True)
+    n = pack_run(url, rid)
+    print(f"  {n} blocks ({(time.perf_counter_ns() - t) / 1e9:.1f} s)", flush=True)
+
+
 def timed(label: str, results: dict[str, float], fn, *args, **kwargs):  # type: ignore[no-untyped-def]
     t = time.perf_counter_ns()
     c = time.process_time_ns()
@@ -144,6 +164,7 @@ def main() -> None:
     ap.add_argument("--summary", action="store_true", help="also time level_summary")
     ap.add_argument("--parallel", type=int, default=2, help="connections reading the run")
     ap.add_argument("--cache-dir", default="/tmp/peakload-bench-cache")
+    ap.add_argument("--arrays", action="store_true", help="read the int[] columns, not blocks")
     args = ap.parse_args()
     admin = os.environ.get("PEAKLOAD_BENCH_URL") or os.environ.get("PEAKLOAD_TEST_TIMESCALE_URL")
     if not admin:
@@ -166,6 +187,7 @@ def main() -> None:
             else "PostgreSQL (no TimescaleDB)"
         )
         server = conn.execute("SHOW server_version").fetchone()
+    ensure_blocks(url, rid)
     results: dict[str, float] = {}
     with psycopg.connect(url, autocommit=True) as conn:
         levels = load.load_levels(conn, rid)
@@ -204,13 +226,16 @@ def main() -> None:
         return len(curves), len(pts)
 
     t0 = time.perf_counter_ns()
+    # blocks are read over one connection (analysis.packed); --parallel is the int[] path's
+    path = f"int[] columns, x{args.parallel}" if args.arrays else "request_blocks"
     df, chunks = timed(
-        f"cold: load from the store (binary COPY x{args.parallel})",
+        f"cold: load from the store ({path})",
         results,
         fastload.load_requests_fast,
         url,
         rid,
         parallel=args.parallel,
+        packed=not args.arrays,
     )
     n_curves, n_pts = compute("cold", df, chunks)
     results["cold total (load + curves + frontier)"] = (time.perf_counter_ns() - t0) / 1e9
@@ -244,6 +269,7 @@ def main() -> None:
         "curve_rows": n_curves,
         "frontier_levels": n_pts,
         "parallel": args.parallel,
+        "read": path,
         "seconds": results,
         "peak_rss_gib": rss / 2**30,
         "nproc": os.cpu_count(),

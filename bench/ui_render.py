@@ -8,7 +8,8 @@ person waits for before the browser draws.
 
 Store: PEAKLOAD_BENCH_URL (an admin URL), else a temporary embedded PostgreSQL. Runs are
 generated server-side by bench/analysis_load.py's generator (4 rate levels, 3 regions, every
-200th request a 503) into the database `peakload_bench` and reused.
+200th request a 503) into the database `peakload_bench` and reused; their request_blocks are
+packed once (bench/analysis_load.py's ensure_blocks).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from analysis_load import ensure_db, generate  # noqa: E402
+from analysis_load import ensure_blocks, ensure_db, generate  # noqa: E402
 
 APP = ROOT / "ui" / "app.py"
 
@@ -100,6 +101,8 @@ def main() -> None:
                     print(f"generating run {rid}: {args.requests:,} x {args.chunks} chunks")
                     generate(conn, rid, args.requests, args.chunks)
             version = conn.execute("SHOW server_version").fetchone()
+        for rid in ids:  # as the store writer would have written them
+            ensure_blocks(url, rid)
         os.environ["PEAKLOAD_DATABASE_URL"] = url
         cache_dir = tmp / "analysis-cache"
         os.environ["PEAKLOAD_ANALYSIS_CACHE"] = str(cache_dir)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,6 +24,8 @@ from workers.store.spool import EncodedBatch
 from workers.store.writer import StoreWriter
 
 pytestmark = pytest.mark.integration
+
+Loaded = tuple[pd.DataFrame, m.ChunkArrays]
 
 
 def _varied(run_id: str, n: int) -> list[RequestRecord]:
@@ -72,13 +73,13 @@ def _sorted(df: pd.DataFrame, ch: m.ChunkArrays) -> tuple[pd.DataFrame, list[lis
     return df.iloc[order].reset_index(drop=True), rows
 
 
-def _both(url: str, run_id: str) -> tuple[Any, Any]:
+def _both(url: str, run_id: str) -> tuple[Loaded, Loaded]:
     fast = fastload.load_requests_fast(url, run_id, parallel=2)
     slow = fastload.load_requests_fast(url, run_id, parallel=2, packed=False)
     return fast, slow
 
 
-def _assert_same(a: tuple[pd.DataFrame, m.ChunkArrays], b: tuple[pd.DataFrame, m.ChunkArrays]):  # type: ignore[no-untyped-def]
+def _assert_same(a: Loaded, b: Loaded) -> None:
     fa, ra = _sorted(*a)
     fb, rb = _sorted(*b)
     pd.testing.assert_frame_equal(fa, fb)
@@ -118,9 +119,8 @@ def test_incomplete_blocks_fall_back_to_the_arrays(store_url: str, tmp_path: Pat
         # rows written without a block (an older writer): counts differ
         extra = dataclasses.replace(make_records(run_id, 1, start=5000)[0], shard_id="old")
         enc = copyenc.encode_requests([extra], False)
-        with conn.cursor() as cur, cur.copy(
-            "COPY requests (" + ", ".join(copyenc.REQUEST_COLUMNS) + ") FROM STDIN (FORMAT BINARY)"
-        ) as cp:
+        copy = f"COPY requests ({', '.join(copyenc.REQUEST_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+        with conn.cursor() as cur, cur.copy(copy) as cp:
             cp.write(enc)
         assert packed.load_packed(conn, run_id) is None
     fast, slow = _both(store_url, run_id)
