@@ -14,7 +14,7 @@ import numpy.typing as npt
 import pandas as pd
 from scipy import special
 
-from analysis import grouped
+from analysis import itl_spectra
 from analysis import metrics as m
 
 STEPS_PER_DECADE = 10
@@ -252,7 +252,9 @@ def percentile_curves(
         ch = chunks if chunks is not None else m.ChunkArrays.from_frame(df)
         li = np.searchsorted(np.asarray(levels), level)
         labels = np.where(ok, li * max(len(regions), 1) + rc, -1).astype(np.int32)
-        itl = _itl_spectra(ch, labels, levels, regions, g, confidence, resamples, seed)
+        itl = itl_spectra.level_region_spectra(
+            ch, labels, levels, regions, g, confidence, resamples, seed
+        )
     per_req = {k: m.per_request_values(df, k) for k in metrics if k != "itl_ms"}
     spectra: dict[tuple[int, str, str], pd.DataFrame] = {}
     order: list[tuple[int, str, str]] = []
@@ -315,159 +317,3 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
     for i in present:
         lut[i] = names.index(cats[i])
     return lut[codes], names
-
-
-def _itl_spectra(
-    chunks: m.ChunkArrays,
-    labels: np.ndarray,
-    levels: list[int],
-    regions: list[str],
-    grid: np.ndarray,
-    confidence: float,
-    resamples: int,
-    seed: int,
-) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
-    """Per-token ITL spectra keyed "level|all" and "level|region" (see `itl_group_spectra`), of
-    request labels level_index * len(regions) + region_index (-1: left out)."""
-    nreg = max(len(regions), 1)
-    sets: dict[str, list[int]] = {}
-    for i, lvl in enumerate(levels):
-        sets[f"{lvl}|all"] = [i * nreg + j for j in range(nreg)]
-        for j, r in enumerate(regions):
-            sets[f"{lvl}|{r}"] = [i * nreg + j]
-    return itl_group_spectra(
-        chunks,
-        labels,
-        len(levels) * nreg,
-        sets,
-        grid,
-        confidence=confidence,
-        resamples=resamples,
-        seed=seed,
-    )
-
-
-def level_region_labels(
-    rows: np.ndarray,
-    level: np.ndarray,
-    region: np.ndarray,
-    levels: list[int],
-    regions: list[str],
-) -> tuple[np.ndarray, int, dict[str, list[int]]]:
-    """Request labels level_index * len(regions) + region_index (-1 where `rows` is False),
-    their count, and the sets "level|all" and "level|region" as lists of labels."""
-    nreg = max(len(regions), 1)
-    li = np.searchsorted(np.asarray(levels), level)
-    ri = np.searchsorted(np.asarray(regions, dtype=object), region)
-    labels = np.where(rows, li * nreg + ri, -1).astype(np.int32)
-    sets: dict[str, list[int]] = {}
-    for i, lvl in enumerate(levels):
-        sets[f"{lvl}|all"] = [i * nreg + j for j in range(nreg)]
-        for j, r in enumerate(regions):
-            sets[f"{lvl}|{r}"] = [i * nreg + j]
-    return labels, len(levels) * nreg, sets
-
-
-def itl_group_spectra(
-    chunks: m.ChunkArrays,
-    labels: np.ndarray,
-    n_labels: int,
-    sets: dict[str, list[int]],
-    grid: npt.ArrayLike,
-    *,
-    per_chunk: bool = False,
-    confidence: float = 0.95,
-    resamples: int = 1000,
-    seed: int = 0,
-) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
-    """ITL spectra (value, lower, upper, n) of each set of request labels (-1 = left out),
-    exact, in three passes over the chunks (analysis.grouped). Per token (default): a gap of g
-    µs before a chunk of k tokens is the value g/k ms with weight k, as
-    metrics.itl_per_token_ms; `per_chunk`: the value g ms with weight 1. `resamples=0`: no
-    bands (NaN)."""
-    off, tok = chunks.offsets_us, chunks.tokens
-    pick: grouped.PickFn | None = None
-    key_scale = 1.0  # block values are the ITL ms times this (see grouped's `pick`)
-    if off.size and bool((tok > 0).all()):
-        gap_labels = _GapLabels(chunks.ptr, labels)
-        n = off.size - 1
-        # gaps in the offsets' own integer type when they cannot overflow it
-        narrow = off.dtype == np.int32 and int(off.min()) >= 0
-        key_scale = 1.0 if per_chunk else 1e3
-
-        def block(i: int, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            # key values: gap/k µs (one division; the ms values are a monotone function of it)
-            k = tok[i + 1 : j + 1]
-            gap = (
-                off[i + 1 : j + 1] - off[i:j]
-                if narrow
-                else off[i + 1 : j + 1] - off[i:j].astype(np.int64)
-            )
-            lab = gap_labels.block(i, j)
-            if per_chunk:
-                return gap / 1e3, lab, np.ones(k.size, dtype=np.int64)
-            return np.true_divide(gap, k, dtype=np.float64), lab, k
-
-        def pick_at(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            k = tok[pos + 1]
-            gap = off[pos + 1].astype(np.float64) - off[pos]
-            if per_chunk:
-                return gap / 1e3, gap_labels.at(pos), np.ones(k.size, dtype=np.int64)
-            return gap / k / 1e3, gap_labels.at(pos), k
-
-        pick = pick_at
-    else:
-        gp = m.chunk_gaps(chunks, labels >= 0, labels=labels)
-        n = gp.gap_us.size
-
-        def block(i: int, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            k = gp.tokens[i:j]
-            gap = gp.gap_us[i:j].astype(np.float64)
-            if per_chunk:
-                return gap / 1e3, gp.label[i:j], np.ones(k.size, dtype=np.int64)
-            return gap / k / 1e3, gp.label[i:j], k
-
-    # bounds every gap (ms); values beyond a bound stay exact (analysis.grouped)
-    vmax = max(float(off.max()), -float(off.min())) / 1e3 * key_scale if off.size else None
-    return grouped.spectra_from_blocks(
-        n,
-        block,
-        n_labels,
-        sets,
-        grid,
-        confidence=confidence,
-        resamples=resamples,
-        seed=seed,
-        value_max=vmax,
-        pick=pick,
-    )
-
-
-class _GapLabels:
-    """The request label of each gap p (from chunk p to chunk p + 1): its request's label when
-    both chunks belong to the same request, else -1; made per block or position, never for
-    every chunk at once."""
-
-    def __init__(self, ptr: np.ndarray, labels: np.ndarray) -> None:
-        self.ptr = ptr
-        small = labels.size == 0 or (int(labels.max()) < 2**15 and int(labels.min()) >= -(2**15))
-        self.labels = labels.astype(np.int16 if small else np.int32)
-
-    def block(self, i: int, j: int) -> np.ndarray:
-        """Labels of the gaps i .. j - 1."""
-        lo, hi = i + 1, j + 1  # the chunks the gaps end at
-        ptr = self.ptr
-        r0 = int(np.searchsorted(ptr, lo, side="right")) - 1
-        r1 = int(np.searchsorted(ptr, hi, side="left"))  # requests starting before hi
-        starts, ends = np.clip(ptr[r0:r1], lo, hi), np.clip(ptr[r0 + 1 : r1 + 1], lo, hi)
-        out = np.repeat(self.labels[r0:r1], ends - starts)
-        first = ptr[r0:r1]
-        out[first[(first >= lo) & (first < hi)] - lo] = -1  # a request's first chunk
-        return out
-
-    def at(self, pos: np.ndarray) -> np.ndarray:
-        """Labels of the gaps at positions `pos`."""
-        owner = np.searchsorted(self.ptr, pos + 1, side="right") - 1
-        return np.where(self.ptr[owner] == pos + 1, -1, self.labels[owner]).astype(
-            self.labels.dtype
-        )

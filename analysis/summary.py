@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 from rich.table import Table
 
+from analysis import itl_spectra
 from analysis import metrics as m
-from analysis import percentiles as pc
 
 SUMMARY_PERCENTILES = (50.0, 90.0, 99.0)
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
@@ -89,7 +89,7 @@ class _Values:
         # ITL p50/p90/p99 of every level and (level, region), in a few passes over the chunks
         level = df["level"].to_numpy()
         region = df["region"].astype(object).to_numpy()
-        labels, n_labels, sets = pc.level_region_labels(
+        labels, n_labels, sets = itl_spectra.level_region_labels(
             self.ok & self.steady,
             level,
             region,
@@ -97,7 +97,7 @@ class _Values:
             sorted(set(region.tolist())),
         )
         q = list(SUMMARY_PERCENTILES)
-        self.itl = pc.itl_group_spectra(chunks, labels, n_labels, sets, q, resamples=0)
+        self.itl = itl_spectra.itl_group_spectra(chunks, labels, n_labels, sets, q, resamples=0)
 
 
 def _block(
