@@ -127,7 +127,7 @@ def test_every_page_in_a_browser(ui_store: UiStore, browser: object, tmp_path: P
     visits = [
         ("", "Runs", ["ui-sweep", "ui-regions", "ui-failures", "ui-invalid"]),
         (f"run?run={ids['sweep']}", "Run: ui-sweep", ["Valid run", "TTFT from send"]),
-        (f"run?run={ids['invalid']}", "Run: ui-invalid", ["INVALID run", "event-loop lag"]),
+        (f"run?run={ids['invalid']}", "Run: ui-invalid", ["INVALID run", "dispatch delay"]),
         (f"run?run={ids['regions']}", "Run: ui-regions", ["Requests"]),
         (f"compare?runs={ids['sweep']},{ids['failures']}", "Compare runs", ["ui-failures"]),
         (f"sla?run={ids['sweep']}", "SLA verdicts", ["PASS", "p90 ttft_ms < 500"]),

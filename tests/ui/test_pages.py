@@ -113,7 +113,7 @@ def test_invalid_run_shows_the_banner_and_why(app_page: Page, app_env: UiStore) 
     at = app_page("run", run=app_env.ids["invalid"])
     banner = at.error[0].value
     assert "INVALID run" in banner
-    assert "event-loop lag" in banner and "0.0001 ms" in banner
+    assert "dispatch delay" in banner and "0.0001 ms" in banner
 
 
 def test_unknown_run_is_named(app_page: Page) -> None:
