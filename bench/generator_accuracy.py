@@ -83,6 +83,10 @@ class CompactSink:
             self._queue.put(None)
             self._thread.join()
 
+    def backlog(self) -> int:
+        """Batches handed over but not yet converted (records still held as objects)."""
+        return self._queue.qsize()
+
     def _convert(self) -> None:
         while (batch := self._queue.get()) is not None:
             self._keep(batch)
@@ -150,6 +154,7 @@ def child(args: argparse.Namespace) -> None:
         meta["runq1_ns"] = _runq_wait_ns()
         meta["hwm_kib_at_window_end"] = _status_kib("VmHWM")
         meta["stamp_bytes_at_window_end"] = sink.nbytes()
+        meta["sink_backlog_batches_at_window_end"] = sink.backlog()
 
     async def main() -> Any:
         meta["loop"] = type(asyncio.get_running_loop()).__module__
@@ -400,6 +405,7 @@ def analyse(
         "rss_per_stream_kib": (hwm - base) / streams,
         "rss_per_stream_net_kib": (hwm - base - stamp / 1024) / streams,
         "bench_stamp_bytes": stamp,
+        "bench_sink_backlog_batches": meta.get("sink_backlog_batches_at_window_end"),
         "valid": meta.get("valid"), "invalid_reasons": meta.get("invalid_reasons", []),
         "health": meta.get("health", {}), "loop": meta.get("loop"), "accurate": accurate,
     }  # fmt: skip
