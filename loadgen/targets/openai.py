@@ -331,10 +331,12 @@ class OpenAITarget:
 
 def _mark_spread(events: list[StreamEvent], window_ns: int) -> None:
     """Kernel-stamped read: its output events get the read's stamp (its last segment's), exact
-    for a read that carried one event. With several, an earlier one may have come up to
+    when the read carried one output event. With several, an earlier one may have come up to
     `window_ns` before it (since the socket was last drained): the kernel keeps one stamp for
     segments that queue up together, whether the server wrote them together or the loop was
-    late to read them."""
-    for ev in events:
-        if ev.kind in _OUTPUT:
-            ev.spread_ns = window_ns
+    late to read them. Non-output events after the last token (usage, [DONE]) are taken to
+    follow it at once, as servers write them."""
+    outputs = [ev for ev in events if ev.kind in _OUTPUT]
+    spread = window_ns if len(outputs) > 1 else 0
+    for ev in outputs:
+        ev.spread_ns = spread
