@@ -26,6 +26,19 @@ _SHIFT = 40
 BlockFn = Callable[[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
 # (values, labels, weights) at the given 0-based positions of the sample (see `pick` below)
 PickFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+# writes the histogram cells of the sample's [i, j) into `out` (int64, j - i): (label + 1) * nb
+# + bin, row 0 (any bin) for left-out values; returns the cells and weights - 1 of the values
+# of weight > 1, or None when there are none (see `CellBins` below)
+CellFn = Callable[[int, int, np.ndarray], tuple[np.ndarray, np.ndarray] | None]
+
+
+class CellBins:
+    """A caller's own binning for `grouped_order_statistics`: `nb` bins per label and `fill`
+    (a CellFn). The bin must be a non-decreasing function of the true value (as `pick` gives
+    it); bins only filter, so any such function keeps the results exact."""
+
+    def __init__(self, nb: int, fill: CellFn) -> None:
+        self.nb, self.fill = nb, fill
 
 
 FLOOR = 2.0**-20  # values below share the lowest bin (the candidates are sorted anyway)
@@ -61,6 +74,7 @@ def grouped_order_statistics(
     *,
     value_max: float | None = None,
     pick: PickFn | None = None,
+    binning: CellBins | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """For each set (a union of labels) of total weight t > 0, the values at the 0-based ranks
     `ranks(set, t)` (within 0..t-1) of its sorted, weight-expanded sample; and every set's
@@ -70,10 +84,18 @@ def grouped_order_statistics(
     With `pick`, `block` may give any non-decreasing function of the true values instead of
     the values (cheaper to compute, e.g. before a unit conversion; `value_max` in its units):
     it only bins them. Each value's bin is then kept (4 bytes each) and the last pass reads the
-    true values, labels and weights of the candidates alone through `pick(positions)`."""
+    true values, labels and weights of the candidates alone through `pick(positions)`.
+
+    With `binning` (and `pick`, required then) the caller bins the values itself (e.g. integers
+    without a float conversion) and `block` is not called."""
     if n <= 0:
         return {}, {s: 0 for s in sets}
-    if value_max is None:
+    if binning is not None:
+        if pick is None:
+            raise ValueError("binning needs pick")
+        nb, fill = binning.nb, binning.fill
+        kmin = kmax = 0
+    elif value_max is None:
         value_max = FLOOR
         for i in range(0, n, BLOCK):
             v, lab, _ = block(i, min(i + BLOCK, n))
@@ -82,10 +104,20 @@ def grouped_order_statistics(
                 if not np.isfinite(sel).all():
                     raise ValueError("grouped percentiles need finite values")
                 value_max = max(value_max, float(sel.max()))
-    kmin, kmax = _key_range(value_max)
-    nb = kmax - kmin + 1
+    if binning is None:
+        kmin, kmax = _key_range(0.0 if value_max is None else value_max)
+        nb = kmax - kmin + 1
+
+        def fill(a: int, b: int, out: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+            v, lab, w = block(a, b)
+            comb = _combined(v, lab, kmin, kmax, nb, out=out)
+            heavy = w > 1  # weight k counts k times: the k - 1 more are added in bulk
+            return (comb[heavy], w[heavy] - 1) if bool(heavy.any()) else None
+
     # row 0 of the histogram takes the left-out values (label -1): no compaction per block
     size = (n_labels + 1) * nb
+    if binning is not None and size >= 2**31:
+        raise ValueError("too many bins")
     kept = np.empty(n, dtype=np.int32) if pick is not None and size < 2**31 else None
 
     def count(lo: int, hi: int) -> np.ndarray:
@@ -107,12 +139,10 @@ def grouped_order_statistics(
             # values and cells a cache-sized piece at a time; one bincount per block
             for a in range(i, j, sub):
                 b = min(a + sub, j)
-                v, lab, w = block(a, b)
-                comb = _combined(v, lab, kmin, kmax, nb, out=cells[a - i : b - i])
-                heavy = w > 1  # weight k counts k times: the k - 1 more are added in bulk
-                if bool(heavy.any()):
-                    extra.append((comb[heavy], w[heavy] - 1))
-                    held += extra[-1][0].size
+                more = fill(a, b, cells[a - i : b - i])
+                if more is not None:
+                    extra.append(more)
+                    held += more[0].size
             if kept is not None:
                 kept[i:j] = cells[: j - i]
             hist += np.bincount(cells[: j - i], minlength=size)
@@ -203,11 +233,12 @@ def spectra_from_blocks(
     exact: bool = True,
     value_max: float | None = None,
     pick: PickFn | None = None,
+    binning: CellBins | None = None,
 ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
     """Per set: (value, lower, upper, n) at the percentiles `grid` (linear interpolation; bands
     by analysis.percentiles.bootstrap_band: exact by default, `resamples=0` for none). Passes
     over the data: value range (unless `value_max`), weighted histograms per label, candidates
-    in the wanted bins (see `grouped_order_statistics` for `pick`)."""
+    in the wanted bins (see `grouped_order_statistics` for `pick` and `binning`)."""
     from analysis import percentiles as pc
 
     g = np.asarray(grid, dtype=np.float64)
@@ -222,7 +253,7 @@ def spectra_from_blocks(
         return np.concatenate([lo, hi, idx.ravel()])
 
     stats, totals = grouped_order_statistics(
-        n, block, n_labels, sets, ranks, value_max=value_max, pick=pick
+        n, block, n_labels, sets, ranks, value_max=value_max, pick=pick, binning=binning
     )
     out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]] = {}
     for name in sets:

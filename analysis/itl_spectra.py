@@ -82,6 +82,7 @@ def itl_group_spectra(
     bands (NaN)."""
     off, tok = chunks.offsets_us, chunks.tokens
     pick: grouped.PickFn | None = None
+    binning: grouped.CellBins | None = None
     key_scale = 1.0  # block values are the ITL ms times this (see grouped's `pick`)
     if off.size and bool((tok > 0).all()):
         gap_labels = _GapLabels(chunks.ptr, labels)
@@ -111,6 +112,7 @@ def itl_group_spectra(
             return gap / k / 1e3, gap_labels.at(pos), k
 
         pick = pick_at
+        binning = _integer_bins(chunks, labels, n_labels, per_chunk)
     else:
         gp = m.chunk_gaps(chunks, labels >= 0, labels=labels)
         n = gp.gap_us.size
@@ -135,7 +137,71 @@ def itl_group_spectra(
         seed=seed,
         value_max=vmax,
         pick=pick,
+        binning=binning,
     )
+
+
+LINEAR_US = 1 << 16  # integer µs keys below this get a bin each; above, 4,096 bins an octave
+_MANTISSA_SHIFT = 40  # float64 top bits: sign, exponent, 12 mantissa bits (as analysis.grouped)
+
+
+def _integer_bins(
+    chunks: m.ChunkArrays, labels: np.ndarray, n_labels: int, per_chunk: bool
+) -> grouped.CellBins | None:
+    """Bins of the gaps by an integer key, with no float conversion for most gaps: the key is
+    floor(gap_us / k) per token (the gap itself for k = 1, most chunks; `per_chunk`: the gap),
+    non-decreasing in the ITL value; bin = key for 0 <= key < LINEAR_US (negatives: bin 0),
+    above that the float's top bits (4,096 bins an octave, clamped to the gaps' bound), which
+    only the few large keys compute. None when the bins would not fit the histogram."""
+    off, tok, ptr = chunks.offsets_us, chunks.tokens, chunks.ptr
+    lo_off, hi_off = int(off.min()), int(off.max())
+    bound = max(hi_off - lo_off, 0)  # every gap's |value| (and floor(gap / k)) is at most this
+    linear = min(LINEAR_US, bound + 1)
+    log_lo = _top_bits(linear)
+    n_log = _top_bits(bound) - log_lo + 1 if bound >= linear else 0
+    nb = linear + n_log
+    if (n_labels + 1) * nb >= 2**31:
+        return None
+    narrow = off.dtype == np.int32 and lo_off >= 0  # int32 differences cannot overflow
+    # histogram row offset of each request's gaps: (label + 1) * nb, 0 for left-out requests
+    row = (np.maximum(labels.astype(np.int64), -1) + 1) * nb
+
+    def fill(i: int, j: int, out: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        lo, hi = i + 1, j + 1  # the chunks the gaps [i, j) end at
+        if narrow:  # in int32, then widened: twice as fast as an int64 output
+            np.copyto(out, np.subtract(off[lo:hi], off[i:j]))
+        else:
+            np.subtract(off[lo:hi], off[i:j], out=out, dtype=np.int64)
+        r0 = int(np.searchsorted(ptr, lo, side="right")) - 1
+        r1 = int(np.searchsorted(ptr, hi, side="left"))  # requests starting before hi
+        starts, ends = np.clip(ptr[r0:r1], lo, hi), np.clip(ptr[r0 + 1 : r1 + 1], lo, hi)
+        rows = np.repeat(row[r0:r1], ends - starts)
+        first = ptr[r0:r1]
+        first = first[(first >= lo) & (first < hi)] - lo  # a request's first chunk: no gap
+        out[first] = 0
+        rows[first] = 0
+        k = tok[lo:hi]
+        # positions of chunks of several tokens (few): indices, not masks, are cheap here
+        heavy = np.zeros(0, dtype=np.intp) if per_chunk else np.flatnonzero(k > 1)
+        if heavy.size:
+            kh = k[heavy]
+            out[heavy] //= kh
+        odd = out.view(np.uint64) >= linear  # negative or beyond the linear bins
+        if bool(odd.any()):
+            big = out[odd]
+            key = np.right_shift(big.astype(np.float64).view(np.int64), _MANTISSA_SHIFT)
+            np.clip(key - log_lo, 0, max(n_log - 1, 0), out=key)
+            out[odd] = np.where(big < 0, 0, linear + key)
+        out += rows
+        if not heavy.size:
+            return None
+        return out[heavy], kh.astype(np.int64) - 1
+
+    return grouped.CellBins(nb, fill)
+
+
+def _top_bits(x: int) -> int:
+    return int(np.array([float(x)]).view(np.int64)[0] >> _MANTISSA_SHIFT)
 
 
 class _GapLabels:
