@@ -84,11 +84,13 @@ def itl_group_spectra(
     pick: grouped.PickFn | None = None
     binning: grouped.CellBins | None = None
     key_scale = 1.0  # block values are the ITL ms times this (see grouped's `pick`)
-    if off.size and bool((tok > 0).all()):
+    # one pass each over the offsets (the min and max) and the tokens, no temporaries
+    off_lo, off_hi = (int(off.min()), int(off.max())) if off.size else (0, 0)
+    if off.size and int(tok.min()) > 0:
         gap_labels = _GapLabels(chunks.ptr, labels)
         n = off.size - 1
         # gaps in the offsets' own integer type when they cannot overflow it
-        narrow = off.dtype == np.int32 and int(off.min()) >= 0
+        narrow = off.dtype == np.int32 and off_lo >= 0
         key_scale = 1.0 if per_chunk else 1e3
 
         def block(i: int, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -112,7 +114,7 @@ def itl_group_spectra(
             return gap / k / 1e3, gap_labels.at(pos), k
 
         pick = pick_at
-        binning = _integer_bins(chunks, labels, n_labels, per_chunk)
+        binning = _integer_bins(chunks, labels, n_labels, per_chunk, off_lo, off_hi)
     else:
         gp = m.chunk_gaps(chunks, labels >= 0, labels=labels)
         n = gp.gap_us.size
@@ -125,7 +127,7 @@ def itl_group_spectra(
             return gap / k / 1e3, gp.label[i:j], k
 
     # bounds every gap (ms); values beyond a bound stay exact (analysis.grouped)
-    vmax = max(float(off.max()), -float(off.min())) / 1e3 * key_scale if off.size else None
+    vmax = max(float(off_hi), -float(off_lo)) / 1e3 * key_scale if off.size else None
     return grouped.spectra_from_blocks(
         n,
         block,
@@ -146,15 +148,20 @@ _MANTISSA_SHIFT = 40  # float64 top bits: sign, exponent, 12 mantissa bits (as a
 
 
 def _integer_bins(
-    chunks: m.ChunkArrays, labels: np.ndarray, n_labels: int, per_chunk: bool
+    chunks: m.ChunkArrays,
+    labels: np.ndarray,
+    n_labels: int,
+    per_chunk: bool,
+    lo_off: int,
+    hi_off: int,
 ) -> grouped.CellBins | None:
     """Bins of the gaps by an integer key, with no float conversion for most gaps: the key is
     floor(gap_us / k) per token (the gap itself for k = 1, most chunks; `per_chunk`: the gap),
     non-decreasing in the ITL value; bin = key for 0 <= key < LINEAR_US (negatives: bin 0),
     above that the float's top bits (4,096 bins an octave, clamped to the gaps' bound), which
-    only the few large keys compute. None when the bins would not fit the histogram."""
+    only the few large keys compute. None when the bins would not fit the histogram.
+    `lo_off`, `hi_off`: the offsets' min and max."""
     off, tok, ptr = chunks.offsets_us, chunks.tokens, chunks.ptr
-    lo_off, hi_off = int(off.min()), int(off.max())
     bound = max(hi_off - lo_off, 0)  # every gap's |value| (and floor(gap / k)) is at most this
     linear = min(LINEAR_US, bound + 1)
     log_lo = _top_bits(linear)

@@ -49,7 +49,8 @@ def test_integer_bins_equal_general_path_and_numpy(
     monkeypatch.setattr(itl_spectra, "LINEAR_US", linear_us)
     rng = np.random.default_rng(7 + linear_us)
     ch, labels = _chunks(dtype, rng)
-    assert itl_spectra._integer_bins(ch, labels, 4, per_chunk) is not None
+    lo, hi = int(ch.offsets_us.min()), int(ch.offsets_us.max())
+    assert itl_spectra._integer_bins(ch, labels, 4, per_chunk, lo, hi) is not None
     sets = {"a": [0], "bc": [1, 2], "all": [0, 1, 2, 3], "empty": [3], "none": []}
     g = pc.tail_grid()
     fast = itl_spectra.itl_group_spectra(ch, labels, 4, sets, g, per_chunk=per_chunk)
@@ -77,4 +78,5 @@ def test_integer_bins_give_way_to_the_general_path_when_too_many() -> None:
         tokens=np.ones(2, dtype=np.int64),
         ptr=np.array([0, 2]),
     )
-    assert itl_spectra._integer_bins(ch, np.zeros(1, dtype=np.int32), 2**20, False) is None
+    labels = np.zeros(1, dtype=np.int32)
+    assert itl_spectra._integer_bins(ch, labels, 2**20, False, 0, 2**62) is None
