@@ -150,10 +150,18 @@ def scaling_bench(
                 "AND phase = 'steady'",
                 (run_id,),
             ).fetchone()[0]
-            valid = conn.execute("SELECT valid FROM runs WHERE run_id = %s", (run_id,)).fetchone()[
-                0
-            ]
-        out.append({"workers": n, "status": status, "req_s": ok / duration_s, "valid": valid})
+            valid, reasons = conn.execute(
+                "SELECT valid, invalid_reasons FROM runs WHERE run_id = %s", (run_id,)
+            ).fetchone()
+        out.append(
+            {
+                "workers": n,
+                "status": status,
+                "req_s": ok / duration_s,
+                "valid": valid,
+                "invalid_reasons": reasons,
+            }
+        )
         print(f"  {n} worker(s): {ok / duration_s:.1f} req/s ({status}, valid={valid})", flush=True)
     return out
 
