@@ -14,14 +14,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import psycopg
-from psycopg import pq, sql
+from psycopg import sql
 
+from analysis.copyout import HEADER, SIGNATURE, copy_out
 from analysis.metrics import ChunkArrays
 from analysis.packed import load_packed
 
 NULL = -(2**63)  # sentinel for SQL NULL in int8 fields
-_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
-_HEADER = len(_SIGNATURE) + 8  # signature, flags, header extension length (0)
 _CODED = ("region", "shard_id", "phase", "outcome", "error_phase", "token_source")
 # (name, SQL expression, nullable); every field is sent as int8
 _SCALARS: tuple[tuple[str, str, bool], ...] = (
@@ -192,45 +191,21 @@ def _read_partition(url_or_conn: str | psycopg.Connection[Any], query: bytes) ->
     """Run one binary COPY at the libpq level (one call per row message, no Python generator
     per row) and parse it block by block. The server sends one message per row; row starts come
     from the message lengths and are checked against each row's own length fields."""
-    own = isinstance(url_or_conn, str)
-    conn = (
-        psycopg.connect(url_or_conn, autocommit=True)
-        if isinstance(url_or_conn, str)
-        else (url_or_conn)
-    )
     parsed: list[Parsed] = []
-    try:
-        with conn.lock:
-            pg = conn.pgconn
-            pg.send_query(query)
-            res = pg.get_result()
-            if res is None or res.status != pq.ExecStatus.COPY_OUT:
-                msg = res.error_message.decode(errors="replace") if res is not None else ""
-                while pg.get_result() is not None:
-                    pass
-                raise psycopg.DatabaseError(f"binary COPY of requests failed: {msg}")
-            msgs: list[memoryview] = []
-            size = 0
-            first = True
-            while True:
-                nbytes, data = pg.get_copy_data(0)
-                if nbytes < 0:
-                    break
-                msgs.append(data)  # a memoryview that keeps its libpq buffer alive
-                size += nbytes
-                if size >= _BLOCK_BYTES:
-                    parsed += _parse_messages(msgs, first)
-                    msgs, size, first = [], 0, False
-            parsed += _parse_messages(msgs, first, final=True)
-            error = ""
-            while (res := pg.get_result()) is not None:
-                if res.status == pq.ExecStatus.FATAL_ERROR:
-                    error = res.error_message.decode(errors="replace")
-            if error:
-                raise psycopg.DatabaseError(f"binary COPY of requests failed: {error}")
-    finally:
-        if own:
-            conn.close()
+    with copy_out(url_or_conn, query, "binary COPY of requests") as pg:
+        msgs: list[memoryview] = []
+        size = 0
+        first = True
+        while True:
+            nbytes, data = pg.get_copy_data(0)
+            if nbytes < 0:
+                break
+            msgs.append(data)  # a memoryview that keeps its libpq buffer alive
+            size += nbytes
+            if size >= _BLOCK_BYTES:
+                parsed += _parse_messages(msgs, first)
+                msgs, size, first = [], 0, False
+        parsed += _parse_messages(msgs, first, final=True)
     return parsed
 
 
@@ -243,12 +218,12 @@ def _parse_messages(
     lengths = np.fromiter((len(m) for m in msgs), dtype=np.int64, count=len(msgs))
     starts = np.r_[0, np.cumsum(lengths)[:-1]]
     if first:
-        if buf[: len(_SIGNATURE)] != _SIGNATURE:
+        if buf[: len(SIGNATURE)] != SIGNATURE:
             raise ValueError("not a PostgreSQL binary COPY stream")
-        if lengths[0] == _HEADER:  # the header alone in its message
+        if lengths[0] == HEADER:  # the header alone in its message
             starts = starts[1:]
         else:  # the header travels with the first row
-            starts[0] += _HEADER
+            starts[0] += HEADER
     if final and bytes(msgs[-1][:2]) == b"\xff\xff":
         starts = starts[:-1]  # the trailer message
     raw = np.frombuffer(buf, dtype=np.uint8)
@@ -257,7 +232,7 @@ def _parse_messages(
     n = _values(raw, starts + 6, ">i8") if starts.size else starts
     expected = _FIXED + 8 + _array_bytes(n, 4) + _array_bytes(n, 2)
     if not np.array_equal(expected, ends - starts):  # not one row per message: walk the rows
-        walked, end = _row_starts(memoryview(buf), int(_HEADER if first else 0), len(buf))
+        walked, end = _row_starts(memoryview(buf), int(HEADER if first else 0), len(buf))
         if end not in (len(buf), len(buf) - 2):
             raise ValueError("binary COPY rows do not line up with its messages")
         starts = np.asarray(walked, dtype=np.int64)

@@ -20,15 +20,15 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from psycopg import pq, sql
+from psycopg import sql
+
+from analysis.copyout import HEADER, SIGNATURE, copy_out
 
 FORMAT = 1
 MAGIC = b"PLBLOCK1"
 HEAD = struct.Struct("<8sIQI")  # magic, requests, chunks, dictionary bytes
 N_SCALARS, N_CODED = 17, 6
 _ROW_HEAD = 2 + 4  # a COPY tuple's field count, then the body's length
-_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
-_COPY_HEADER = len(_SIGNATURE) + 8
 PARALLEL_MAX = 1  # connections reading blocks at once (see _load)
 
 
@@ -161,12 +161,6 @@ def _copy_blocks(
     filler: _Filler,
 ) -> None:
     """COPY the bodies of `wanted` blocks (in block_id order) and fill each at its place."""
-    own = isinstance(url_or_conn, str)
-    conn = (
-        psycopg.connect(url_or_conn, autocommit=True)
-        if isinstance(url_or_conn, str)
-        else url_or_conn
-    )
     query = sql.SQL(
         "COPY (SELECT body FROM request_blocks WHERE run_id = {} AND format = {} "
         "AND block_id = ANY({}) ORDER BY block_id) TO STDOUT (FORMAT BINARY)"
@@ -175,51 +169,33 @@ def _copy_blocks(
         sql.Literal(FORMAT),
         sql.Literal([str(b[0]) for b in wanted]),
     )
-    try:
-        with conn.lock:
-            pg = conn.pgconn
-            pg.send_query(query.as_bytes(conn))
-            res = pg.get_result()
-            if res is None or res.status != pq.ExecStatus.COPY_OUT:
-                msg = res.error_message.decode(errors="replace") if res is not None else ""
-                while pg.get_result() is not None:
-                    pass
-                raise psycopg.DatabaseError(f"COPY of request_blocks failed: {msg}")
-            k = 0
-            first = True
-            while True:
-                nbytes, data = pg.get_copy_data(0)
-                if nbytes < 0:
-                    break
-                start = 0
-                if first:  # the header, alone or with the first row
-                    first = False
-                    if bytes(data[: len(_SIGNATURE)]) != _SIGNATURE:
-                        raise ValueError("not a PostgreSQL binary COPY stream")
-                    start = _COPY_HEADER
-                    if nbytes == start:
-                        continue
-                if bytes(data[start : start + 2]) == b"\xff\xff":
-                    continue  # the trailer
-                if k >= len(wanted):
-                    raise ValueError("COPY of request_blocks: more rows than blocks")
-                (size,) = struct.unpack_from(">i", data, start + 2)
-                body = memoryview(data)[start + _ROW_HEAD : start + _ROW_HEAD + size]
-                got = filler.fill(body, *places[k])
-                if got != (wanted[k][1], wanted[k][2]):
-                    raise ValueError("request_blocks: a body disagrees with its row's counts")
-                k += 1
-            error = ""
-            while (res := pg.get_result()) is not None:
-                if res.status == pq.ExecStatus.FATAL_ERROR:
-                    error = res.error_message.decode(errors="replace")
-            if error:
-                raise psycopg.DatabaseError(f"COPY of request_blocks failed: {error}")
-            if k != len(wanted):
-                raise ValueError("COPY of request_blocks: fewer rows than blocks")
-    finally:
-        if own:
-            conn.close()
+    k = 0
+    with copy_out(url_or_conn, query.as_bytes(None), "COPY of request_blocks") as pg:
+        first = True
+        while True:
+            nbytes, data = pg.get_copy_data(0)
+            if nbytes < 0:
+                break
+            start = 0
+            if first:  # the header, alone or with the first row
+                first = False
+                if bytes(data[: len(SIGNATURE)]) != SIGNATURE:
+                    raise ValueError("not a PostgreSQL binary COPY stream")
+                start = HEADER
+                if nbytes == start:
+                    continue
+            if bytes(data[start : start + 2]) == b"\xff\xff":
+                continue  # the trailer
+            if k >= len(wanted):
+                raise ValueError("COPY of request_blocks: more rows than blocks")
+            (size,) = struct.unpack_from(">i", data, start + 2)
+            body = memoryview(data)[start + _ROW_HEAD : start + _ROW_HEAD + size]
+            got = filler.fill(body, *places[k])
+            if got != (wanted[k][1], wanted[k][2]):
+                raise ValueError("request_blocks: a body disagrees with its row's counts")
+            k += 1
+    if k != len(wanted):
+        raise ValueError("COPY of request_blocks: fewer rows than blocks")
 
 
 def _covers(conn: psycopg.Connection[Any], run_id: str, p: Packed) -> bool:

@@ -43,10 +43,6 @@ class Histogram:
         np.add.at(self.counts, idx, 1 if weights is None else np.asarray(weights, dtype=np.int64))
         self.max = max(self.max, float(arr.max()))
 
-    def add_zeros(self, count: int) -> None:
-        """Count `count` values of exactly 0 (the lowest bin)."""
-        self.counts[0] += count
-
     def share_above(self, x_ms: float) -> float:
         """The share of values above `x_ms` (at bin resolution: bins wholly above it), 0..1."""
         total = self.n

@@ -211,7 +211,7 @@ class ShardRunner:
         check = self.check
         start = clock()
         delay_ms = (start - sched) / 1e6
-        self.check.dispatch_second.append(delay_ms)
+        check.dispatch_second.append(delay_ms)
         messages = context if context is not None else prompt.messages
         body = request_body(self.spec, Prompt(messages, prompt.prompt_tokens, prompt.max_tokens))
         rid = make_request_id(self.plan.run_id, self.plan.shard_id, index)

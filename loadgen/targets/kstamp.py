@@ -58,12 +58,6 @@ class StampedSocket(socket.socket):
             return False
         return True
 
-    def _keep(self, ancillary: list[tuple[int, int, bytes]]) -> None:
-        for level, kind, payload in ancillary:
-            if kind == SO_TIMESTAMPNS and level == _SOL_SOCKET and len(payload) >= 16:
-                sec, nsec = _TIMESPEC.unpack_from(payload)
-                self.rx_real_ns = sec * 1_000_000_000 + nsec
-
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         """Read into this thread's scratch buffer and return an exact-size copy: asyncio asks
         for 256 KiB, and a bytes object allocated that large and shrunk keeps far more memory
@@ -72,9 +66,7 @@ class StampedSocket(socket.socket):
         if bufsize < len(view):
             view = view[:bufsize]
         n, ancillary, _, _ = self.recvmsg_into([view], _ANC_SIZE, flags)
-        self.rx_real_ns = 0  # no stamp on this read unless the kernel gave one
-        if ancillary:
-            self._keep(ancillary)
+        self.rx_real_ns = _stamp(ancillary)
         return view[:n].tobytes()
 
     def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
@@ -82,10 +74,17 @@ class StampedSocket(socket.socket):
         if nbytes:
             view = view[:nbytes]
         n, ancillary, _, _ = self.recvmsg_into([view], _ANC_SIZE, flags)
-        self.rx_real_ns = 0
-        if ancillary:
-            self._keep(ancillary)
+        self.rx_real_ns = _stamp(ancillary)
         return n
+
+
+def _stamp(ancillary: list[tuple[int, int, bytes]]) -> int:
+    """The read's kernel stamp (real-time ns), or 0 when the kernel gave none."""
+    for level, kind, payload in ancillary:
+        if kind == SO_TIMESTAMPNS and level == _SOL_SOCKET and len(payload) >= 16:
+            sec, nsec = _TIMESPEC.unpack_from(payload)
+            return int(sec * 1_000_000_000 + nsec)
+    return 0
 
 
 _local = threading.local()
