@@ -90,6 +90,14 @@ class RequestRecord:
     chunk_offsets_us: list[int] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
     retry_after_s: float | None = None
+    connect_ns: int | None = None  # new connection's set-up inside the request; None: reused
+    resent: int = 0  # re-sends after a reused connection died before any response byte
+    server_prompt_tokens: int | None = None  # loadgen.target.ServerTimings, as the server said
+    server_prefill_ms: float | None = None
+    server_decode_tokens: int | None = None
+    server_decode_ms: float | None = None
+    server_cached_tokens: int | None = None
+    server_queue_ms: float | None = None
     prompt_text: str | None = None  # only when the run opts in to storing content
     response_text: str | None = None
 

@@ -273,6 +273,10 @@ class ShardRunner:
                 elif k is EventKind.SENT:
                     sent = ev.t_ns
                     rec.sent_ns = sent - sched
+                    if ev.connect_ns >= 0:
+                        rec.connect_ns = ev.connect_ns
+                elif k is EventKind.RESENT:
+                    rec.resent += 1
                 elif k is EventKind.HEADERS:
                     rec.headers_ns = ev.t_ns - sched
                     rec.http_status = ev.status
@@ -324,6 +328,11 @@ class ShardRunner:
             return
         rec.usage_prompt_tokens = usage.prompt_tokens
         rec.usage_completion_tokens = usage.completion_tokens
+        if usage.server is not None:
+            st = usage.server
+            rec.server_prompt_tokens, rec.server_prefill_ms = st.prompt_tokens, st.prefill_ms
+            rec.server_decode_tokens, rec.server_decode_ms = st.decode_tokens, st.decode_ms
+            rec.server_cached_tokens, rec.server_queue_ms = st.cached_tokens, st.queue_ms
         if usage.reasoning_tokens is not None:
             rec.reasoning_tokens = usage.reasoning_tokens
         if usage.completion_tokens is None:

@@ -26,6 +26,28 @@ class EventKind(IntEnum):
     USAGE = 5  # the server's usage block; `usage` set
     ERROR = 6  # an in-band error event; `text` holds the server's message (truncated)
     DONE = 7  # the stream ended properly ([DONE], or a complete non-streaming body)
+    RESENT = 8  # a reused connection died before any response byte: sent again on a new one
+
+
+@dataclass(slots=True)
+class ServerTimings:
+    """The server's own account of one request, where its API reports one (llama.cpp's
+    `timings`, Ollama's `*_duration`, TGI's `x-*-time` headers). ms on the server's clock;
+    None where that server does not say."""
+
+    prompt_tokens: int | None = None  # prompt tokens the server evaluated (after its cache)
+    prefill_ms: float | None = None  # time to evaluate them
+    decode_tokens: int | None = None  # tokens it generated
+    decode_ms: float | None = None  # time to generate them (first to last)
+    cached_tokens: int | None = None  # prompt tokens served from its prefix cache
+    queue_ms: float | None = None  # time waiting for a slot before prefill
+
+    @property
+    def ms_per_token(self) -> float | None:
+        """Server time per generated token: decode_ms / decode_tokens."""
+        if self.decode_ms is None or not self.decode_tokens:
+            return None
+        return self.decode_ms / self.decode_tokens
 
 
 @dataclass(slots=True)
@@ -33,6 +55,7 @@ class Usage:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     reasoning_tokens: int | None = None
+    server: ServerTimings | None = None  # the server's own timings, when it reports them
 
 
 @dataclass(slots=True)
@@ -49,6 +72,9 @@ class StreamEvent:
     kernel's for these very bytes, `t_ns - (when the socket was last drained)` when several token
     events came in one kernel-stamped read, -1 when the stamp was taken in user space (then the
     event loop's lag bounds it)."""
+    connect_ns: int = -1
+    """On SENT: ns spent opening a new connection (TCP, TLS) inside this request; -1 when an
+    idle kept-alive connection was reused."""
 
 
 @dataclass(slots=True)
