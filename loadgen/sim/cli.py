@@ -46,6 +46,19 @@ def _stall(text: str | None) -> tuple[float, float] | tuple[None, None]:
 @click.option("--model", help="Model name reported by the server.")
 @click.option("--truth-log", type=click.Path(path_type=Path), help="Ground-truth JSONL file.")
 @click.option(
+    "--close-after",
+    type=click.Choice(["never", "response", "response_silent", "stream"]),
+    help="Close connections after every response (saying so, or silently) or after each "
+    "streamed response, as llama.cpp's server does [never].",
+)
+@click.option("--keepalive-header", help='Send "Keep-Alive: VALUE", e.g. "timeout=5, max=100".')
+@click.option("--idle-close-s", type=float, help="Close connections idle this long [never].")
+@click.option(
+    "--report-timings/--no-report-timings",
+    default=None,
+    help="End each stream with llama.cpp's `timings` object.",
+)
+@click.option(
     "--timer-spin-us",
     type=float,
     help="Wake this early before each due time for sub-ms precision (default 1000; 0: ms).",
@@ -68,6 +81,10 @@ def sim(
     seed: int | None,
     model: str | None,
     truth_log: Path | None,
+    close_after: str | None,
+    keepalive_header: str | None,
+    idle_close_s: float | None,
+    report_timings: bool | None,
     timer_spin_us: float | None,
 ) -> None:
     """Run the simulated OpenAI-compatible engine until SIGINT/SIGTERM.
@@ -100,6 +117,10 @@ def sim(
             "seed": seed,
             "model": model,
             "timer_spin_us": timer_spin_us,
+            "close_after": close_after,
+            "keepalive_header": keepalive_header,
+            "idle_close_s": idle_close_s,
+            "report_timings": report_timings,
             "faults": [parse_fault_rule(f) for f in faults],
         }
         cfg = load_config(preset, config_file, overrides)

@@ -128,6 +128,15 @@ class SimConfig(BaseModel):
     events_per_write: int = Field(default=1, ge=1)
     reasoning_tokens: int = Field(default=0, ge=0)
     reasoning_field: Literal["reasoning_content", "reasoning"] = "reasoning_content"
+    # connections, as real servers treat them: "never" closes only when asked; "response"
+    # answers `Connection: close` and closes after every response; "response_silent" closes
+    # after every response without saying so; "stream" closes right after a streamed response
+    # (llama.cpp's server does, while advertising keep-alive)
+    close_after: Literal["never", "response", "response_silent", "stream"] = "never"
+    # sent as `Keep-Alive:` on kept connections, e.g. "timeout=5, max=100"
+    keepalive_header: str = Field(default="", pattern=r"^[\x20-\x7e]*$")
+    idle_close_s: float = Field(default=0.0, ge=0.0)  # close connections idle this long (0: never)
+    report_timings: bool = False  # llama.cpp's `timings` object closing each stream
     stall_every_s: float = Field(default=0.0, ge=0.0)
     stall_for_s: float = Field(default=0.0, ge=0.0)
     faults: list[FaultRule] = Field(default_factory=list)
@@ -177,6 +186,21 @@ PRESETS: dict[str, dict[str, Any]] = {
         "decode_step_ms": 12.0,
         "decode_step_ms_per_seq": 0.25,
         "kv_capacity_tokens": 500_000,
+    },
+    # llama.cpp's llama-server as seen here: 4 slots, about 36 tok/s per stream at 4 streams,
+    # keep-alive advertised but the connection closed after each stream, idle ones after 5 s,
+    # its own timings in the last chunk.
+    "llamacpp": {
+        "mode": "batching",
+        "slots": 4,
+        "prefill_tokens_per_s": 200.0,
+        "decode_step_ms": 24.0,
+        "decode_step_ms_per_seq": 1.0,
+        "kv_capacity_tokens": 8192,
+        "close_after": "stream",
+        "keepalive_header": "timeout=5, max=100",
+        "idle_close_s": 5.0,
+        "report_timings": True,
     },
     # A hosted API: large engine behind a requests-per-second budget (429 + Retry-After).
     "hosted": {

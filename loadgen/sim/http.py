@@ -118,8 +118,11 @@ def response_head(
     length: int | None,
     keep_alive: bool,
     extra: dict[str, str] | None = None,
+    keepalive_header: str = "",
 ) -> bytes:
-    """Status line and headers; `length=None` means a chunked body."""
+    """Status line and headers; `length=None` means a chunked body. `keepalive_header`, when
+    set, is sent as `Keep-Alive:` on responses that keep the connection (whether or not the
+    server then honours it)."""
     lines = [f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}", f"content-type: {content_type}"]
     if length is None:
         lines.append("transfer-encoding: chunked")
@@ -128,6 +131,8 @@ def response_head(
         lines.append(f"content-length: {length}")
     if not keep_alive:
         lines.append("connection: close")
+    elif keepalive_header:
+        lines.append(f"keep-alive: {keepalive_header}")
     for k, v in (extra or {}).items():
         lines.append(f"{k}: {v}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

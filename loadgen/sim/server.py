@@ -98,6 +98,7 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self._dispatching = False
         self._bad: HttpParseError | None = None
+        self._idle: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.t = cast(asyncio.Transport, transport)  # uvloop's is not a subclass, same API
@@ -105,9 +106,12 @@ class Connection(asyncio.Protocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.state.connections.add(self)
+        self._arm_idle()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._idle is not None:
+            self._idle.cancel()
         self.state.connections.discard(self)
         if self.current is not None:
             self.current.abandon("client_closed")
@@ -115,6 +119,9 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter_ns()
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
         if self._bad is not None:
             return  # after a malformed request nothing more is read
         try:
@@ -140,23 +147,53 @@ class Connection(asyncio.Protocol):
             self._dispatching = False
 
     def _done(self, keep_alive: bool) -> None:
-        self.current = None
-        if not keep_alive:
+        c, self.current = self.current, None
+        streamed = c is not None and c.streaming and c.reject is None
+        if not keep_alive or self._closes_after(streamed):
             self.closed = True
             self.t.close()
         else:
             self._next()
+            self._arm_idle()
 
-    def _reply(self, status: int, ctype: str, body: bytes, keep_alive: bool) -> None:
-        self.t.write(response_head(status, ctype, length=len(body), keep_alive=keep_alive) + body)
-        if not keep_alive:
+    def _closes_after(self, streamed: bool) -> bool:
+        """Whether this server closes a connection it said it would keep (see SimConfig)."""
+        mode = self.state.cfg.close_after
+        return mode == "response_silent" or (mode == "stream" and streamed)
+
+    def _arm_idle(self) -> None:
+        """Close the connection if no request starts within `idle_close_s` of now."""
+        idle_s = self.state.cfg.idle_close_s
+        if idle_s > 0 and not self.closed and self.current is None and not self.parser.ready:
+            self._idle = self.state.loop.call_later(idle_s, self._idle_close)
+
+    def _idle_close(self) -> None:
+        self._idle = None
+        if self.current is None and not self.closed:
             self.closed = True
             self.t.close()
+
+    def _reply(self, status: int, ctype: str, body: bytes, keep_alive: bool) -> None:
+        head = response_head(
+            status,
+            ctype,
+            length=len(body),
+            keep_alive=keep_alive,
+            keepalive_header=self.state.cfg.keepalive_header,
+        )
+        self.t.write(head + body)
+        if not keep_alive or self._closes_after(False):
+            self.closed = True
+            self.t.close()
+        else:
+            self._arm_idle()
 
     def _reply_json(self, status: int, obj: Any, keep_alive: bool) -> None:
         self._reply(status, "application/json", json.dumps(obj).encode(), keep_alive)
 
     def _dispatch(self, req: Request) -> None:
+        if self.state.cfg.close_after == "response":
+            req.keep_alive = False  # `Connection: close` on the answer, then close
         chat = COMPLETION_PATHS.get(req.path)
         if chat is not None:
             if req.method != "POST":

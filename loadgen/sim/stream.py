@@ -122,7 +122,14 @@ class Completion:
             ctype = extra.pop("content-type", "application/json")
             extra["x-peakload-request-id"] = self.plan.request_id
             keep = self.plan.keep_alive
-            head = response_head(status, ctype, length=len(body), keep_alive=keep, extra=extra)
+            head = response_head(
+                status,
+                ctype,
+                length=len(body),
+                keep_alive=keep,
+                extra=extra,
+                keepalive_header=self.state.cfg.keepalive_header,
+            )
             self.t.write(head + body)
             self.response_headers_ns = time.perf_counter_ns()
             self.status = status
@@ -142,6 +149,7 @@ class Completion:
             SSE_TYPE,
             length=None,
             keep_alive=self.plan.keep_alive,
+            keepalive_header=self.state.cfg.keepalive_header,
             extra={"x-peakload-request-id": self.plan.request_id},
         )
         first = chunk(self.fmt.role_event()) if self.plan.chat else b""
@@ -240,6 +248,14 @@ class Completion:
         if self.plan.include_usage:
             reasoning = self.reasoning if self.reasoning else None
             tail += self.fmt.usage_event(self.prompt_tokens, self.generated, reasoning)
+        if self.state.cfg.report_timings:
+            now = time.perf_counter_ns()
+            first = self.chunk_ns[0] if self.chunk_ns else now
+            tail += self.fmt.timings_event(
+                text.llamacpp_timings(
+                    self.prompt_tokens, self.plan.request_ns, first, now, self.generated
+                )
+            )
         if not self.no_done:
             tail += text.DONE_EVENT
         self._write_events(due_ns, tail, final=True)
@@ -263,6 +279,7 @@ class Completion:
             "application/json",
             length=len(body),
             keep_alive=self.plan.keep_alive,
+            keepalive_header=self.state.cfg.keepalive_header,
             extra={"x-peakload-request-id": self.plan.request_id},
         )
         self._send(head + body, self.max_tokens, due_ns)
@@ -350,6 +367,7 @@ class Completion:
             SSE_TYPE,
             length=None,
             keep_alive=self.plan.keep_alive,
+            keepalive_header=self.state.cfg.keepalive_header,
             extra={"x-peakload-request-id": self.plan.request_id},
         )
         self.t.write(head)
@@ -384,5 +402,6 @@ def _json_head(status: int, length: int, c: Completion) -> bytes:
         "application/json",
         length=length,
         keep_alive=c.plan.keep_alive,
+        keepalive_header=c.state.cfg.keepalive_header,
         extra={"x-peakload-request-id": c.plan.request_id},
     )

@@ -146,6 +146,10 @@ class EventFormat:
         u = json.dumps(usage(prompt, completion, reasoning))
         return self._event(f'"choices":[],"usage":{u}}}')
 
+    def timings_event(self, timings: dict[str, Any]) -> bytes:
+        """llama.cpp's closing `timings` object, in a chunk of its own."""
+        return self._event(f'"choices":[],"timings":{json.dumps(timings)}}}')
+
     def _choice(self, fields: dict[str, Any], finish_reason: str | None = None) -> bytes:
         choice = {"index": 0, **fields, "logprobs": None, "finish_reason": finish_reason}
         return self._event(f'"choices":[{json.dumps(choice, separators=(",", ":"))}]}}')
@@ -163,6 +167,24 @@ def usage(prompt: int, completion: int, reasoning: int | None) -> dict[str, Any]
     if reasoning is not None:
         u["completion_tokens_details"] = {"reasoning_tokens": reasoning}
     return u
+
+
+def llamacpp_timings(
+    prompt_tokens: int, arrived_ns: int, first_ns: int, last_ns: int, generated: int
+) -> dict[str, Any]:
+    """Timings as llama.cpp's server reports them: prompt evaluation from arrival to the first
+    token, generation from the first token to the last over `predicted_n` tokens (ms)."""
+    prompt_ms = max(first_ns - arrived_ns, 0) / 1e6
+    predicted_ms = max(last_ns - first_ns, 0) / 1e6
+    return {
+        "cache_n": 0,
+        "prompt_n": prompt_tokens,
+        "prompt_ms": round(prompt_ms, 3),
+        "prompt_per_token_ms": round(prompt_ms / prompt_tokens, 3) if prompt_tokens else 0.0,
+        "predicted_n": generated,
+        "predicted_ms": round(predicted_ms, 3),
+        "predicted_per_token_ms": round(predicted_ms / generated, 3) if generated else 0.0,
+    }
 
 
 DONE_EVENT = b"data: [DONE]\n\n"

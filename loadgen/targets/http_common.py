@@ -26,6 +26,42 @@ class StreamTruncated(StreamProtocolError):
     """The server closed the connection, or the stream ended, before the response was complete."""
 
 
+class StaleConnection(StreamTruncated):
+    """A request sent on a kept-alive connection got not one byte back before the connection
+    closed or was reset: the server had closed it (or was closing it) when we sent. The request
+    can be sent again once on a new connection; a new connection that fails is the server's."""
+
+
+@dataclass(slots=True)
+class KeepAlive:
+    """What a response says about its connection (RFC 9112 §9.3; the `Keep-Alive` header)."""
+
+    persistent: bool
+    timeout_s: float | None = None  # `Keep-Alive: timeout=N`
+    max_requests: int | None = None  # `Keep-Alive: max=N`: further requests it will take
+
+
+def keep_alive(version: str, headers: dict[str, str]) -> KeepAlive:
+    """HTTP/1.1 persists unless `Connection: close`; HTTP/1.0 only with `keep-alive`."""
+    options = {t.strip().lower() for t in headers.get("connection", "").split(",")}
+    if "close" in options:
+        return KeepAlive(False)
+    if version == "HTTP/1.0" and "keep-alive" not in options:
+        return KeepAlive(False)
+    ka = KeepAlive(True)
+    for param in headers.get("keep-alive", "").split(","):
+        name, _, value = param.partition("=")
+        name, value = name.strip().lower(), value.strip().strip('"')
+        try:
+            if name == "timeout":
+                ka.timeout_s = max(float(value), 0.0)
+            elif name == "max":
+                ka.max_requests = max(int(value), 0)
+        except ValueError:
+            continue  # a malformed parameter says nothing
+    return ka
+
+
 @dataclass(slots=True)
 class ResponseHead:
     status: int

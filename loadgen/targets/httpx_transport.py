@@ -26,6 +26,11 @@ from loadgen.targets.rawhttp import DEFAULT_KEEPALIVE_EXPIRY_S
 
 _SENT_EVENT = "http11.send_request_body.complete"
 _HEADERS_STARTED = "http11.send_request_headers.started"  # a connection was acquired
+_CONNECT_STARTED = "connection.connect_tcp.started"  # only when a new connection is opened
+_CONNECT_DONE = ("connection.connect_tcp.complete", "connection.start_tls.complete")
+# httpcore's message when a kept-alive connection closes before any byte of the response
+_NO_RESPONSE = "without sending a response"
+LEARN_STALE = 2  # stale reused connections before requests ask for `Connection: close`
 
 
 class _Deadline:
@@ -73,6 +78,14 @@ class HttpxClient:
         self.connect_timeout_s = connect_timeout_s
         self.verify: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._client: httpx.AsyncClient | None = None
+        self.stale = 0  # requests re-sent because their reused connection was dead
+
+    @property
+    def reuse(self) -> bool:
+        """False once the server is seen to drop kept-alive connections: then each request
+        says `Connection: close` (httpcore checks a pooled socket before reuse, as our raw
+        pool does, but cannot know that a server closes after every response)."""
+        return self.stale < LEARN_STALE
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -138,12 +151,23 @@ class HttpxExchange:
         )
         self.response: httpx.Response | None = None
         self.head_ns = 0
+        self.connect_began = -1
+        self.connect_ns = -1  # set-up of a connection opened for this request (-1: reused)
+        self.resent = 0
+        self.url, self.data, self.headers = url, data, headers
+        self.deadline_s = deadline_s
+        if not owner.reuse:
+            self.request.headers["connection"] = "close"
 
     async def _trace(self, name: str, info: dict[str, Any]) -> None:
         if name == _SENT_EVENT:
             self.sent_ns = self.clock()
         elif name == _HEADERS_STARTED:
             self.connected = True
+        elif name == _CONNECT_STARTED:
+            self.connect_began = self.clock()
+        elif name in _CONNECT_DONE and self.connect_began >= 0:
+            self.connect_ns = self.clock() - self.connect_began
 
     async def send(self) -> int:
         """Send and wait for the response head; the clock when the body was written (ns).
@@ -160,12 +184,37 @@ class HttpxExchange:
                     ) from None
                 raise PhaseTimeout("headers", "deadline passed (no response headers)") from None
             raise
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
+            guard.armed = False
+            no_answer = not isinstance(e, httpx.RemoteProtocolError) or _NO_RESPONSE in str(e)
+            if self.resent or self.connect_began >= 0 or not no_answer:
+                raise _translate(e, "headers") from None
+            # a kept-alive connection died before the response head (reset, or closed without
+            # a byte: httpx reads the head whole, so a reset mid-head looks the same and is
+            # rare): once more, on a new connection
+            return await self._resend()
         except httpx.TransportError as e:
             raise _translate(e, "headers") from None
         finally:
             guard.armed = False
         self.head_ns = self.clock()
         return self.sent_ns if self.sent_ns is not None else self.head_ns
+
+    async def _resend(self) -> int:
+        owner = self.owner
+        owner.stale += 1
+        self.resent = 1
+        self.sent_ns, self.connected = None, False
+        read = self.request.extensions["timeout"]
+        self.request = owner.client.build_request(
+            "POST",
+            self.url,
+            content=self.data,
+            headers={**self.headers, "connection": "close"} if not owner.reuse else self.headers,
+            timeout=httpx.Timeout(**{k: read[k] for k in ("connect", "read", "write", "pool")}),
+            extensions={"trace": self._trace},
+        )
+        return await self.send()
 
     async def head(self) -> ResponseHead:
         r = self.response

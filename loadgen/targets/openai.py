@@ -23,6 +23,7 @@ from loadgen.errors import (
 from loadgen.spec import TargetSpec
 from loadgen.target import Clock, EventKind, PreparedRequest, StreamEvent
 from loadgen.targets.http_common import (
+    StaleConnection,
     StreamTruncated,
     display_url,
     parse_retry_after,
@@ -167,6 +168,8 @@ class OpenAITarget:
     ) -> RawExchange | HttpxExchange:
         if self._pool is not None:
             extra = "".join(f"{k}: {v}\r\n" for k, v in request.headers.items())
+            if not self._pool.reuse:  # the server closes after each response: say we know
+                extra += "connection: close\r\n"
             head = b"%s%sx-peakload-request-id: %s\r\ncontent-length: %d\r\n\r\n" % (
                 self._head_prefix,
                 extra.encode("latin-1"),
@@ -197,8 +200,19 @@ class OpenAITarget:
         ex = self._exchange(request, data, clock)
         saw_output = False
         try:
-            yield StreamEvent(EventKind.SENT, await ex.send())
-            head = await ex.head()
+            sent = await ex.send()
+            if ex.resent:  # (httpx re-sends inside send())
+                yield StreamEvent(EventKind.RESENT, sent, text="reused connection was closed")
+            yield StreamEvent(EventKind.SENT, sent, connect_ns=ex.connect_ns)
+            try:
+                head = await ex.head()
+            except StaleConnection as e:
+                # the connection was dead before any byte came back: not the server's failure
+                # to answer this request, which is sent once more on a new connection
+                yield StreamEvent(EventKind.RESENT, e.t_ns or clock(), text=e.detail)
+                assert isinstance(ex, RawExchange)
+                yield StreamEvent(EventKind.SENT, await ex.resend(), connect_ns=ex.connect_ns)
+                head = await ex.head()
             yield StreamEvent(EventKind.HEADERS, head.t_ns, status=head.status)
             ctype = head.headers.get("content-type", "")
             if not 200 <= head.status < 300:

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from loadgen.errors import InBandError, StreamProtocolError
-from loadgen.target import EventKind, StreamEvent, Usage
+from loadgen.target import EventKind, ServerTimings, StreamEvent, Usage
 
 MAX_DETAIL_CHARS = 200
 _loads = orjson.loads  # several times faster than json per event; same objects
@@ -43,8 +43,26 @@ def parse_usage(obj: Any) -> Usage | None:
     )
 
 
+def parse_llamacpp_timings(obj: Any) -> ServerTimings | None:
+    """llama.cpp's `timings` object (prompt_n/prompt_ms: prompt evaluation; predicted_n/
+    predicted_ms: generation; cache_n: prompt tokens reused from the slot's cache), or None."""
+    if not isinstance(obj, dict):
+        return None
+    return ServerTimings(
+        prompt_tokens=_int_or_none(obj.get("prompt_n")),
+        prefill_ms=_float_or_none(obj.get("prompt_ms")),
+        decode_tokens=_int_or_none(obj.get("predicted_n")),
+        decode_ms=_float_or_none(obj.get("predicted_ms")),
+        cached_tokens=_int_or_none(obj.get("cache_n")),
+    )
+
+
 def _int_or_none(v: Any) -> int | None:
     return v if type(v) is int else None
+
+
+def _float_or_none(v: Any) -> float | None:
+    return float(v) if type(v) in (int, float) else None
 
 
 def _error_message(err: Any) -> str:
@@ -63,12 +81,16 @@ class OpenAIStreamDecoder:
     reconciles with USAGE. Role-only and empty deltas yield nothing. USAGE is yielded every time
     a non-null `usage` appears (some servers send it on every chunk: the last one wins).
     `[DONE]` yields DONE; payloads after it are ignored. `{"error": ...}` raises InBandError.
+    A `timings` object (llama.cpp) is the server's own account: it rides on the USAGE event,
+    merged with the usage block whichever chunk each came in.
     """
 
-    __slots__ = ("done",)
+    __slots__ = ("done", "timings", "usage")
 
     def __init__(self) -> None:
         self.done = False
+        self.timings: ServerTimings | None = None
+        self.usage: Usage | None = None
 
     def decode(self, payload: bytes, t_ns: int, out: list[StreamEvent]) -> None:
         """Append the events carried by one payload (arrived at `t_ns`) to `out`."""
@@ -111,8 +133,22 @@ class OpenAIStreamDecoder:
         elif "error" in obj or obj.get("object") == "error":
             raise InBandError(f"in-band error: {_error_message(obj.get('error', obj))}", t_ns=t_ns)
         usage = obj.get("usage")
-        if usage:
-            out.append(StreamEvent(_USAGE, t_ns, usage=parse_usage(usage)))
+        timings = obj.get("timings")
+        if usage or timings:
+            self._usage_event(usage, timings, t_ns, out)
+
+    def _usage_event(self, usage: Any, timings: Any, t_ns: int, out: list[StreamEvent]) -> None:
+        """USAGE carrying the latest usage counts and the server's timings, merged (the runner
+        keeps the last USAGE event; the two may come in different chunks, in either order)."""
+        if timings:
+            self.timings = parse_llamacpp_timings(timings)
+        u = parse_usage(usage) if usage else self.usage
+        if u is None:
+            u = Usage()
+        if self.timings is not None:
+            u.server = self.timings
+        self.usage = u
+        out.append(StreamEvent(_USAGE, t_ns, usage=u))
 
 
 def _lenient_loads(payload: bytes, t_ns: int) -> Any:
@@ -175,7 +211,10 @@ def decode_body(body: bytes, t_ns: int) -> list[StreamEvent]:
     elif choice.get("text"):
         out.append(StreamEvent(_CONTENT, t_ns, _text(choice["text"], t_ns), 1))
     usage = parse_usage(obj.get("usage"))
-    if usage is not None:
+    timings = parse_llamacpp_timings(obj.get("timings"))
+    if usage is not None or timings is not None:
+        usage = usage or Usage()
+        usage.server = timings
         out.append(StreamEvent(_USAGE, t_ns, usage=usage))
     out.append(StreamEvent(_DONE, t_ns))
     return out

@@ -12,8 +12,10 @@ from loadgen.errors import PhaseTimeout, StreamProtocolError, TransportError
 from loadgen.target import Clock
 from loadgen.targets.http_common import (
     ResponseHead,
+    StaleConnection,
     StreamReset,
     StreamTruncated,
+    keep_alive,
     parse_head,
     read_some,
 )
@@ -51,17 +53,23 @@ class RawExchange:
         self.remaining = 0
         self.chunked: _Chunked | None = None
         self.nbytes = 0
+        self.connect_ns = -1  # set-up of the connection this exchange opened (-1: reused)
+        self.resent = 0
+        self.server_idle_s: float | None = None  # the response's `Keep-Alive: timeout=`
 
-    async def send(self) -> int:
-        """Acquire a connection, write the request; the send time (ns): the clock just before
-        the write, which hands the whole request to the kernel at once (a server can have it
-        before a clock read after the write returns); or, when a large body had to wait for the
-        kernel to take it, the clock once it did."""
-        conn = await self.pool.acquire(self.deadline_at)
+    async def send(self, fresh: bool = False) -> int:
+        """Acquire a connection (a new one if `fresh`), write the request; the send time (ns):
+        the clock just before the write, which hands the whole request to the kernel at once (a
+        server can have it before a clock read after the write returns); or, when a large body
+        had to wait for the kernel to take it, the clock once it did."""
+        conn = await self.pool.acquire(self.deadline_at, self.clock, fresh)
         self.conn = conn
+        self.connect_ns = conn.connect_ns
+        conn.requests_left = None  # until this response's head says
         conn.clock = self.clock
         conn.reads = []
-        self.timer = self.loop.call_at(self.deadline_at, self._on_timer)
+        if self.timer is None:
+            self.timer = self.loop.call_at(self.deadline_at, self._on_timer)
         assert conn.transport is not None
         sent = self.clock()
         conn.transport.write(self.data)
@@ -70,6 +78,17 @@ class RawExchange:
             sent = self.clock()
         conn.drained = sent
         return sent
+
+    async def resend(self) -> int:
+        """After StaleConnection from `head()`: the same request once more, on a new
+        connection; its send time (ns)."""
+        conn = self.conn
+        assert conn is not None and self.resent == 0
+        self.resent = 1
+        self.pool.note_stale()
+        self.conn = None
+        self.pool.release(conn, False)
+        return await self.send(fresh=True)
 
     def _on_timer(self) -> None:
         self.timer = None
@@ -114,12 +133,20 @@ class RawExchange:
             await w
 
     async def head(self) -> ResponseHead:
-        """Wait for the status line and headers (1xx interim responses are skipped)."""
+        """Wait for the status line and headers (1xx interim responses are skipped). Raises
+        StaleConnection when a connection taken from the idle pool ends before its first byte
+        (once per exchange: see `resend`)."""
         buf = b""
+        got = False
         while True:
             reads = await self._next_reads()
             if not reads:
-                raise self._eof_error("before the response headers")
+                error = self._eof_error("before the response headers")
+                conn = self.conn
+                if not got and conn is not None and conn.from_idle and not self.resent:
+                    raise StaleConnection(error.detail, t_ns=error.t_ns)
+                raise error
+            got = True
             for i, (t, data, lo) in enumerate(reads):
                 buf += data
                 while (end := buf.find(b"\r\n\r\n")) >= 0:
@@ -150,8 +177,11 @@ class RawExchange:
         else:
             self.framing = 2
         conn.batch = conn.sock is not None and self.framing == 1  # see rawpool.BATCH_WAKE_S
-        keep = h.get("connection", "").lower() != "close" and head.version != "HTTP/1.0"
-        self.reusable = keep and self.framing != 2
+        ka = keep_alive(head.version, h)
+        self.reusable = ka.persistent and self.framing != 2
+        self.server_idle_s = ka.timeout_s
+        if ka.max_requests is not None:
+            conn.requests_left = ka.max_requests
         if self.framing == 0 and self.remaining == 0:
             self.complete = True
         # idle timing starts now: the head was a read
@@ -226,7 +256,7 @@ class RawExchange:
             self.timer.cancel()
             self.timer = None
         if self.conn is not None:
-            self.pool.release(self.conn, self.complete and self.reusable)
+            self.pool.release(self.conn, self.complete and self.reusable, self.server_idle_s)
             self.conn = None
 
 

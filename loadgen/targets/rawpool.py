@@ -2,6 +2,14 @@
 `data_received` (before any parsing) and queues it for its exchange, and a keep-alive pool per
 origin with a hard cap on open connections.
 
+Reuse follows RFC 9112 §9 and httpcore's rule: an idle connection is reused only if the peer
+has not closed it (no EOF seen, and its socket is not readable while idle: a FIN or stray bytes
+still in the kernel), its keep-alive expiry (ours, or the server's `Keep-Alive: timeout=` less a
+margin) has not passed, and the server's `max=` allows another request. Servers that advertise
+keep-alive yet close right after each response (llama.cpp's does after a stream) are learned:
+after `LEARN_QUICK_CLOSES` such closes with no reuse that worked, the pool stops reusing. A
+server's idle timeout seen on an idle connection shortens the pool's expiry.
+
 A read's stamp is the kernel's receive time of its last segment when the socket gives one (see
 `kstamp`), else the runner's clock at `data_received`. Each queued read also carries `lo`: the
 earliest its first bytes can have arrived (when this socket was last drained), or -1 when the
@@ -12,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import select
 import socket
 import ssl
 from typing import cast
@@ -30,6 +39,11 @@ PAUSE_READS = 64  # unconsumed reads before the socket is paused (consumer far b
 BATCH_WAKE_S = 0.05
 WAKE_SLICE = 8  # consumers woken per loop iteration when a batch is due
 DEFAULT_KEEPALIVE_EXPIRY_S = 4.0  # below uvicorn's 5 s keep-alive: never reuse a dying socket
+# A peer close this soon after a response ended means the server closes after responses (it
+# is not an idle timeout); two such closes, with no reuse that worked, stop reuse on the pool.
+QUICK_CLOSE_S = 0.25
+LEARN_QUICK_CLOSES = 2
+IDLE_TIMEOUT_SHARE = 0.8  # of a server's seen (or announced) idle timeout, used as our expiry
 IDLE, BUSY, DEAD = 0, 1, 2
 
 
@@ -59,10 +73,18 @@ class Conn(asyncio.Protocol):
         self.reading_paused = False
         self.drain: asyncio.Future[None] | None = None
         self.batch = False  # wake the consumer in batches (kernel-stamped streaming body)
+        self.fd = -1
+        self.uses = 0  # responses completed on this connection
+        self.expires_at = 0.0  # loop time after which it is not reused
+        self.from_idle = False  # the current exchange took it from the idle list
+        self.connect_ns = -1  # its set-up time when the current exchange opened it
+        self.requests_left: int | None = None  # the server's `Keep-Alive: max=`
 
     # --- asyncio callbacks: minimal work; the consumer parses
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        sock = transport.get_extra_info("socket")
+        self.fd = sock.fileno() if sock is not None else -1
 
     def data_received(self, data: bytes) -> None:
         now = self.clock()
@@ -93,9 +115,13 @@ class Conn(asyncio.Protocol):
     def eof_received(self) -> bool:
         self.eof = True
         self.wake()
+        if self.state == IDLE:
+            self.pool.peer_closed_idle(self)
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.state == IDLE and not self.eof:
+            self.pool.peer_closed_idle(self)
         self.closed = True
         self.exc = exc
         self.wake()
@@ -123,6 +149,16 @@ class Conn(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.close()
         self.closed = True
+
+    def readable_while_idle(self) -> bool:
+        """The socket has bytes or a FIN the loop has not read yet (an idle connection must
+        not have either: the server closed it, or sent what no request asked for)."""
+        if self.fd < 0:
+            return False
+        try:
+            return bool(select.select([self.fd], [], [], 0)[0])
+        except (OSError, ValueError):
+            return True
 
     def take_reads(self) -> list[Read]:
         reads = self.reads
@@ -165,6 +201,11 @@ class RawPool:
         self.stamper = KernelStamper()
         self.deferred: set[Conn] = set()
         self.flush_handle: asyncio.Handle | None = None
+        self.reuse = True  # False once the server is seen to close after every response
+        self.quick_closes = 0  # idle connections the server closed right after a response
+        self.reuse_worked = 0  # responses completed on a connection that had served before
+        self.opened = 0  # connections opened (warm-up included)
+        self.stale = 0  # reused connections found dead when a request was sent on them
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -175,9 +216,11 @@ class RawPool:
             self.deferred, self.flush_handle = set(), None
         return loop
 
-    async def _connect(self, deadline_at: float) -> Conn:
+    async def _connect(self, deadline_at: float, clock: Clock = _no_clock) -> Conn:
+        """A new connection; its set-up time (ns on `clock`) in `conn.connect_ns`."""
         loop = self.loop
         budget = min(self.connect_timeout_s, deadline_at - loop.time())
+        began = clock()
         try:
             async with asyncio.timeout(max(budget, 0.0)):
                 sock = await self._open_socket(loop)
@@ -200,6 +243,8 @@ class RawPool:
             ) from None
         except OSError as e:  # refused, DNS, unreachable, TLS (ssl.SSLError is an OSError)
             raise connect_error(e, self.host, self.port) from None
+        conn.connect_ns = clock() - began
+        self.opened += 1
         return conn
 
     async def _open_socket(self, loop: asyncio.AbstractEventLoop) -> StampedSocket:
@@ -221,22 +266,31 @@ class RawPool:
             return sock
         raise error if error is not None else OSError(f"{self.host} resolved to no address")
 
-    async def acquire(self, deadline_at: float) -> Conn:
-        """A connection for one exchange: a live idle one, a new one, or the next one freed."""
+    async def acquire(
+        self, deadline_at: float, clock: Clock = _no_clock, fresh: bool = False
+    ) -> Conn:
+        """A connection for one exchange: a live idle one (unless `fresh`), a new one, or the
+        next one freed. `conn.from_idle` tells which; a new one's set-up is `conn.connect_ns`."""
         loop = self.loop
         while True:
             now = loop.time()
-            while self.idle:
+            while self.idle and not fresh:
                 conn = self.idle.pop()
-                if conn.closed or conn.eof or now - conn.idle_since > self.keepalive_expiry_s:
+                if not self._usable(conn, now):
                     self._discard(conn)
                     continue
                 conn.state = BUSY
+                conn.from_idle = True
+                conn.connect_ns = -1
                 return conn
+            if fresh and self.idle and self.open >= self.max_connections:
+                self._discard(self.idle.pop(0))  # the oldest idle one makes room
             if self.open < self.max_connections:
                 self.open += 1
                 try:
-                    return await self._connect(deadline_at)
+                    conn = await self._connect(deadline_at, clock)
+                    conn.from_idle = False
+                    return conn
                 except BaseException:
                     self.open -= 1
                     self._wake_one()
@@ -258,6 +312,35 @@ class RawPool:
                     ) from None
                 raise
 
+    def _usable(self, conn: Conn, now: float) -> bool:
+        """An idle connection may carry a request (see the module docstring)."""
+        if conn.closed or conn.eof or now >= conn.expires_at:
+            return False
+        if conn.readable_while_idle():
+            self._note_close(now - conn.idle_since, exact=False)
+            return False
+        return True
+
+    def peer_closed_idle(self, conn: Conn) -> None:
+        """The server closed an idle connection (EOF or reset seen as it happened)."""
+        self._note_close(self.loop.time() - conn.idle_since, exact=True)
+
+    def _note_close(self, idle_s: float, *, exact: bool) -> None:
+        """Learn from a server's close of an idle connection `idle_s` after its last response:
+        at once means it closes after responses; later (seen as it happened) is its idle timeout.
+        """
+        if idle_s < QUICK_CLOSE_S:
+            self.quick_closes += 1
+            if self.quick_closes >= LEARN_QUICK_CLOSES and self.quick_closes > self.reuse_worked:
+                self.reuse = False
+        elif exact:
+            self.keepalive_expiry_s = min(self.keepalive_expiry_s, idle_s * IDLE_TIMEOUT_SHARE)
+
+    def note_stale(self) -> None:
+        """A request sent on a reused connection got no byte back before the server closed it."""
+        self.stale += 1
+        self._note_close(0.0, exact=False)
+
     def defer(self, conn: Conn) -> None:
         """Wake `conn`'s consumer at the next batch flush (one timer for the whole pool)."""
         self.deferred.add(conn)
@@ -275,16 +358,35 @@ class RawPool:
         else:
             self.flush_handle = None
 
-    def release(self, conn: Conn, reusable: bool) -> None:
-        """Give a connection back after an exchange; closed unless `reusable` and healthy."""
+    def release(self, conn: Conn, reusable: bool, server_idle_s: float | None = None) -> None:
+        """Give a connection back after an exchange; closed unless `reusable` and healthy.
+        `server_idle_s`: the idle timeout the response announced (`Keep-Alive: timeout=`)."""
         if conn.state != BUSY:
             return
         conn.clock = _no_clock
         conn.waiter = None
         conn.batch = False
-        if reusable and not (conn.closed or conn.eof) and not conn.reads:
+        if reusable:
+            if conn.uses > 0:
+                self.reuse_worked += 1
+            conn.uses += 1
+            if conn.eof or conn.closed:  # the server closed as the response ended
+                self._note_close(0.0, exact=False)
+        left = conn.requests_left
+        if (
+            reusable
+            and self.reuse
+            and not (conn.closed or conn.eof)
+            and not conn.reads
+            and (left is None or left > 0)
+        ):
+            now = self.loop.time()
             conn.state = IDLE
-            conn.idle_since = self.loop.time()
+            conn.idle_since = now
+            expiry = self.keepalive_expiry_s
+            if server_idle_s is not None:
+                expiry = min(expiry, server_idle_s * IDLE_TIMEOUT_SHARE)
+            conn.expires_at = now + expiry
             self.idle.append(conn)
             self._wake_one()
         else:
@@ -326,6 +428,7 @@ class RawPool:
         for r in results:
             if isinstance(r, Conn):
                 r.state = BUSY
+                r.uses = -1  # not a response: release() counts it back to 0
                 self.release(r, True)
             else:
                 self.open -= 1
