@@ -108,6 +108,8 @@ class TargetSpec(_Strict):
     deadline_s: float = Field(default=DEFAULT_DEADLINE_S, gt=0, le=MAX_DEADLINE_S)
     idle_timeout_s: float = Field(default=DEFAULT_IDLE_TIMEOUT_S, gt=0)
     metrics_url: str | None = None  # Prometheus endpoint to scrape during the run
+    # the HTTP client: "raw" (asyncio sockets, kernel receive stamps) or "httpx"; "auto" = raw
+    transport: Literal["auto", "raw", "httpx"] = "auto"
 
     @field_validator("base_url")
     @classmethod

@@ -68,7 +68,7 @@ class OpenAITarget:
         spec: TargetSpec,
         *,
         max_connections: int,
-        transport: str = "auto",
+        transport: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
         keepalive_expiry_s: float = DEFAULT_KEEPALIVE_EXPIRY_S,
         environ: Mapping[str, str] | None = None,
@@ -76,6 +76,7 @@ class OpenAITarget:
     ) -> None:
         if policy is not None:  # PolicyError before anything else is set up
             policy.check(spec.base_url)
+        transport = spec.transport if transport is None else transport
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
         if max_connections < 1:
