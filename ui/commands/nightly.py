@@ -145,8 +145,7 @@ def nightly_command(
             EXIT_BAD_INPUT,
         )
     result = _result(hist, cps, metric, threshold_pct)
-    if not include_invalid:
-        _gate_newest(result)
+    _gate_newest(result, include_invalid)
     if json_out:
         out = {
             "schedule": schedule,
@@ -173,14 +172,14 @@ def nightly_command(
     sys.exit(result["exit_code"])
 
 
-def _gate_newest(result: dict[str, Any]) -> None:
-    """The newest run decides first: a nightly job must not pass on a run that is partial,
-    invalid or has no value, whatever the history before it says."""
+def _gate_newest(result: dict[str, Any], include_invalid: bool) -> None:
+    """The newest run decides first: a nightly job must not pass on a run that has no value,
+    or (unless invalid runs are let in) is partial or invalid, whatever the history says."""
     runs = result["runs"]
     if not runs:
         return
     newest = runs[-1]
-    code = run_state_code(newest["status"], newest["valid"])
+    code = None if include_invalid else run_state_code(newest["status"], newest["valid"])
     if code is None and newest["value"] is None:
         code = Exit.UNDECIDABLE
     if code is None:
@@ -193,6 +192,10 @@ def _gate_newest(result: dict[str, Any]) -> None:
         else f"is {newest['status']}" + ("" if newest["valid"] is not None else ", not judged")
     )
     result["newest_run_problem"] = f"the newest run {newest['run_id'][:8]} {state}"
+    result["detection_verdict"], result["detection_exit_code"] = (
+        result["verdict"],
+        result["exit_code"],
+    )
     result["verdict"] = code.name.lower()
     result["exit_code"] = int(code)
 
@@ -359,10 +362,10 @@ def _notes(
             f"{unit}, {p['direction']} {abs(p['delta']):,.2f} ({_pct(p['delta_pct'])}), "
             f"{'worse' if p['worse'] else 'better'}"
         )
-    if result.get("newest_run_problem"):
-        lines.append(f"[bold yellow]{result['newest_run_problem']}: exit {result['exit_code']}.[/]")
-        return lines
-    code, p = result["exit_code"], result["deciding_change_point"]
+    code, p = (
+        result.get("detection_exit_code", result["exit_code"]),
+        result["deciding_change_point"],
+    )
     beyond = f"the latest change point beyond the {threshold_pct:g}% threshold"
     if code == EXIT_TOO_FEW:
         lines.append(
@@ -386,4 +389,9 @@ def _notes(
         )
     else:
         lines.append("[green]No change point: no regression.[/]")
+    if result.get("newest_run_problem"):
+        lines.append(
+            f"[bold yellow]But {result['newest_run_problem']}: exit {result['exit_code']} "
+            "(--include-invalid to judge the history alone).[/]"
+        )
     return lines
