@@ -36,8 +36,14 @@ _SQL_METRICS = {
     "output_speed_tps": "CASE WHEN output_tokens > 1 AND end_ns > first_token_ns THEN "
     "(output_tokens - 1) / ((end_ns - first_token_ns) / 1e9) END",
 }
-METRICS = tuple(_SQL_METRICS)
-UNITS = {m: ("tokens/s" if m == "output_speed_tps" else "ms") for m in METRICS}
+# not a per-request value: each run's share of steady-phase requests not ok (`not_sent` too),
+# the same error rate as analysis.verdict's budget; the percentile does not apply
+ERROR_RATE = "error_rate"
+METRICS = (*_SQL_METRICS, ERROR_RATE)
+UNITS = {
+    m: ("tokens/s" if m == "output_speed_tps" else "fraction" if m == ERROR_RATE else "ms")
+    for m in METRICS
+}
 # a rise in these is an improvement; in every other metric (latencies) a rise is a regression
 HIGHER_IS_BETTER = frozenset({"output_speed_tps"})
 # runs; a new level is only found once it has lasted this long, so detection needs twice as many
@@ -65,31 +71,37 @@ def schedule_history(
 ) -> pd.DataFrame:
     """The newest `limit` runs of the schedule created at or after `since` (wall clock, aware),
     one row each, oldest first: run_id, name, created_at, started_at, status, valid, value (the
-    pooled `percentile` of `metric` over ok steady requests, in UNITS[metric]), n."""
-    if metric not in _SQL_METRICS:
-        raise ValueError(f"unknown metric {metric!r}; known: {', '.join(_SQL_METRICS)}")
+    pooled `percentile` of `metric` over ok steady requests, in UNITS[metric]; for ERROR_RATE
+    the share of steady requests not ok), n (the samples behind the value)."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; known: {', '.join(METRICS)}")
     if not 0 <= percentile <= 100:
         raise ValueError(f"percentile must be within 0..100 (got {percentile})")
     level_filter = sql.SQL("AND q.level = %(level)s") if level is not None else sql.SQL("")
     since_filter = sql.SQL("AND created_at >= %(since)s") if since is not None else sql.SQL("")
+    if metric == ERROR_RATE:
+        per_run = sql.SQL(
+            """SELECT avg((q.outcome <> 'ok')::int)::float8 AS value, count(*) AS n
+            FROM requests q WHERE q.run_id = r.run_id AND q.phase = 'steady' {level_filter}"""
+        ).format(level_filter=level_filter)
+    else:
+        per_run = sql.SQL(
+            """SELECT percentile_cont(%(p)s) WITHIN GROUP (ORDER BY v) AS value, count(v) AS n
+            FROM (SELECT ({expr})::float8 AS v FROM requests q
+                  WHERE q.run_id = r.run_id AND q.outcome = 'ok' AND q.phase = 'steady'
+                  {level_filter}) x
+            WHERE v IS NOT NULL"""
+        ).format(expr=sql.SQL(_SQL_METRICS[metric]), level_filter=level_filter)
     query = sql.SQL(
         """
         SELECT r.run_id::text AS run_id, r.name, r.created_at, r.started_at, r.status, r.valid,
                s.value, COALESCE(s.n, 0) AS n
         FROM (SELECT * FROM runs WHERE schedule_name = %(schedule)s {since_filter}
               ORDER BY created_at DESC LIMIT %(limit)s) r
-        LEFT JOIN LATERAL (
-            SELECT percentile_cont(%(p)s) WITHIN GROUP (ORDER BY v) AS value, count(v) AS n
-            FROM (SELECT ({expr})::float8 AS v FROM requests q
-                  WHERE q.run_id = r.run_id AND q.outcome = 'ok' AND q.phase = 'steady'
-                  {level_filter}) x
-            WHERE v IS NOT NULL
-        ) s ON true
+        LEFT JOIN LATERAL ({per_run}) s ON true
         ORDER BY r.created_at, r.run_id
         """
-    ).format(
-        expr=sql.SQL(_SQL_METRICS[metric]), level_filter=level_filter, since_filter=since_filter
-    )
+    ).format(per_run=per_run, since_filter=since_filter)
     params = {
         "schedule": schedule_name,
         "limit": int(limit),

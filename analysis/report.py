@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import psycopg
 
-from analysis import fastload, load, sla
+from analysis import fastload, load, sla, verdict
 from analysis import frontier as fr
 from analysis import metrics as m
 from analysis import percentiles as pc
@@ -170,7 +170,8 @@ def build_report(
         span = float(duration) if duration and np.isfinite(duration) else 60.0
         bucket_s = max(1.0, math.ceil(span / 120.0))
     ts = load.timeseries(conn, run_id, bucket_s)
-    verdicts = sla.evaluate(df, claims, chunks=chunks) if claims else []
+    judged = verdict.judge_claims(run, df, claims, chunks=chunks) if claims else None
+    verdicts = judged.verdicts if judged else []
     labels = run.get("labels") or {}
     out: dict[str, Any] = _clean(
         {
@@ -211,7 +212,9 @@ def build_report(
             "timeseries": {"bucket_s": bucket_s, "rows": _records(ts)},
             "timeline": timeline_sample(df, chunks, run.get("started_at"), seed=seed),
             "sla": [v.to_json() for v in verdicts],
-            "sla_exit_code": sla.exit_code(verdicts) if verdicts else None,
+            # the run's state first, as `peakload sla` exits (analysis.verdict.judge_claims)
+            "sla_exit_code": int(judged.code) if judged else None,
+            "sla_reason": judged.reason if judged else None,
         }
     )
     return out

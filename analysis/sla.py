@@ -30,9 +30,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from scipy import stats
 
 from analysis import metrics as m
+from analysis.exitcodes import Exit
 from loadgen.errors import SpecError
+from loadgen.spec import DEFAULT_VERDICT_CONFIDENCE
 
-DEFAULT_CONFIDENCE = 0.99
+DEFAULT_CONFIDENCE = DEFAULT_VERDICT_CONFIDENCE
 CLAIM_METRICS = (
     "ttft_ms",
     "ttft_sched_ms",
@@ -89,6 +91,8 @@ def _prompt_label(r: PromptRange | None) -> str:
 class ClaimsFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     confidence: float = Field(default=DEFAULT_CONFIDENCE, gt=0.5, lt=1)
+    # the error budget judged beside the claims (analysis.verdict); None: the run spec's own
+    max_error_rate: float | None = Field(default=None, ge=0, le=1)
     claims: list[Claim] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -282,11 +286,11 @@ def evaluate(
     return out
 
 
-def exit_code(verdicts: Sequence[ClaimVerdict]) -> int:
-    """1 if any claim fails (a disproved claim dominates), else 2 if any has insufficient
-    samples, else 0 (all pass)."""
+def exit_code(verdicts: Sequence[ClaimVerdict]) -> Exit:
+    """FAILED if any claim fails (a disproved claim dominates), else UNDECIDABLE if any has
+    insufficient samples, else PASSED (analysis.exitcodes)."""
     if any(v.verdict == "fail" for v in verdicts):
-        return 1
+        return Exit.FAILED
     if any(v.verdict == "insufficient samples" for v in verdicts):
-        return 2
-    return 0
+        return Exit.UNDECIDABLE
+    return Exit.PASSED

@@ -15,11 +15,14 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from loadgen.spec import ValiditySpec
 
+# the share of working time the generator may be CPU-bound and late before the run is invalid
+CPU_BUSY_SHARE = 0.2
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # Bin edges in ms: 1 µs .. 100 s, 40 bins per decade (~6% wide).
 _EDGES_MS = np.logspace(-3, 5, 8 * 40 + 1)
@@ -98,6 +101,7 @@ class LoopLagProbe:
         self.second: list[float] = []  # samples since the last tick
         self.weights: list[int] = []  # stamps taken around each sample (1 + chunks since the last)
         self.total = Histogram()
+        self.work = Histogram()  # the samples of seconds in which the generator had work
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -154,8 +158,9 @@ class LoopLagProbe:
         new, self._seen = now - self._seen, now
         return new
 
-    def take_second(self) -> tuple[float, float]:
-        """(max, p99) of the last second's samples in ms, folded into the shard histogram.
+    def take_second(self, work: bool = True) -> tuple[float, float]:
+        """(max, p99) of the last second's samples in ms, folded into the shard histogram (and
+        into `work` when the generator had work in that second).
 
         Samples are weighted by the chunks stamped around them (`activity`), so the p99 is that
         of the stamps' errors: arrivals bunch up exactly when the loop is busiest (a burst of
@@ -165,6 +170,8 @@ class LoopLagProbe:
         if not samples:
             return 0.0, 0.0
         self.total.add_many(samples, weights)
+        if work:
+            self.work.add_many(samples, weights)
         arr = np.asarray(samples)
         order = np.argsort(arr)
         cum = np.cumsum(np.asarray(weights, dtype=np.float64)[order])
@@ -173,18 +180,33 @@ class LoopLagProbe:
 
 
 class CpuMeter:
-    """This process's CPU use between calls, in percent of one core."""
+    """This process's CPU use between calls, in percent of one core; `last_wall_s` is how long
+    the last interval was (the final one of a shard is a fraction of a second)."""
 
     def __init__(self) -> None:
         self._cpu = time.process_time()
         self._wall = time.perf_counter()
+        self.last_wall_s = 0.0
 
     def take(self) -> float:
         cpu, wall = time.process_time(), time.perf_counter()
         d_wall = wall - self._wall
         pct = 100.0 * (cpu - self._cpu) / d_wall if d_wall > 0 else 0.0
         self._cpu, self._wall = cpu, wall
+        self.last_wall_s = max(d_wall, 0.0)
         return pct
+
+
+@dataclass(frozen=True, slots=True)
+class Second:
+    """One tick's interval as the verdict sees it: how long it was (s), CPU %, whether the
+    generator had work (a send or a stamped chunk), and how late it was at worst (ms)."""
+
+    wall_s: float
+    cpu: float
+    work: bool
+    lag_p99_ms: float
+    dispatch_max_ms: float
 
 
 class SelfCheck:
@@ -195,6 +217,9 @@ class SelfCheck:
         self.lag = LoopLagProbe(clock, activity=activity)
         self.cpu = CpuMeter()
         self.cpu_ticks: list[float] = []
+        self.seconds: list[Second] = []
+        self._activity = activity
+        self._activity_seen = 0
         self.dispatch_second: list[float] = []  # ms, since the last tick
         self.dispatch_all = Histogram()
         # token stamps by kind: kernel-stamped alone in their read (exact), kernel-stamped
@@ -203,12 +228,17 @@ class SelfCheck:
 
     def take_second(self) -> tuple[float, float, float, float]:
         """(lag max, lag p99, dispatch delay max, CPU %) of the last second, folded in."""
-        lag_max, lag_p99 = self.lag.take_second()
         disp, self.dispatch_second = self.dispatch_second, []
+        seen = self._activity()
+        work = bool(disp) or seen > self._activity_seen
+        self._activity_seen = seen
+        lag_max, lag_p99 = self.lag.take_second(work)
         self.dispatch_all.add_many(disp)
         cpu = self.cpu.take()
         self.cpu_ticks.append(cpu)
-        return lag_max, lag_p99, max(disp) if disp else 0.0, cpu
+        disp_max = max(disp) if disp else 0.0
+        self.seconds.append(Second(self.cpu.last_wall_s, cpu, work, lag_p99, disp_max))
+        return lag_max, lag_p99, disp_max, cpu
 
     @property
     def kernel_stamped(self) -> bool:
@@ -228,12 +258,13 @@ class SelfCheck:
         tokens is at most min(share read together, share of lag samples above the bound), and
         that must stay within 1 % (the p99)."""
         bound = v.max_loop_lag_p99_ms
-        lag99 = self.lag.total.quantile(0.99)
-        lag_over = self.lag.total.share_above(bound)
+        # seconds without a send or a chunk cannot shape a number: their lag is not judged
+        lag99 = self.lag.work.quantile(0.99)
+        lag_over = self.lag.work.share_above(bound)
         kernel = self.exact_stamped + self.merged_stamped
         merged = self.merged_stamped / kernel if kernel else 0.0
         disp99 = self.dispatch_all.quantile(0.99)
-        busy = sum(1 for c in self.cpu_ticks if c >= v.max_cpu_percent)
+        busy_s, work_s = self.cpu_busy_seconds(v)
         reasons = []
         if self.kernel_stamped:
             if min(merged, lag_over) > 0.01:
@@ -252,12 +283,15 @@ class SelfCheck:
                 f"dispatch delay p99 {disp99:.2f} ms exceeds {v.max_dispatch_delay_p99_ms:g} ms: "
                 "requests left later than scheduled"
             )
-        if self.cpu_ticks and busy / len(self.cpu_ticks) > 0.2:
+        if work_s > 0 and busy_s / work_s > CPU_BUSY_SHARE:
             reasons.append(
-                f"generator CPU at or above {v.max_cpu_percent:g}% in {busy} of "
-                f"{len(self.cpu_ticks)} seconds"
+                f"generator CPU at or above {v.max_cpu_percent:g}% while it was late (loop lag "
+                f"p99 over {bound:g} ms or a send over {v.max_dispatch_delay_p99_ms:g} ms late) "
+                f"for {busy_s:.1f} of the {work_s:.1f} s it had work"
             )
         health = {
+            "cpu_busy_late_s": busy_s,
+            "work_s": work_s,
             "loop_lag_p99_ms": lag99,
             "loop_lag_max_ms": self.lag.total.max,
             "tokens_read_together_share": merged,
@@ -268,3 +302,23 @@ class SelfCheck:
             "cpu_percent_max": max(self.cpu_ticks, default=0.0),
         }
         return not reasons, reasons, health
+
+    def cpu_busy_seconds(self, v: ValiditySpec) -> tuple[float, float]:
+        """(seconds the generator was CPU-bound *and* late, seconds it had work), each tick
+        weighted by its length. CPU alone is a cause, not evidence: a closed loop against a
+        server that refuses at once spins at full CPU and still sends on time and stamps
+        exactly; only when it was also late did the generator shape the numbers. Weighting by
+        length keeps a shard's last, sub-millisecond tick (CPU% of teardown work) from
+        counting as a whole saturated second."""
+        busy = work = 0.0
+        for s in self.seconds:
+            if not s.work:
+                continue
+            work += s.wall_s
+            late = (
+                s.lag_p99_ms > v.max_loop_lag_p99_ms
+                or s.dispatch_max_ms > v.max_dispatch_delay_p99_ms
+            )
+            if s.cpu >= v.max_cpu_percent and late:
+                busy += s.wall_s
+        return busy, work

@@ -300,6 +300,10 @@ class Labels(BaseModel):
 
 
 DEFAULT_REGION = "local"
+# a run that lost more than 1% of its requests is not a pass unless its spec says so
+DEFAULT_MAX_ERROR_RATE = 0.01
+# of every verdict on a run's criteria and SLA claims (analysis.sla uses it too)
+DEFAULT_VERDICT_CONFIDENCE = 0.99
 
 
 class ValiditySpec(_Strict):
@@ -319,6 +323,10 @@ class RunSpec(_Strict):
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     load: LoadSpec
     slos: list[SLO] = Field(default_factory=list)
+    # the run's pass criteria besides the SLOs (judged by analysis.verdict): the largest share of
+    # steady-phase requests that may fail, and the confidence of every verdict
+    max_error_rate: float = Field(default=DEFAULT_MAX_ERROR_RATE, ge=0, le=1)
+    confidence: float = Field(default=DEFAULT_VERDICT_CONFIDENCE, gt=0.5, lt=1)
     regions: list[Region] = Field(default_factory=lambda: [Region(name=DEFAULT_REGION, share=1.0)])
     labels: Labels = Field(default_factory=Labels)
     validity: ValiditySpec = Field(default_factory=ValiditySpec)

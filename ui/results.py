@@ -9,18 +9,42 @@ from typing import Any
 
 from rich.console import Console
 
+from analysis import sla
+from analysis.exitcodes import Exit
 from analysis.load import load_levels, load_requests, load_run
 from analysis.summary import level_summary, render_summary_table
+from analysis.verdict import judge_run
 from workers.store.connect import connect_store
 
 
 def summarize_run(run_id: str, database_url: str | None = None) -> dict[str, Any]:
-    """The `peakload run --json` summary of a stored run."""
+    """The `peakload run --json` summary of a stored run, with `verdict`: the run judged against
+    its spec's criteria (analysis.verdict), whose `exit_code` `run` and `submit` exit with."""
     with connect_store(database_url, autocommit=True) as conn:
         run = load_run(conn, run_id)
         requests = load_requests(conn, run_id)
         levels = load_levels(conn, run_id)
-    return level_summary(requests, levels, run)
+    summary = level_summary(requests, levels, run)
+    summary["verdict"] = judge_run(run, requests, levels).to_json()
+    return summary
+
+
+def summary_exit_code(summary: dict[str, Any]) -> Exit:
+    return Exit(int(summary["verdict"]["exit_code"]))
+
+
+def print_verdict(summary: dict[str, Any], console: Console, title: str = "criteria") -> None:
+    """The criteria table and the one-line verdict under the summary."""
+    from ui.commands.sla import verdict_table
+
+    v = summary["verdict"]
+    verdicts = [sla.ClaimVerdict(**c) for c in v["criteria"]]
+    if verdicts:
+        where = f" at level {v['level']}" if v["level"] is not None else ""
+        console.print(verdict_table(verdicts, title=title + where))
+    style = "green" if v["exit_code"] == 0 else "bold red"
+    name = v["verdict"].replace("_", " ").upper()
+    console.print(f"[{style}]{name}[/] (exit {v['exit_code']}): {v['reason']}")
 
 
 def print_summary(summary: dict[str, Any], console: Console) -> None:
@@ -32,6 +56,8 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
         )
         for why in summary.get("invalid_reasons") or []:
             console.print(f"  - {why}")
+    if "verdict" in summary:
+        print_verdict(summary, console)
 
 
 def write_json(summary: dict[str, Any], path: str) -> None:

@@ -56,12 +56,12 @@ def test_sla_exit_codes(env: psycopg.Connection[Any], tmp_path: Path) -> None:
     assert out["verdicts"][0]["verdict"] == "fail" and out["verdicts"][0]["n"] == 460
     # p99.9 with 460 samples cannot pass yet
     few = runner.invoke(sla_command, [RUN, "--claims", _claims(tmp_path, 800, 99.9)])
-    assert few.exit_code == 2 and "insufficient" in few.output
+    assert few.exit_code == 3 and "insufficient" in few.output
     missing = runner.invoke(sla_command, ["no-such-run", "--claims", _claims(tmp_path, 800)])
-    assert missing.exit_code == 3 and "no run matches 'no-such-run'" in missing.output
+    assert missing.exit_code == 6 and "no run matches 'no-such-run'" in missing.output
     (tmp_path / "bad.toml").write_text("[[claims]]\nmetric = 1\n")
     bad_file = runner.invoke(sla_command, [RUN, "--claims", str(tmp_path / "bad.toml")])
-    assert bad_file.exit_code == 3 and "bad.toml" in bad_file.output
+    assert bad_file.exit_code == 2 and "bad.toml" in bad_file.output
 
 
 @pytest.mark.integration

@@ -4,6 +4,7 @@ points on synthetic series with known answers."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ import psycopg
 import pytest
 
 from analysis import compare, nightly
-from tests.analysis.storedata import frame, insert_run, level_row, run_row, streamed
+from tests.analysis.storedata import frame, insert_run, level_row, request_row, run_row, streamed
 
 
 def test_regression_detected_and_noise_not() -> None:
@@ -164,4 +165,25 @@ def test_compare_cli_exit_codes(
     assert same.exit_code == 0, same.output
     worse = runner.invoke(compare_command, ["cmp0", "cmp2", "--metric", "ttft_ms"])
     assert worse.exit_code == 1 and "REGRESSION" in worse.output
-    assert runner.invoke(compare_command, ["cmp0", "nope"]).exit_code == 3
+    assert runner.invoke(compare_command, ["cmp0", "nope"]).exit_code == 6
+
+    # the issue's candidate: 11 of 18 failed; ok ones as fast: "ok" rows and exit 0 before
+    def failing(rid: str) -> list[dict[str, Any]]:
+        ok = [
+            streamed(rid, i, sent_ns=0, offsets_us=[90_000, 2_000_000], tokens=[1, 1])
+            for i in range(7)
+        ]
+        return ok + [
+            request_row(rid, 7 + i, outcome="http_error", http_status=429) for i in range(11)
+        ]
+
+    rid = "00000000-0000-0000-0002-000000000004"
+    insert_run(pg_conn, run_row(rid, name="cmp-fail"), [level_row(rid)], failing(rid))
+    failed = runner.invoke(compare_command, ["cmp0", "cmp-fail", "--json"])
+    assert failed.exit_code == 1, failed.output
+    out = json.loads(failed.output)
+    assert "error_rate at rate 10" in out["reason"]
+    rid = "00000000-0000-0000-0002-000000000005"
+    insert_run(pg_conn, run_row(rid, name="cmp-inv", valid=False), [level_row(rid)], failing(rid))
+    inv = runner.invoke(compare_command, ["cmp0", "cmp-inv"])
+    assert inv.exit_code == 7 and "cannot compare" in inv.output

@@ -123,7 +123,7 @@ def test_evaluate_on_requests() -> None:
     )
     (v5,) = sla.evaluate(df, itl)
     assert v5.n == len([i for i in range(500) if i % 3 == 0]) and v5.verdict == "pass"
-    assert sla.exit_code([v, v2]) == 2 and sla.exit_code([v, v2, v3]) == 1
+    assert sla.exit_code([v, v2]) == 3 and sla.exit_code([v, v2, v3]) == 1  # analysis.exitcodes
     assert sla.exit_code([v]) == 0
     assert np.isfinite(v3.exceed_upper)
 

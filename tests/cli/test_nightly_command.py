@@ -1,6 +1,6 @@
 """`peakload nightly` on a real store (plain PostgreSQL and TimescaleDB): a schedule's history of
 stored runs with a step that must be found, a flat one that must not, too few runs, and bad input
-that fails with one message, exit 3 and no file written."""
+that fails with one message, exit 2 and no file written; the newest run's own state first."""
 
 from __future__ import annotations
 
@@ -107,8 +107,12 @@ def test_a_step_is_found_and_judged_by_direction(
     res = nightly(
         SCHEDULE, "--metric", metric, "--percentile", "50", "--json", str(out), "--store", store_url
     )
-    assert res.exit_code == code, res.output
     data = json.loads(out.read_text())
+    # the newest run is the invalid one: the job fails on it whatever the history says
+    assert res.exit_code == 4 and data["exit_code"] == 4, res.output
+    assert (
+        data["newest_run_problem"] == f"the newest run {data['runs'][14]['run_id'][:8]} is invalid"
+    )
     assert data["schedule"] == SCHEDULE and data["metric"] == metric
     assert data["higher_is_better"] is (metric == "output_speed_tps")
     assert [r["run_id"] for r in data["runs"]][:14] == ids and len(data["runs"]) == 15
@@ -135,8 +139,8 @@ def test_a_step_is_found_and_judged_by_direction(
     assert cp["worse"] is worse and cp["regression"] is worse
     assert data["latest_change_point"] == cp
     assert data["deciding_change_point"] == (cp if abs(cp["delta_pct"]) > 5 else None)
-    assert data["verdict"] == ("regression" if worse else "no regression")
-    assert data["exit_code"] == code
+    assert data["detection_verdict"] == ("regression" if worse else "no regression")
+    assert data["detection_exit_code"] == code
     # the table: every run, the invalid one marked and left out, the change point with its size
     assert ids[8][:8] in res.output and "INVALID" in res.output
     assert "excluded: invalid" in res.output
@@ -155,7 +159,7 @@ def test_a_step_is_found_and_judged_by_direction(
         "--store",
         store_url,
     )
-    assert loose.exit_code == 0, loose.output
+    assert loose.exit_code == 4, loose.output
     assert "every change point is within the 90% threshold" in loose.output
 
 
@@ -209,7 +213,7 @@ def test_flat_history_has_no_change_point(store_url: str, tmp_path: Path) -> Non
     assert "No change point" in res.output and "3 of 18 runs left out" in res.output
     # the window: --last and --since choose the newest runs
     last = nightly(SCHEDULE, "--last", "5", "--json", str(out), env=env)
-    assert last.exit_code == 2, last.output  # 2 usable of 5: too few
+    assert last.exit_code == 3, last.output  # 2 usable of 5: too few
     assert json.loads(out.read_text())["runs"][0]["name"] == f"{SCHEDULE} 13"
     since = nightly(SCHEDULE, "--since", "2026-10-10", "--json", str(out), env=env)
     got = json.loads(out.read_text())
@@ -222,17 +226,18 @@ def test_flat_history_has_no_change_point(store_url: str, tmp_path: Path) -> Non
     assert "included in the change-point detection" in loose.output
 
 
-def test_too_few_runs_exit_2(store_url: str, tmp_path: Path) -> None:
+def test_too_few_runs_exit_3(store_url: str, tmp_path: Path) -> None:
     # five usable runs (two more are invalid): a change needs 3 runs on each side
     store_history(store_url, [100.0, 101.0, 102.0, 200.0, 201.0])
     with psycopg.connect(store_url, autocommit=True) as conn:
-        store_night(conn, 5, 203.0, valid=False)
-        store_night(conn, 6, 204.0, valid=False)
+        # before the history: the newest run is a usable one (else it alone would decide)
+        store_night(conn, -2, 203.0, valid=False)
+        store_night(conn, -1, 204.0, valid=False)
     out = tmp_path / "few.json"
     res = nightly(SCHEDULE, "--json", str(out), "--store", store_url)
-    assert res.exit_code == 2, res.output
+    assert res.exit_code == 3, res.output
     data = json.loads(out.read_text())
-    assert data["verdict"] == "too few runs" and data["exit_code"] == 2
+    assert data["verdict"] == "too few runs" and data["exit_code"] == 3
     assert data["runs_used"] == 5 and len(data["runs"]) == 7 and data["change_points"] == []
     assert "Too few runs to decide: 5 usable" in res.output and "at least 6" in res.output
 
@@ -245,7 +250,7 @@ def count_rows(url: str) -> tuple[int, int]:
         return int(got[0]), int(got[1])
 
 
-def test_bad_input_one_message_exit_3_nothing_written(store_url: str, tmp_path: Path) -> None:
+def test_bad_input_one_message_exit_2_nothing_written(store_url: str, tmp_path: Path) -> None:
     store_history(store_url, [100.0 + jitter(k) for k in range(7)])
     before = count_rows(store_url)
     out = tmp_path / "bad.json"
@@ -265,7 +270,8 @@ def test_bad_input_one_message_exit_3_nothing_written(store_url: str, tmp_path: 
     ]
     for args, expected in cases:
         res = nightly(*args, "--json", str(out), "--store", store_url)
-        assert res.exit_code == 3, (args, res.output)
+        missing = args == ["no-such-schedule"]
+        assert res.exit_code == (6 if missing else 2), (args, res.output)
         assert expected in res.stderr, (args, res.stderr)
         assert [ln for ln in res.stderr.splitlines() if ln.startswith("Error")] == [
             ln for ln in res.stderr.splitlines() if expected in ln
@@ -273,7 +279,41 @@ def test_bad_input_one_message_exit_3_nothing_written(store_url: str, tmp_path: 
         assert res.stdout == "" and "Traceback" not in res.output
         assert not out.exists(), args
     res = nightly(SCHEDULE, "--json", str(out), "--store", unreachable)
-    assert res.exit_code == 3 and not out.exists()
+    assert res.exit_code == 2 and not out.exists()
     [line] = res.stderr.splitlines()
     assert line.startswith("Error: cannot connect to the store at postgresql://peakload@127.0.0.1")
     assert count_rows(store_url) == before
+
+
+@pytest.mark.parametrize(
+    ("newest", "code"),
+    [
+        ({"valid": False}, 4),
+        ({"valid": None, "status": "running"}, 5),
+        ({"status": "partial"}, 5),
+        ({"failed": True}, 3),  # every request failed: no TTFT to place in the history
+    ],
+)
+def test_the_newest_run_must_be_usable(store_url: str, newest: dict[str, Any], code: int) -> None:
+    store_history(store_url, [100.0 + jitter(k) for k in range(8)])
+    with psycopg.connect(store_url, autocommit=True) as conn:
+        store_night(conn, 8, 101.0, **newest)
+    res = nightly(SCHEDULE, "--store", store_url)
+    assert res.exit_code == code, res.output
+    assert "But the newest run" in res.output
+    judged_alone = nightly(SCHEDULE, "--store", store_url, "--include-invalid")
+    assert judged_alone.exit_code == (3 if newest.get("failed") else 0), judged_alone.output
+
+
+def test_error_rate_is_a_nightly_metric(store_url: str, tmp_path: Path) -> None:
+    # 8 clean nights, then 6 where every request fails: the error rate went from 0 to 1
+    store_history(store_url, [100.0] * 8)
+    with psycopg.connect(store_url, autocommit=True) as conn:
+        for k in range(8, 14):
+            store_night(conn, k, 100.0, failed=True)
+    out = tmp_path / "err.json"
+    res = nightly(SCHEDULE, "--metric", "error_rate", "--json", str(out), "--store", store_url)
+    data = json.loads(out.read_text())
+    assert [r["value"] for r in data["runs"]] == [0.0] * 8 + [1.0] * 6
+    assert res.exit_code == 1 and data["verdict"] == "regression", res.output
+    assert data["unit"] == "fraction" and data["change_points"][0]["index"] == 8

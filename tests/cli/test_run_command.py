@@ -79,7 +79,8 @@ def test_run_stores_every_record_and_prints_the_summary(
     spec.write_text(spec_text(sim.base_url))
     out = tmp_path / "summary.json"
     proc = peakload(["run", str(spec), "--json", str(out)], store_url, tmp_path)
-    assert proc.returncode in (0, 3), proc.stderr  # 3: valid run flagged by the self-check
+    # a clean run of ~50 requests cannot prove the 1% error budget yet (3); 4: the self-check
+    assert proc.returncode in (3, 4), proc.stderr
     summary = json.loads(out.read_text())
     assert set(summary) >= {"run_id", "valid", "invalid_reasons", "levels"}
     assert [lv["level"] for lv in summary["levels"]] == [0, 1]
@@ -132,7 +133,7 @@ def test_run_scrapes_the_servers_metrics(sim: SimProcess, store_url: str, tmp_pa
     spec.write_text(spec_text(sim.base_url, metrics_url=f'"{metrics}"'))
     out = tmp_path / "s.json"
     proc = peakload(["run", str(spec), "--json", str(out)], store_url, tmp_path)
-    assert proc.returncode in (0, 3), proc.stderr
+    assert proc.returncode in (3, 4), proc.stderr
     run_id = json.loads(out.read_text())["run_id"]
     with psycopg.connect(store_url) as conn:
         rows = conn.execute(
@@ -223,7 +224,7 @@ def test_bad_targets_fail_before_anything_is_written(
     proc = peakload(
         ["run", str(spec)], store_url, tmp_path, PEAKLOAD_TEST_KEY="sk-canary-0123456789"
     )
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     message = proc.stderr.strip()
     assert expected.lower() in message.lower(), message
     assert "Traceback" not in message and len(message.splitlines()) <= 3
@@ -247,7 +248,7 @@ def test_bad_specs_fail_with_one_message(
     spec.write_text(spec_text(sim.base_url).replace(*edit))
     before = count_runs(store_url)
     proc = peakload(["run", str(spec)], store_url, tmp_path)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert expected in proc.stderr and str(spec) in proc.stderr
     assert "Traceback" not in proc.stderr
     assert count_runs(store_url) == before

@@ -1,28 +1,34 @@
-"""`peakload compare BASELINE CANDIDATE`: per latency metric, level and percentile, the change
-with a bootstrap CI of the difference and a Mann-Whitney U test (analysis.compare).
-Exit codes: 0 no significant regression beyond the threshold; 1 at least one; 3 bad input or
-store error."""
+"""`peakload compare BASELINE CANDIDATE`: whether the candidate regressed (analysis.regression):
+levels paired by configured load; per pair the error rate (Fisher's exact test), throughput and
+every latency metric at each percentile (bootstrap CI of the difference, Mann-Whitney U).
+Exit codes (analysis.exitcodes): 0 no significant regression; 1 at least one; 7 cannot compare
+(a side invalid, partial or empty, or no load in common); 2 bad input or store error; 6 no such
+run."""
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import click
+import pandas as pd
 import psycopg
 from rich.console import Console
 from rich.table import Table
 
-from analysis.compare import COMPARE_METRICS, compare_runs, label_differences
-from analysis.load import load_requests, load_run
+from analysis.compare import label_differences
+from analysis.exitcodes import Exit
+from analysis.load import load_levels, load_requests, load_run
+from analysis.regression import LATENCY_METRICS, compare_stored
 from loadgen.errors import StoreError
 from ui.commands.runs import analysis_store, fail, resolve_or_fail
 
-EXIT_REGRESSION, EXIT_BAD_INPUT = 1, 3
-
 
 def _f(x: object, fmt: str = "{:,.2f}") -> str:
-    return "—" if x is None or x != x else fmt.format(x)
+    if x is None or (isinstance(x, float) and not math.isfinite(x)) or x is pd.NA:
+        return "—"
+    return fmt.format(x)
 
 
 @click.command("compare")
@@ -32,8 +38,9 @@ def _f(x: object, fmt: str = "{:,.2f}") -> str:
     "--metric",
     "metrics",
     multiple=True,
-    type=click.Choice(COMPARE_METRICS),
-    help="metrics to compare (repeatable; default all four)",
+    type=click.Choice(LATENCY_METRICS),
+    help="latency metrics to compare (repeatable; default all); error rate and throughput "
+    "are always judged",
 )
 @click.option(
     "--percentile",
@@ -47,7 +54,7 @@ def _f(x: object, fmt: str = "{:,.2f}") -> str:
     default=5.0,
     show_default=True,
     type=click.FloatRange(0),
-    help="a regression must exceed this relative change",
+    help="a latency or throughput regression must exceed this relative change",
 )
 @click.option(
     "--confidence",
@@ -68,22 +75,26 @@ def compare_command(
     """Compare CANDIDATE against BASELINE (ids, id prefixes or names)."""
     try:
         with analysis_store() as conn:
-            b_id = resolve_or_fail(conn, baseline, EXIT_BAD_INPUT)
-            c_id = resolve_or_fail(conn, candidate, EXIT_BAD_INPUT)
+            b_id = resolve_or_fail(conn, baseline)
+            c_id = resolve_or_fail(conn, candidate)
             b_run, c_run = load_run(conn, b_id), load_run(conn, c_id)
             b_df, c_df = load_requests(conn, b_id), load_requests(conn, c_id)
+            b_lv, c_lv = load_levels(conn, b_id), load_levels(conn, c_id)
     except (StoreError, psycopg.Error) as e:
-        fail(str(e), EXIT_BAD_INPUT)
-    table = compare_runs(
+        fail(str(e), Exit.BAD_INPUT)
+    result = compare_stored(
+        b_run,
+        c_run,
         b_df,
         c_df,
-        metrics=metrics or COMPARE_METRICS,
+        b_lv,
+        c_lv,
+        metrics=metrics or LATENCY_METRICS,
         percentiles=percentiles or (50.0, 90.0, 99.0),
         threshold_pct=threshold_pct,
         confidence=confidence,
     )
     diffs = label_differences(b_run, c_run)
-    regressed = bool(table["regression"].any()) if len(table) else False
     if as_json:
         out = {
             "baseline": b_id,
@@ -91,31 +102,43 @@ def compare_command(
             "threshold_pct": threshold_pct,
             "confidence": confidence,
             "label_differences": diffs,
-            "regression": regressed,
-            "rows": json.loads(table.to_json(orient="records")),
+            "exit_code": int(result.code),
+            "verdict": result.code.name.lower(),
+            "reason": result.reason,
+            "notes": result.notes,
+            "regression": result.code is Exit.FAILED,
+            "rows": json.loads(result.rows.to_json(orient="records")) if len(result.rows) else [],
         }
         sys.stdout.write(json.dumps(out, indent=1) + "\n")
-        sys.exit(EXIT_REGRESSION if regressed else 0)
+        sys.exit(result.code)
     console = Console()
+    # labels first: runs that differ in them measure different things
     for key, (bv, cv) in diffs.items():
         console.print(f"[yellow]note:[/] {key} differs: baseline {bv!r}, candidate {cv!r}")
-    t = Table(
-        title=f"{c_id[:8]} vs baseline {b_id[:8]} (threshold {threshold_pct:g}%, "
-        f"{confidence:.0%} CI)"
-    )
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    if len(result.rows):
+        console.print(_table(result.rows, b_id, c_id, threshold_pct, confidence))
+    style = {Exit.PASSED: "green", Exit.FAILED: "bold red"}.get(result.code, "bold yellow")
+    console.print(f"[{style}]{result.reason}[/] (exit {int(result.code)})")
+    sys.exit(result.code)
+
+
+def _table(rows: pd.DataFrame, b_id: str, c_id: str, threshold_pct: float, conf: float) -> Table:
+    t = Table(title=f"{c_id[:8]} vs baseline {b_id[:8]} (threshold {threshold_pct:g}%, {conf:.0%})")
     for col in (
         "metric",
-        "level",
+        "load",
         "pct",
-        "baseline ms",
-        "candidate ms",
+        "baseline",
+        "candidate",
         "change",
         "CI of diff",
-        "MWU p",
+        "p",
         "verdict",
     ):
-        t.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
-    for _, r in table.iterrows():
+        t.add_column(col, justify="left" if col in ("metric", "load", "verdict") else "right")
+    for _, r in rows.iterrows():
         verdict = (
             "[bold red]REGRESSION[/]"
             if r["regression"]
@@ -123,18 +146,28 @@ def compare_command(
             if r["improvement"]
             else "ok"
         )
+        pct = r["percentile"]
+        is_rate = r["metric"] == "error_rate"
+        value_fmt = "{:.2%}" if is_rate else "{:,.2f}"
+        change = (
+            _f(r["delta"] * 100, "{:+.2f} pts")
+            if is_rate and r["delta"] is not None
+            else _f(r["delta_pct"], "{:+.1f}%")
+        )
+        ci = (
+            ""
+            if r["ci_lower"] is None or r["ci_lower"] != r["ci_lower"]
+            else f"[{_f(r['ci_lower'])}, {_f(r['ci_upper'])}]"
+        )
         t.add_row(
-            r["metric"],
-            str(r["level"]),
-            f"p{r['percentile']:g}",
-            _f(r["baseline"]),
-            _f(r["candidate"]),
-            _f(r["delta_pct"], "{:+.1f}%"),
-            f"[{_f(r['ci_lower'])}, {_f(r['ci_upper'])}]",
-            _f(r["mwu_p"], "{:.2g}"),
+            str(r["metric"]),
+            str(r["load"]),
+            "" if pct is None or pct != pct else f"p{pct:g}",
+            _f(r["baseline"], value_fmt),
+            _f(r["candidate"], value_fmt),
+            change,
+            ci,
+            _f(r["p_value"], "{:.2g}"),
             verdict,
         )
-    console.print(t)
-    if regressed:
-        console.print("[bold red]regression beyond the threshold, statistically significant")
-    sys.exit(EXIT_REGRESSION if regressed else 0)
+    return t

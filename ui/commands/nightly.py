@@ -1,8 +1,10 @@
 """`peakload nightly SCHEDULE`: one metric's percentile across the runs of a schedule, the change
 points in that history (analysis.nightly) and a verdict for cron jobs and CI, decided by the
-latest change point larger than the threshold (a smaller, later one must not hide a regression).
-Exit codes: 0 that change is no regression (or there is none); 1 it is a regression; 2 too few
-usable runs to decide; 3 bad input or store error."""
+latest change point larger than the threshold (a smaller, later one must not hide a regression),
+after the newest run's own state. Exit codes (analysis.exitcodes): 0 that change is no regression
+(or there is none); 1 it is a regression; 3 too few usable runs, or the newest run has no value;
+4 the newest run is invalid; 5 it is partial or not ended; 2 bad input or store error; 6 no runs
+of that schedule."""
 
 from __future__ import annotations
 
@@ -20,44 +22,30 @@ from rich.console import Console
 from rich.table import Table
 
 from analysis import nightly
+from analysis.exitcodes import Exit, run_state_code
 from loadgen.errors import StoreError
 from ui.commands.runs import analysis_store, fail
 
-EXIT_OK, EXIT_REGRESSION, EXIT_TOO_FEW, EXIT_BAD_INPUT = 0, 1, 2, 3
+EXIT_OK, EXIT_REGRESSION, EXIT_TOO_FEW, EXIT_BAD_INPUT = (
+    Exit.PASSED,
+    Exit.FAILED,
+    Exit.UNDECIDABLE,
+    Exit.BAD_INPUT,
+)
 MIN_RUNS = 2 * nightly.MIN_SEGMENT
 DEFAULT_LAST = 60  # runs: two months of nightlies
 SINCE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
 
 
-class BadUsage(click.UsageError):
-    exit_code = EXIT_BAD_INPUT
-
-
-class BadInputExits3(click.Command):
-    """Click exits 2 on a usage error, and 2 here means "too few runs": a mistyped option in a
-    cron line must fail as bad input, not pass for a soft result."""
-
-    def make_context(
-        self,
-        info_name: str | None,
-        args: list[str],
-        parent: click.Context | None = None,
-        **extra: Any,
-    ) -> click.Context:
-        try:
-            return super().make_context(info_name, args, parent=parent, **extra)
-        except click.UsageError as e:
-            raise BadUsage(e.format_message(), e.ctx) from e
-
-
-@click.command("nightly", cls=BadInputExits3)
+@click.command("nightly")
 @click.argument("schedule")
 @click.option(
     "--metric",
     default="ttft_ms",
     show_default=True,
     type=click.Choice(nightly.METRICS),
-    help="per-request metric; output_speed_tps is tokens/s (a fall is the regression)",
+    help="per-request metric; output_speed_tps is tokens/s (a fall is the regression); "
+    "error_rate is each run's share of failed steady requests (no percentile)",
 )
 @click.option(
     "--percentile",
@@ -125,9 +113,12 @@ def nightly_command(
     \b
     Exit codes:
       0  that change point is an improvement, or there is none
-      1  it is a regression: a latency that rose, or an output speed that fell
-      2  too few usable runs to decide
-      3  bad input (unknown schedule or level, bad option) or store error; nothing written
+      1  it is a regression: a latency or error rate that rose, or an output speed that fell
+      3  too few usable runs to decide, or the newest run has no value
+      4  the newest run is invalid (unless --include-invalid)
+      5  the newest run is partial, aborted or not ended (unless --include-invalid)
+      2  bad input (unknown level, bad option) or store error; nothing written
+      6  no runs of SCHEDULE in the store
     """
     if since is not None and since.tzinfo is None:
         since = since.replace(tzinfo=dt.UTC)
@@ -135,7 +126,7 @@ def nightly_command(
         with analysis_store(store_url) as conn:
             known = nightly.schedule_names(conn)
             if schedule not in known:
-                fail(_unknown_schedule(schedule, known), EXIT_BAD_INPUT)
+                fail(_unknown_schedule(schedule, known), Exit.MISSING)
             hist, cps = nightly.history_with_changes(
                 conn,
                 schedule,
@@ -154,6 +145,7 @@ def nightly_command(
             EXIT_BAD_INPUT,
         )
     result = _result(hist, cps, metric, threshold_pct)
+    _gate_newest(result, include_invalid)
     if json_out:
         out = {
             "schedule": schedule,
@@ -178,6 +170,34 @@ def nightly_command(
     for line in _notes(result, metric, threshold_pct, include_invalid):
         console.print(line)
     sys.exit(result["exit_code"])
+
+
+def _gate_newest(result: dict[str, Any], include_invalid: bool) -> None:
+    """The newest run decides first: a nightly job must not pass on a run that has no value,
+    or (unless invalid runs are let in) is partial or invalid, whatever the history says."""
+    runs = result["runs"]
+    if not runs:
+        return
+    newest = runs[-1]
+    code = None if include_invalid else run_state_code(newest["status"], newest["valid"])
+    if code is None and newest["value"] is None:
+        code = Exit.UNDECIDABLE
+    if code is None:
+        return
+    state = (
+        "has no value (no steady requests to measure)"
+        if code is Exit.UNDECIDABLE
+        else "is invalid"
+        if code is Exit.INVALID
+        else f"is {newest['status']}" + ("" if newest["valid"] is not None else ", not judged")
+    )
+    result["newest_run_problem"] = f"the newest run {newest['run_id'][:8]} {state}"
+    result["detection_verdict"], result["detection_exit_code"] = (
+        result["verdict"],
+        result["exit_code"],
+    )
+    result["verdict"] = code.name.lower()
+    result["exit_code"] = int(code)
 
 
 def _unknown_schedule(schedule: str, known: list[str]) -> str:
@@ -342,7 +362,10 @@ def _notes(
             f"{unit}, {p['direction']} {abs(p['delta']):,.2f} ({_pct(p['delta_pct'])}), "
             f"{'worse' if p['worse'] else 'better'}"
         )
-    code, p = result["exit_code"], result["deciding_change_point"]
+    code, p = (
+        result.get("detection_exit_code", result["exit_code"]),
+        result["deciding_change_point"],
+    )
     beyond = f"the latest change point beyond the {threshold_pct:g}% threshold"
     if code == EXIT_TOO_FEW:
         lines.append(
@@ -366,4 +389,9 @@ def _notes(
         )
     else:
         lines.append("[green]No change point: no regression.[/]")
+    if result.get("newest_run_problem"):
+        lines.append(
+            f"[bold yellow]But {result['newest_run_problem']}: exit {result['exit_code']} "
+            "(--include-invalid to judge the history alone).[/]"
+        )
     return lines

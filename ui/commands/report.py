@@ -1,9 +1,13 @@
 """`peakload report RUN [--html FILE] [--json FILE] [--png-dir DIR] [--claims FILE]`: the summary
-table, and optionally a self-contained HTML report, its numbers as JSON, and PNG figures."""
+table, and optionally a self-contained HTML report, its numbers as JSON, and PNG figures.
+Exit codes (analysis.exitcodes): 0 written; with --claims exactly as `peakload sla` (1 a claim
+or the error budget fails, 3 undecidable or empty, 4 invalid, 5 partial); 2 bad input, store
+or write error; 6 no such run."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -11,11 +15,12 @@ import psycopg
 from rich.console import Console
 
 from analysis import figures, render, sla
+from analysis.exitcodes import Exit
 from analysis.report import build_report
 from analysis.summary import render_summary_table
 from loadgen.errors import SpecError, StoreError
 from ui.commands.runs import analysis_store, fail, resolve_or_fail
-from ui.commands.sla import verdict_table
+from ui.results import print_verdict
 
 
 @click.command("report")
@@ -65,8 +70,19 @@ def report_command(
     console = Console()
     console.print(render_summary_table(report["summary"]))
     if claims is not None:
-        verdicts = [sla.ClaimVerdict(**v) for v in report["sla"]]
-        console.print(verdict_table(verdicts))
+        print_verdict(
+            {
+                "verdict": {
+                    "exit_code": report["sla_exit_code"],
+                    "verdict": Exit(report["sla_exit_code"]).name.lower(),
+                    "reason": report["sla_reason"],
+                    "level": None,
+                    "criteria": report["sla"],
+                }
+            },
+            console,
+            title="SLA verdicts",
+        )
     try:
         if json_out:
             Path(json_out).write_text(json.dumps(report, indent=1), encoding="utf-8")
@@ -79,3 +95,4 @@ def report_command(
             console.print(f"PNG: {len(paths)} figures in {png_dir}")
     except OSError as e:
         fail(f"cannot write the report: {e}")
+    sys.exit(report["sla_exit_code"] if claims is not None else Exit.PASSED)

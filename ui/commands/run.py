@@ -1,8 +1,9 @@
 """`peakload run SPEC`: a run in this process with live progress, stored, then summarised.
 
-Exit codes: 0 completed and valid; 1 bad input or infrastructure error (nothing written);
-3 the run completed but its measurement is invalid (the self-check fired); 4 the run ended
-partial, aborted or failed (what was measured is stored).
+Exit codes (analysis.exitcodes, judged by analysis.verdict against the spec's `[[slos]]` and
+`max_error_rate`): 0 passed; 1 criteria failed; 3 undecidable (too few samples) or empty;
+4 measurement invalid (the self-check fired); 5 partial, aborted or failed (what was measured is
+stored); 2 bad input or infrastructure error (nothing written).
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from analysis.exitcodes import Exit
 from loadgen.errors import PeakloadError
 from loadgen.records import Tick
 from loadgen.spec import RunSpec, load_spec
-from ui.results import print_summary, summarize_run, write_json
+from ui.results import print_summary, summarize_run, summary_exit_code, write_json
 from workers.local import LocalRun, run_local
 
-EXIT_OK, EXIT_ERROR, EXIT_INVALID, EXIT_INCOMPLETE = 0, 1, 3, 4
+EXIT_ERROR = Exit.BAD_INPUT
 
 
 WIDE_OUTPUT_COLUMNS = 160  # for logs and pipes: rich's 80-column default folds the table
@@ -94,9 +96,7 @@ def execute(
             f"run [bold]{result.run_id}[/] {result.status}; "
             f"{result.requests_scheduled} requests scheduled, all stored."
         )
-    if result.status != "completed":
-        return EXIT_INCOMPLETE
-    return EXIT_OK if result.valid else EXIT_INVALID
+    return summary_exit_code(summary)
 
 
 @click.command("run")

@@ -15,6 +15,7 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
+from analysis.exitcodes import Exit
 from analysis.load import load_runs, resolve_run_id
 from loadgen.errors import StoreError
 
@@ -32,16 +33,16 @@ def analysis_store(url: str | None = None) -> Iterator[psycopg.Connection[Any]]:
         conn.close()
 
 
-def resolve_or_fail(conn: psycopg.Connection[Any], ref: str, exit_code: int = 1) -> str:
+def resolve_or_fail(conn: psycopg.Connection[Any], ref: str) -> str:
+    """The run `ref` names, or exit MISSING with the reason."""
     try:
         return resolve_run_id(conn, ref)
     except LookupError as e:
-        fail(str(e), exit_code)
+        fail(str(e), Exit.MISSING)
 
 
-def fail(message: str, exit_code: int = 1) -> NoReturn:
-    """Print one error line to stderr and exit with `exit_code` (sla/compare keep 1 and 2 for
-    verdicts, so their bad input exits 3)."""
+def fail(message: str, exit_code: int = Exit.BAD_INPUT) -> NoReturn:
+    """Print one error line to stderr and exit with `exit_code` (analysis.exitcodes)."""
     click.echo(f"Error: {message}", err=True)
     sys.exit(exit_code)
 
@@ -103,7 +104,7 @@ def runs_command(
                 limit=limit,
             )
     except (StoreError, psycopg.Error) as e:
-        raise click.ClickException(str(e)) from e
+        fail(str(e))
     if as_json:
         for _, r in df.iterrows():
             row = {

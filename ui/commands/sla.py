@@ -1,6 +1,8 @@
-"""`peakload sla RUN --claims FILE`: a verdict per SLA claim from the exact binomial rule
-(analysis.sla). Exit codes: 0 every claim passes; 1 any claim fails (a disproved claim
-dominates); 2 none fails but some lack samples; 3 bad input or store error."""
+"""`peakload sla RUN --claims FILE`: a verdict per SLA claim, and on the run's error budget, from
+the exact binomial rule (analysis.sla, analysis.verdict). Exit codes (analysis.exitcodes): 0 all
+pass; 1 any fails (a disproved claim dominates); 3 none fails but some lack samples, or the run
+is empty; 4 the run is invalid; 5 partial or not ended; 2 bad input or store error; 6 no such
+run."""
 
 from __future__ import annotations
 
@@ -13,16 +15,17 @@ from rich.console import Console
 from rich.table import Table
 
 from analysis import sla
-from analysis.load import load_requests
+from analysis.exitcodes import Exit
+from analysis.load import load_requests, load_run
+from analysis.verdict import ERROR_METRIC, RunJudgement, judge_claims
 from loadgen.errors import SpecError, StoreError
 from ui.commands.runs import analysis_store, fail, resolve_or_fail
 
-EXIT_BAD_INPUT = 3
 _STYLE = {"pass": "green", "fail": "bold red", "insufficient samples": "yellow"}
 
 
-def verdict_table(verdicts: list[sla.ClaimVerdict]) -> Table:
-    t = Table(title="SLA verdicts (exact binomial; exceedance = value >= threshold)")
+def verdict_table(verdicts: list[sla.ClaimVerdict], title: str = "SLA verdicts") -> Table:
+    t = Table(title=f"{title} (exact binomial; exceedance = value >= threshold, or a failure)")
     for col in (
         "claim",
         "n",
@@ -36,7 +39,13 @@ def verdict_table(verdicts: list[sla.ClaimVerdict]) -> Table:
     ):
         t.add_column(col, justify="left" if col in ("claim", "verdict") else "right")
     for v in verdicts:
-        obs = "—" if v.observed is None else f"{v.observed:,.1f}"
+        obs = (
+            "—"
+            if v.observed is None
+            else f"{v.observed:.2%}"
+            if v.metric == ERROR_METRIC
+            else f"{v.observed:,.1f}"
+        )
         t.add_row(
             v.claim,
             str(v.n),
@@ -71,17 +80,24 @@ def sla_command(run: str, claims_path: str, confidence: float | None, as_json: b
     try:
         claims = sla.load_claims(claims_path)
         with analysis_store() as conn:
-            run_id = resolve_or_fail(conn, run, EXIT_BAD_INPUT)
+            run_id = resolve_or_fail(conn, run)
+            run_row = load_run(conn, run_id)
             df = load_requests(conn, run_id)
-    except SpecError as e:
-        fail(str(e), EXIT_BAD_INPUT)
-    except (StoreError, psycopg.Error) as e:
-        fail(str(e), EXIT_BAD_INPUT)
-    verdicts = sla.evaluate(df, claims, confidence=confidence)
-    code = sla.exit_code(verdicts)
+    except (SpecError, StoreError, psycopg.Error) as e:
+        fail(str(e), Exit.BAD_INPUT)
+    judged = judge_claims(run_row, df, claims, confidence=confidence)
     if as_json:
-        out = {"run_id": run_id, "exit_code": code, "verdicts": [v.to_json() for v in verdicts]}
+        out = {"run_id": run_id, **judged.to_json()}
+        out["verdicts"] = out.pop("criteria")
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
     else:
-        Console().print(verdict_table(verdicts))
-    sys.exit(code)
+        console = Console()
+        console.print(verdict_table(judged.verdicts))
+        print_judgement(judged, console)
+    sys.exit(judged.code)
+
+
+def print_judgement(judged: RunJudgement, console: Console) -> None:
+    style = "green" if judged.code is Exit.PASSED else "bold red"
+    name = judged.code.name.replace("_", " ")
+    console.print(f"[{style}]{name}[/] (exit {int(judged.code)}): {judged.reason}")

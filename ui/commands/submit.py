@@ -2,8 +2,10 @@
 region. Returns once the synchronized start is set (or aborted with a reason); `--wait` follows
 per-region progress to the end and prints the same summary as `peakload run`, per region too.
 
-Exit codes as `peakload run`: 0 completed and valid; 1 bad input or infrastructure error;
-3 completed but invalid; 4 partial, aborted or failed (what was measured is stored).
+Exit codes as `peakload run` (analysis.exitcodes): with --wait the run judged against its
+spec's criteria, 0 passed, 1 criteria failed, 3 undecidable or empty, 4 invalid, 5 partial,
+aborted or failed; without --wait 0 once it started; 5 aborted before the start; 2 bad input or
+infrastructure error.
 """
 
 from __future__ import annotations
@@ -14,10 +16,9 @@ import click
 from rich.console import Console
 from rich.live import Live
 
+from analysis.exitcodes import Exit
 from loadgen.errors import PeakloadError
 from loadgen.spec import load_spec
-
-EXIT_OK, EXIT_ERROR, EXIT_INVALID, EXIT_INCOMPLETE = 0, 1, 3, 4
 
 
 def _workers_option(values: tuple[str, ...]) -> dict[str, int] | None:
@@ -86,19 +87,19 @@ def submit_command(
                 f"peakload submit: run {launch.run_id} aborted before the start: {launch.reason}",
                 err=True,
             )
-            sys.exit(EXIT_INCOMPLETE)
+            sys.exit(Exit.PARTIAL)
         console.print(f"run [bold]{launch.run_id}[/] started on {len(launch.plans)} shard(s)")
         if not wait:
-            sys.exit(EXIT_OK)
+            sys.exit(Exit.PASSED)
         code = _follow(coord, launch.run_id, console, json_out, quiet)
     except PeakloadError as exc:
         click.echo(f"peakload submit: {exc}", err=True)
-        sys.exit(EXIT_ERROR)
+        sys.exit(Exit.BAD_INPUT)
     sys.exit(code)
 
 
 def _follow(coord: object, run_id: str, console: Console, json_out: str | None, quiet: bool) -> int:
-    from ui.results import print_summary, summarize_run, write_json
+    from ui.results import print_summary, summarize_run, summary_exit_code, write_json
     from workers.coordinator import Coordinator
     from workers.progress import network_breakdown, network_table, progress_table
     from workers.store.connect import connect_store
@@ -114,9 +115,7 @@ def _follow(coord: object, run_id: str, console: Console, json_out: str | None, 
     summary = summarize_run(run_id, coord.database_url)
     with connect_store(coord.database_url, autocommit=True) as conn:
         net = network_breakdown(conn, run_id)
-        row = conn.execute(
-            "SELECT status_reason, valid FROM runs WHERE run_id = %s", (run_id,)
-        ).fetchone()
+        row = conn.execute("SELECT status_reason FROM runs WHERE run_id = %s", (run_id,)).fetchone()
     summary["status"] = status
     summary["status_reason"] = row[0] if row else None
     summary["network_by_region"] = net
@@ -129,6 +128,4 @@ def _follow(coord: object, run_id: str, console: Console, json_out: str | None, 
             f"run [bold]{run_id}[/] {status}"
             + (f": {summary['status_reason']}" if summary["status_reason"] else "")
         )
-    if status != "completed":
-        return EXIT_INCOMPLETE
-    return EXIT_OK if row and row[1] else EXIT_INVALID
+    return summary_exit_code(summary)

@@ -1,0 +1,117 @@
+"""A run judged against its spec's criteria (analysis.verdict): the error budget with the exact
+binomial rule, the SLOs as claims, and the run's state first; the one exit-code table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from analysis import exitcodes, verdict
+from analysis.exitcodes import Exit
+from tests.analysis.storedata import frame, level_row, request_row, run_row, streamed
+
+RUN = "00000000-0000-0000-0000-0000000000e1"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def requests(
+    ok: int, failed: int, *, ttft_ms: int = 100, level: int = 0, start: int = 0
+) -> list[dict[str, Any]]:
+    rows = [
+        streamed(
+            RUN,
+            start + i,
+            sent_ns=0,
+            offsets_us=[ttft_ms * 1000, ttft_ms * 1000 + 20_000],
+            tokens=[1, 1],
+            level=level,
+        )
+        for i in range(ok)
+    ]
+    rows += [
+        request_row(RUN, start + ok + i, outcome="http_error", http_status=429, level=level)
+        for i in range(failed)
+    ]
+    return rows
+
+
+def run(**over: Any) -> dict[str, Any]:
+    return run_row(RUN, **over)
+
+
+def test_a_60_percent_429_run_fails_its_default_error_budget() -> None:
+    df = frame(requests(7, 11))  # the issue's run: 7 ok, 11 failed
+    j = verdict.judge_run(run(), df)
+    assert j.code is Exit.FAILED
+    budget = j.verdicts[-1]
+    assert budget.metric == "error_rate" and budget.verdict == "fail"
+    assert budget.n == 18 and budget.exceedances == 11 and budget.allowed == pytest.approx(0.01)
+
+
+def test_the_error_budget_needs_enough_requests_to_pass() -> None:
+    # 1% at 99% with no failure: 459 requests pass, 458 cannot decide (as `sla` for a p99)
+    assert verdict.judge_run(run(), frame(requests(459, 0))).code is Exit.PASSED
+    few = verdict.judge_run(run(), frame(requests(458, 0)))
+    assert few.code is Exit.UNDECIDABLE and few.verdicts[-1].samples_needed == 459
+    # one failure in 100 is not proof of more than 1%, nor of less
+    assert verdict.judge_run(run(), frame(requests(99, 1))).code is Exit.UNDECIDABLE
+
+
+def test_the_spec_sets_the_budget_and_the_slos() -> None:
+    lenient = run(spec={"max_error_rate": 1.0, "slos": []})
+    assert verdict.judge_run(lenient, frame(requests(7, 11))).code is Exit.PASSED
+    none_allowed = run(spec={"max_error_rate": 0.0})
+    assert verdict.judge_run(none_allowed, frame(requests(5, 0))).code is Exit.PASSED
+    assert verdict.judge_run(none_allowed, frame(requests(500, 1))).code is Exit.FAILED
+    slo = {"metric": "ttft_ms", "percentile": 90, "threshold": 50}
+    slow = run(spec={"max_error_rate": 1.0, "slos": [slo]})
+    j = verdict.judge_run(slow, frame(requests(100, 0, ttft_ms=100)))
+    assert j.code is Exit.FAILED and "p90 ttft_ms < 50" in j.reason
+
+
+@pytest.mark.parametrize(
+    ("over", "code"),
+    [
+        ({"status": "partial"}, Exit.PARTIAL),
+        ({"status": "aborted"}, Exit.PARTIAL),
+        ({"status": "running", "valid": None}, Exit.PARTIAL),
+        ({"valid": False, "invalid_reasons": ["dispatch delay p99 9 ms"]}, Exit.INVALID),
+        ({"status": "partial", "valid": False}, Exit.PARTIAL),
+    ],
+)
+def test_the_runs_state_decides_first(over: dict[str, Any], code: Exit) -> None:
+    j = verdict.judge_run(run(spec={"max_error_rate": 1.0}, **over), frame(requests(500, 0)))
+    assert j.code is code
+    assert j.verdicts  # what the numbers say is still shown
+
+
+def test_an_empty_run_never_passes() -> None:
+    rows = [request_row(RUN, i, phase="warmup") for i in range(3)]
+    j = verdict.judge_run(run(spec={"max_error_rate": 1.0}), frame(rows))
+    assert j.code is Exit.UNDECIDABLE and "empty" in j.reason
+
+
+def test_a_saturation_search_is_judged_at_its_best_level() -> None:
+    spec = {
+        "load": {"saturation": {"start": 1, "max": 8}},
+        "slos": [{"metric": "ttft_ms", "percentile": 90, "threshold": 200}],
+    }
+    df = frame(
+        requests(500, 0, ttft_ms=100, level=0)
+        + requests(500, 0, ttft_ms=100, level=1, start=1000)
+        + requests(300, 200, ttft_ms=400, level=2, start=2000)
+    )
+    levels = pd.DataFrame([level_row(RUN, i, value=v) for i, v in enumerate([1.0, 2.0, 4.0])])
+    j = verdict.judge_run(run(spec=spec), df, levels)
+    assert j.code is Exit.PASSED and j.level == 1
+    only_bad = df[(df["level"] == 2).to_numpy()]
+    assert verdict.judge_run(run(spec=spec), only_bad, levels[2:]).code is Exit.FAILED
+
+
+def test_one_exit_code_table_in_the_readme() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert exitcodes.markdown_table() in readme
+    assert len({int(c) for c in Exit}) == len(Exit) == len(exitcodes.TABLE)

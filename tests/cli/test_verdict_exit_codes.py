@@ -1,0 +1,77 @@
+"""The exit-code table end to end (analysis.exitcodes): `peakload run` against the simulated
+engine with seeded faults, then `sla`, `report --claims`, `compare` and `export` on the stored
+runs. Validity bounds are set far off (or impossibly tight) so the test checks the rule, not
+this machine's speed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_run_command import peakload, spec_text
+from tests.support.sim import SimProcess
+
+pytestmark = pytest.mark.integration
+
+LOOSE = (
+    "[validity]\nmax_loop_lag_p99_ms = 1e6\nmax_dispatch_delay_p99_ms = 1e6\n"
+    "max_cpu_percent = 1e6\n"
+)
+TIGHT = "[validity]\nmax_dispatch_delay_p99_ms = 1e-9\n"
+
+
+def test_every_command_exits_by_the_one_table(
+    sim: SimProcess, sim_factory: Callable[[list[str]], SimProcess], store_url: str, tmp_path: Path
+) -> None:
+    flaky = sim_factory(["--preset", "fixed", "--fault", "http_429=0.3", "--seed", "3"])
+
+    def run(name: str, base_url: str, extra: str) -> tuple[int, dict[str, object]]:
+        spec = tmp_path / f"{name}.toml"
+        text = spec_text(base_url).replace('name = "cli-smoke"', f'name = "{name}"')
+        # top-level keys must come before the first table
+        head, _, rest = extra.partition("[validity]")
+        spec.write_text(head + text + ("[validity]" + rest if rest else ""))
+        out = tmp_path / f"{name}.json"
+        proc = peakload(["run", str(spec), "--json", str(out), "--quiet"], store_url, tmp_path)
+        return proc.returncode, json.loads(out.read_text())
+
+    code, failing = run("lossy", flaky.base_url, LOOSE)
+    assert code == 1, failing["verdict"]
+    budget = failing["verdict"]["criteria"][-1]  # type: ignore[index]
+    assert budget["metric"] == "error_rate" and budget["verdict"] == "fail"
+    code, clean = run("clean", sim.base_url, LOOSE)
+    assert code == 3, clean["verdict"]  # ~50 clean requests cannot prove 1% at 99%
+    code, lenient = run("lenient", sim.base_url, "max_error_rate = 1.0\n" + LOOSE)
+    assert code == 0, lenient["verdict"]
+    code, invalid = run("invalid", sim.base_url, TIGHT)
+    assert code == 4 and invalid["valid"] is False, invalid["verdict"]
+
+    claims = tmp_path / "claims.toml"
+    claims.write_text(
+        'max_error_rate = 0.5\n[[claims]]\nmetric = "ttft_ms"\npercentile = 50\nthreshold = 10000\n'
+    )
+
+    def cli(*args: str) -> int:
+        return peakload(list(args), store_url, tmp_path).returncode
+
+    assert cli("sla", "lossy", "--claims", str(claims)) in (0, 3)  # 30% < the file's 50%
+    tight = tmp_path / "tight.toml"
+    tight.write_text('[[claims]]\nmetric = "ttft_ms"\npercentile = 50\nthreshold = 10000\n')
+    assert cli("sla", "lossy", "--claims", str(tight)) == 1  # the run spec's 1% budget
+    assert cli("report", "lossy", "--claims", str(tight)) == 1
+    assert cli("sla", "invalid", "--claims", str(claims)) == 4
+    assert cli("report", "invalid", "--claims", str(claims)) == 4
+    assert cli("report", "clean") == 0
+    assert cli("compare", "lenient", "lossy", "--metric", "ttft_ms") == 1
+    assert cli("compare", "lenient", "invalid", "--metric", "ttft_ms") == 7
+    for args in (
+        ["sla", "nope", "--claims", str(claims)],
+        ["report", "nope", "--claims", str(claims)],
+        ["compare", "clean", "nope"],
+        ["export", "nope", "--format", "csv", "--out", str(tmp_path / "x.csv")],
+    ):
+        assert cli(*args) == 6, args
+    assert cli("sla", "clean", "--claims", str(tmp_path / "absent.toml")) == 2

@@ -1,0 +1,103 @@
+"""The self-check's verdict rule (loadgen.health.SelfCheck), fed per-second readings directly so
+it tests the rule, not this machine's speed: CPU, lag and dispatch delay are judged over the
+seconds in which the generator had work, each weighted by its length."""
+
+from __future__ import annotations
+
+from loadgen.health import SelfCheck
+from loadgen.spec import ValiditySpec
+
+
+class FakeCpu:
+    """Stands in for CpuMeter: the next readings (wall s, CPU %) in order."""
+
+    def __init__(self) -> None:
+        self.next: list[tuple[float, float]] = []
+        self.last_wall_s = 0.0
+
+    def take(self) -> float:
+        self.last_wall_s, pct = self.next.pop(0)
+        return pct
+
+
+class Feed:
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.check = SelfCheck(lambda: 0, activity=lambda: self.chunks)
+        self.cpu = FakeCpu()
+        self.check.cpu = self.cpu  # type: ignore[assignment]
+
+    def second(
+        self,
+        wall_s: float,
+        cpu: float,
+        *,
+        sends: int = 0,
+        chunks: int = 0,
+        lag_ms: float = 0.1,
+        dispatch_ms: float = 0.1,
+    ) -> None:
+        self.chunks += chunks
+        self.check.dispatch_second = [dispatch_ms] * sends
+        self.check.lag.second = [lag_ms] * 200  # the probe's 5 ms samples
+        self.check.lag.weights = [1] * 200
+        self.cpu.next.append((wall_s, cpu))
+        self.check.take_second()
+
+
+BOUNDS = ValiditySpec()
+
+
+def test_a_short_runs_last_partial_tick_is_not_a_saturated_second() -> None:
+    # the issue's case, reproduced: 1.49 s and 1.0 s ticks at 3-4% CPU, then the shard's last
+    # tick of 0.5 ms at 93% (teardown work): "CPU >= 90% in 1 of 3 seconds" before
+    f = Feed()
+    f.second(1.49, 3.5, sends=6, chunks=20)
+    f.second(1.0, 3.9, sends=8, chunks=30)
+    f.second(0.0005, 93.0, sends=0, chunks=1)
+    valid, reasons, health = f.check.verdict(BOUNDS)
+    assert valid, reasons
+    assert health["work_s"] > 2.4 and health["cpu_busy_late_s"] == 0.0
+
+
+def test_full_cpu_on_instant_refusals_while_on_time_is_valid() -> None:
+    # a closed loop against a server answering 503 at once spins at full CPU; every send is on
+    # time and the loop answers within bounds: the server's errors decide, not the generator
+    f = Feed()
+    for _ in range(5):
+        f.second(1.0, 99.0, sends=4000, chunks=0, lag_ms=0.3, dispatch_ms=0.2)
+    valid, reasons, _ = f.check.verdict(BOUNDS)
+    assert valid, reasons
+
+
+def test_full_cpu_while_late_is_invalid() -> None:
+    f = Feed()
+    for _ in range(3):
+        f.second(1.0, 50.0, sends=10, chunks=100)
+    for _ in range(2):
+        f.second(1.0, 98.0, sends=10, chunks=100, dispatch_ms=0.4, lag_ms=6.0)
+    valid, reasons, health = f.check.verdict(BOUNDS)
+    assert not valid
+    assert any("CPU at or above 90% while it was late" in r for r in reasons)
+    assert health["cpu_busy_late_s"] == 2.0 and health["work_s"] == 5.0
+
+
+def test_lag_is_judged_over_seconds_with_work_only() -> None:
+    # a long idle stretch of 0.1 ms lag must not dilute two busy seconds of 5 ms lag
+    f = Feed()
+    for _ in range(2):
+        f.second(1.0, 20.0, sends=10, chunks=50, lag_ms=5.0)
+    for _ in range(300):
+        f.second(1.0, 0.5, lag_ms=0.1)  # no send, no chunk: a drained level, a slow server
+    valid, reasons, health = f.check.verdict(BOUNDS)
+    assert not valid and any("event-loop lag p99" in r for r in reasons), reasons
+    assert health["loop_lag_p99_ms"] >= 5.0
+    assert f.check.lag.total.quantile(0.99) < 1.0  # what the old rule looked at
+
+
+def test_a_late_send_is_judged_whatever_the_cpu() -> None:
+    f = Feed()
+    f.second(1.0, 5.0, sends=100, chunks=100, dispatch_ms=0.2)
+    f.second(1.0, 5.0, sends=5, chunks=100, dispatch_ms=7.3)
+    valid, reasons, _ = f.check.verdict(BOUNDS)
+    assert not valid and any("dispatch delay p99" in r for r in reasons)
