@@ -1,0 +1,540 @@
+"""Locust mode: `LLMUser`, a Locust user whose requests are peakload's (same spec, target, stamps
+and records), and the listeners that make one Locust test one peakload run: the master (or a
+single process) opens the run, sends its id to every worker and records the user count's shape as
+levels; each process that runs users drives a peakload engine process (loadgen.locust_engine).
+
+Layering: this module imports neither Celery nor a database driver. Where runs and records go is a
+`RunStore` a workers/ module installs (`workers.locust_store.install()`), which also names the
+engine's command, so the engine's records reach the store from the engine process itself.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+import socket
+import subprocess
+import time
+import tomllib
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, cast
+
+import gevent
+from gevent.event import AsyncResult, Event
+from gevent.lock import Semaphore
+from locust import User, constant, events, task
+from locust.env import Environment
+from locust.runners import MasterRunner, WorkerRunner
+
+from loadgen.errors import PeakloadError, SpecError
+from loadgen.locust_wire import HEADER, WireError, frame_length, pack, unpack
+from loadgen.spec import RunSpec, _resolve_paths, spec_from_dict
+
+log = logging.getLogger("peakload.locust")
+
+RUN_MESSAGE = "peakload_run"
+LEVEL_MESSAGE = "peakload_level"
+ENGINE_READY_S = 120.0  # start-up, preflight and calibration of the engine
+STOP_WAIT_S = 60.0  # an engine flushing its records at the end of a test
+FINISH_WAIT_S = 90.0  # the master waiting for every worker's shard to end
+LEVEL_POLL_S = 0.05
+# Locust mode ignores a spec's [load]: Locust's users, spawn rate and run time make the load.
+_PLACEHOLDER_LOAD = {"concurrency": [1], "duration_s": 1.0}
+
+
+class RunStore(Protocol):
+    """What a store does with a Locust test (installed with `use_store`)."""
+
+    engine_command: list[str]  # the engine process; `--fd N` is appended
+
+    def begin(self, run_id: str, spec: RunSpec, *, mode: str) -> None: ...
+
+    def level(self, run_id: str, row: dict[str, Any]) -> None: ...
+
+    def finish(
+        self, run_id: str, levels: list[dict[str, Any]], expected_shards: list[str], wait_s: float
+    ) -> str: ...
+
+
+_store: RunStore | None = None
+
+
+def use_store(store: RunStore) -> None:
+    """Send every Locust test's run and records to `store` (workers.locust_store installs it)."""
+    global _store  # one per Locust process, as Locust's own `events` are
+    _store = store
+
+
+class RequestFailed(Exception):
+    """A failed request, as Locust's failure table shows it: by kind (`http_429`,
+    `timeout:first_token`, `stream_error`), never by its detail text."""
+
+
+@dataclass(slots=True)
+class LLMResponse:
+    """What `LLMUser.chat` returns. Times are ms from the send; None when it never happened."""
+
+    ok: bool
+    kind: str
+    tokens: int
+    ttft_ms: float | None
+    tpot_ms: float | None
+    e2e_ms: float | None
+    text: str | None = None
+
+
+class _Engine:
+    """The engine process of this Locust process and the socket to it (gevent side)."""
+
+    def __init__(self, environment: Environment, command: list[str]) -> None:
+        self.env = environment
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock = ours
+        self.proc = subprocess.Popen(
+            [*command, "--fd", str(theirs.fileno())], pass_fds=(theirs.fileno(),)
+        )
+        theirs.close()
+        self.lock = Semaphore()
+        self.ready, self.started = Event(), Event()
+        self.error: str | None = None
+        self.waiting: dict[int, tuple[AsyncResult, str]] = {}
+        self.stopped: AsyncResult | None = None
+        self.ids = itertools.count()
+        self.reader = gevent.spawn(self._read)
+
+    def send(self, msg: dict[str, Any]) -> None:
+        with self.lock:  # one frame at a time: greenlets must not interleave partial writes
+            self.sock.sendall(pack(msg))
+
+    def start(self, msg: dict[str, Any]) -> None:
+        self.started.clear()
+        self.error = None
+        self.send({"op": "start", **msg})
+
+    def request(self, body: dict[str, Any], name: str) -> AsyncResult:
+        if not self.started.wait(ENGINE_READY_S) or self.error:
+            raise PeakloadError(self.error or "the peakload engine did not start in time")
+        rid = next(self.ids)
+        result = AsyncResult()
+        self.waiting[rid] = (result, name)
+        self.send({"op": "req", "id": rid, "t_ns": time.perf_counter_ns(), **body})
+        return result
+
+    def stop(self) -> dict[str, Any] | None:
+        self.stopped = AsyncResult()
+        self.send({"op": "stop"})
+        try:
+            value: dict[str, Any] = self.stopped.get(timeout=STOP_WAIT_S)
+        except gevent.Timeout:
+            log.error("peakload: the engine did not stop within %.0f s", STOP_WAIT_S)
+            return None
+        self.started.clear()
+        return value
+
+    def close(self) -> None:
+        self.sock.close()
+        try:
+            self.proc.wait(timeout=STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def _read(self) -> None:
+        buf = bytearray()
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    break
+                buf += data
+                while len(buf) >= HEADER.size:
+                    n = frame_length(bytes(buf[: HEADER.size]))
+                    if len(buf) < HEADER.size + n:
+                        break
+                    msg = unpack(bytes(buf[HEADER.size : HEADER.size + n]))
+                    del buf[: HEADER.size + n]
+                    self._dispatch(msg)
+        except (OSError, WireError) as exc:
+            self.error = f"the peakload engine's socket failed: {exc}"
+        self.error = self.error or "the peakload engine exited"
+        self.started.set()
+        for result, _ in self.waiting.values():
+            result.set_exception(PeakloadError(self.error))
+        if self.stopped is not None and not self.stopped.ready():
+            self.stopped.set(None)
+
+    def _dispatch(self, msg: dict[str, Any]) -> None:
+        op = msg["op"]
+        if op == "done":
+            entry = self.waiting.pop(int(msg["id"]), None)
+            response = _fire(self.env, entry[1] if entry else "chat", msg)
+            if entry is not None:
+                entry[0].set(response)
+        elif op == "ready":
+            self.ready.set()
+        elif op == "started":
+            self.started.set()
+        elif op == "error":
+            self.error = str(msg.get("message"))
+            log.error("peakload: %s", self.error)
+            self.started.set()
+            _fail_test(self.env)
+        elif op == "stopped" and self.stopped is not None:
+            self.stopped.set(msg)
+
+
+def _fire(env: Environment, name: str, msg: dict[str, Any]) -> LLMResponse:
+    """Locust request events for one answered request: TTFT, TPOT, ITL (one per token) and E2E
+    as request types, the request's name as name; a failure once, under E2E, by kind."""
+    kind = str(msg.get("kind", "unknown"))
+    ok = kind == "ok"
+    fire: Any = env.events.request.fire  # Locust's hooks are untyped
+    tokens = int(msg.get("tokens") or 0)
+    if ok:
+        if msg.get("ttft") is not None:
+            fire(request_type="TTFT", name=name, response_time=msg["ttft"], response_length=0)
+        if msg.get("tpot") is not None:
+            fire(request_type="TPOT", name=name, response_time=msg["tpot"], response_length=0)
+        for per_token, k in msg.get("itl") or []:
+            for _ in range(int(k)):
+                fire(request_type="ITL", name=name, response_time=per_token, response_length=1)
+    if ok or not kind.startswith(("cancelled", "not_sent")):
+        fire(
+            request_type="E2E",
+            name=name,
+            response_time=msg.get("e2e") or 0.0,
+            response_length=tokens,
+            exception=None if ok else RequestFailed(kind),
+        )
+    return LLMResponse(
+        ok, kind, tokens, msg.get("ttft"), msg.get("tpot"), msg.get("e2e"), msg.get("text")
+    )
+
+
+class LLMUser(User):
+    """A Locust user sending peakload requests, closed loop: by default each user sends the
+    spec's workload one request after another (`journey`); override `journey` for a custom user
+    journey built from `chat()`.
+
+    Configure with `spec = "my.toml"` (a peakload spec, relative to the locustfile; its [load]
+    is ignored, Locust's users make the load) or with the plain attributes below and `host`
+    (Locust's `--host`, the base URL such as http://127.0.0.1:8000/v1; it also overrides a
+    spec's `target.base_url`)."""
+
+    abstract = True
+    wait_time = constant(0)
+    spec: ClassVar[str | None] = None
+    api: ClassVar[str] = "openai-chat"
+    model: ClassVar[str] = "default"
+    api_key_env: ClassVar[str | None] = None
+    prompt_tokens: ClassVar[int | dict[str, Any]] = 128
+    output_tokens: ClassVar[int | dict[str, Any]] = 128
+    name: ClassVar[str] = "locust"  # the run's name in the store
+    request_name: ClassVar[str] = "chat"  # the name column of Locust's statistics
+
+    _session_ids = itertools.count()
+
+    def __init__(self, environment: Environment) -> None:
+        super().__init__(environment)
+        self._session = next(LLMUser._session_ids)
+        self._turn = 0
+
+    @classmethod
+    def peakload_spec(cls, host: str | None = None) -> RunSpec:
+        """The run spec this class describes; `SpecError` naming the file and field."""
+        if cls.spec is not None:
+            path = Path(cls.spec)
+            if not path.is_absolute():
+                path = Path(inspect.getfile(cls)).resolve().parent / path
+            try:
+                data = tomllib.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+                raise SpecError(f"cannot read the spec: {exc}", where=str(path)) from None
+            base = path.parent
+        else:
+            data = {
+                "name": cls.name,
+                "target": {"api": cls.api, "base_url": host or "", "model": cls.model},
+                "workload": {
+                    "prompt_tokens": cls.prompt_tokens,
+                    "output_tokens": cls.output_tokens,
+                },
+            }
+            if cls.api_key_env:
+                data["target"]["api_key_env"] = cls.api_key_env
+            where, base = f"{cls.__name__} attributes", Path.cwd()
+        data.setdefault("load", dict(_PLACEHOLDER_LOAD))
+        if host:
+            data.setdefault("target", {})["base_url"] = host
+        where = str(path) if cls.spec is not None else where
+        return _resolve_paths(spec_from_dict(data, where=where), base)
+
+    @task
+    def _journey_task(self) -> None:
+        self.journey()
+
+    def journey(self) -> None:
+        """One iteration of this user's loop: one request of the spec's workload."""
+        self.chat()
+
+    def chat(
+        self,
+        messages: list[dict[str, str]] | None = None,
+        *,
+        max_tokens: int | None = None,
+        session: bool = False,
+    ) -> LLMResponse:
+        """Send one request and wait for its end. `messages` replaces the workload's prompt;
+        `session=True` makes it the next turn of this user's conversation (its record carries
+        the session and turn) and returns the answer's text."""
+        engine = _engine
+        if engine is None:
+            raise PeakloadError("no peakload engine in this process (is it a Locust master?)")
+        body: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens}
+        if session:
+            body["session"] = [self._session, self._turn]
+            self._turn += 1
+        result: LLMResponse = engine.request(body, self.request_name).get()
+        return result
+
+
+# ---------------------------------------------------------------- one test, one run
+
+_engine: _Engine | None = None
+
+
+class _Conductor:
+    """On the master (or the only process): the run's id, its levels and its end."""
+
+    def __init__(self, env: Environment, store: RunStore) -> None:
+        self.env, self.store = env, store
+        self.run_id = ""
+        self.levels: list[dict[str, Any]] = []
+        self.level_mono = 0
+        self.shards: list[str] = []
+        self.tracker: gevent.Greenlet[Any, Any] | None = None
+        self.finisher: gevent.Greenlet[Any, Any] | None = None
+
+    def spec(self) -> RunSpec:
+        classes = [c for c in self.env.user_classes if issubclass(c, LLMUser)]
+        if not classes:
+            raise SpecError("the locustfile has no LLMUser class", where="locustfile")
+        specs = [c.peakload_spec(self.env.host or c.host) for c in classes]
+        if any(s.public_dict() != specs[0].public_dict() for s in specs[1:]):
+            raise SpecError(
+                "LLMUser classes describe different specs: one Locust test is one peakload run "
+                "with one target and workload",
+                where="locustfile",
+            )
+        return specs[0]
+
+    def begin(self) -> None:
+        runner = self.env.runner
+        assert runner is not None
+        spec = self.spec()
+        self.run_id = str(uuid.uuid4())
+        self.levels, self.shards = [], []
+        distributed = isinstance(runner, MasterRunner)
+        self.store.begin(self.run_id, spec, mode="distributed" if distributed else "local")
+        users = int(getattr(runner, "target_user_count", 0) or 0)
+        self._new_level(users, broadcast=False)
+        start = {
+            "run_id": self.run_id,
+            "spec": spec.public_dict(),
+            "level": {"index": 0, "users": users, "steady": False},
+        }
+        if distributed:
+            assert isinstance(runner, MasterRunner)
+            for client in runner.clients.all:
+                self.send_run(client.id, start)
+        else:
+            self.shards.append("locust")
+            assert _engine is not None
+            _engine.start({**start, "shard_id": "locust", "seed": 0})
+        log.info("peakload: run %s (Locust test) started", self.run_id)
+        self.tracker = gevent.spawn(self._track)
+
+    def send_run(self, client_id: str, start: dict[str, Any]) -> None:
+        runner = self.env.runner
+        assert isinstance(runner, MasterRunner)
+        index = int(cast(Any, runner).get_worker_index(client_id))
+        shard = f"locust-w{index}"
+        if shard not in self.shards:
+            self.shards.append(shard)
+        runner.send_message(
+            RUN_MESSAGE, {**start, "shard_id": shard, "seed": index}, client_id=client_id
+        )
+
+    def _track(self) -> None:
+        runner = self.env.runner
+        while True:
+            gevent.sleep(LEVEL_POLL_S)
+            users = int(getattr(runner, "target_user_count", 0) or 0)
+            if self.levels and users != self.levels[-1]["value"]:
+                self._new_level(users)
+
+    def _new_level(self, users: int, broadcast: bool = True) -> None:
+        now = time.perf_counter_ns()
+        self._end_level(now)
+        row = {
+            "level": len(self.levels),
+            "kind": "concurrency",
+            "value": users,
+            "duration_s": 0.0,
+            "warmup_s": 0.0,
+            "cooldown_s": 0.0,
+            "started_at_ns": time.time_ns(),
+        }
+        self.levels.append(row)
+        self.level_mono = now
+        self.store.level(self.run_id, row)
+        if broadcast:
+            self._broadcast({"index": row["level"], "users": users, "steady": False})
+
+    def _end_level(self, now: int) -> None:
+        if self.levels and "ended_at_ns" not in self.levels[-1]:
+            row = self.levels[-1]
+            row["duration_s"] = (now - self.level_mono) / 1e9
+            row["ended_at_ns"] = row["started_at_ns"] + (now - self.level_mono)
+            if row.get("steady") is None:  # never ramped to its count: all of it was warm-up
+                row["warmup_s"] = row["duration_s"]
+            self.store.level(self.run_id, {k: v for k, v in row.items() if k != "steady"})
+
+    def spawned(self, user_count: int) -> None:
+        if not self.run_id:
+            return
+        if not self.levels or self.levels[-1]["value"] != user_count:
+            self._new_level(user_count)
+        row = self.levels[-1]
+        row["steady"] = True
+        row["warmup_s"] = (time.perf_counter_ns() - self.level_mono) / 1e9
+        self.store.level(self.run_id, {k: v for k, v in row.items() if k != "steady"})
+        self._broadcast({"index": row["level"], "users": user_count, "steady": True})
+
+    def _broadcast(self, level: dict[str, Any]) -> None:
+        runner = self.env.runner
+        if isinstance(runner, MasterRunner):
+            runner.send_message(LEVEL_MESSAGE, level)
+        elif _engine is not None:
+            _engine.send({"op": "level", **level})
+
+    def end(self) -> None:
+        """The test stopped: end the last level, then the run once every shard has ended."""
+        if not self.run_id:
+            return
+        if self.tracker is not None:
+            self.tracker.kill()
+        self._end_level(time.perf_counter_ns())
+        run_id, levels, shards = self.run_id, [dict(r) for r in self.levels], list(self.shards)
+        for row in levels:
+            row.pop("steady", None)
+        self.run_id = ""
+        if not isinstance(self.env.runner, MasterRunner) and _engine is not None:
+            _engine.stop()
+        self.finisher = gevent.spawn(self._finish, run_id, levels, shards)
+        if not isinstance(self.env.runner, MasterRunner):
+            self.finisher.join()
+
+    def _finish(self, run_id: str, levels: list[dict[str, Any]], shards: list[str]) -> None:
+        try:
+            status = self.store.finish(run_id, levels, shards, FINISH_WAIT_S)
+        except PeakloadError as exc:
+            log.error("peakload: run %s could not be finished: %s", run_id, exc)
+            self.env.process_exit_code = 1
+            return
+        log.info("peakload: run %s %s (peakload report %s)", run_id, status, run_id)
+
+
+_conductor: _Conductor | None = None
+
+
+def _fail_test(env: Environment) -> None:
+    env.process_exit_code = 1
+    if env.runner is not None:
+        gevent.spawn(env.runner.quit)
+
+
+def _on_init(environment: Environment, **_: Any) -> None:
+    global _engine, _conductor
+    runner = environment.runner
+    if runner is None or not any(issubclass(c, LLMUser) for c in environment.user_classes):
+        return
+    if _store is None:
+        raise SystemExit(
+            "peakload: LLMUser writes every record to peakload's store; install it in the "
+            "locustfile: `from workers import locust_store; locust_store.install()`"
+        )
+    if not isinstance(runner, WorkerRunner):
+        _conductor = _Conductor(environment, _store)
+        try:
+            _conductor.spec()  # a bad spec stops Locust now, with the file and field named
+        except PeakloadError as exc:
+            raise SystemExit(f"peakload: {exc}") from None
+    if not isinstance(runner, MasterRunner):
+        _engine = _Engine(environment, _store.engine_command)
+    if isinstance(runner, WorkerRunner):
+        runner.register_message(RUN_MESSAGE, _on_run_message)
+        runner.register_message(LEVEL_MESSAGE, _on_level_message)
+
+
+def _on_run_message(environment: Environment, msg: Any, **_: Any) -> None:
+    if _engine is not None:
+        _engine.start(dict(msg.data))
+
+
+def _on_level_message(environment: Environment, msg: Any, **_: Any) -> None:
+    if _engine is not None:
+        _engine.send({"op": "level", **msg.data})
+
+
+def _on_test_start(environment: Environment, **_: Any) -> None:
+    if _conductor is None:
+        return
+    try:
+        _conductor.begin()
+    except PeakloadError as exc:
+        log.error("peakload: %s", exc)
+        _fail_test(environment)
+
+
+def _on_spawning_complete(user_count: int, **_: Any) -> None:
+    if _conductor is not None:
+        _conductor.spawned(user_count)
+
+
+def _on_worker_connect(client_id: str, **_: Any) -> None:
+    """A worker joining a running test gets the run too (its shard is expected at the end)."""
+    c = _conductor
+    if c is not None and c.run_id and c.levels:
+        spec = c.spec()
+        lv = c.levels[-1]
+        level = {"index": lv["level"], "users": lv["value"], "steady": bool(lv.get("steady"))}
+        c.send_run(client_id, {"run_id": c.run_id, "spec": spec.public_dict(), "level": level})
+
+
+def _on_test_stop(environment: Environment, **_: Any) -> None:
+    if _conductor is not None:
+        _conductor.end()
+    elif _engine is not None:  # a worker: flush this shard (the master ends the run)
+        _engine.stop()
+
+
+def _on_quitting(environment: Environment, **_: Any) -> None:
+    if _conductor is not None and _conductor.finisher is not None:
+        _conductor.finisher.join(timeout=FINISH_WAIT_S + 5)
+    if _engine is not None:
+        _engine.close()
+
+
+for _hook, _listener in (
+    (events.init, _on_init),
+    (events.test_start, _on_test_start),
+    (events.spawning_complete, _on_spawning_complete),
+    (events.worker_connect, _on_worker_connect),
+    (events.test_stop, _on_test_stop),
+    (events.quitting, _on_quitting),
+):
+    cast(Any, _hook).add_listener(_listener)
