@@ -13,36 +13,29 @@ from __future__ import annotations
 import inspect
 import itertools
 import logging
-import socket
-import subprocess
 import time
-import tomllib
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, cast
 
 import gevent
-from gevent.event import AsyncResult, Event
-from gevent.lock import Semaphore
 from locust import User, constant, events, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from loadgen.errors import PeakloadError, SpecError
-from loadgen.locust_wire import HEADER, WireError, frame_length, pack, unpack
-from loadgen.spec import RunSpec, _resolve_paths, spec_from_dict
+from loadgen.locust_client import EngineClient, LLMResponse, RequestFailed
+from loadgen.locust_spec import locust_spec
+from loadgen.spec import RunSpec
+
+__all__ = ["LLMResponse", "LLMUser", "RequestFailed", "RunStore", "use_store"]
 
 log = logging.getLogger("peakload.locust")
 
 RUN_MESSAGE = "peakload_run"
 LEVEL_MESSAGE = "peakload_level"
-ENGINE_READY_S = 120.0  # start-up, preflight and calibration of the engine
-STOP_WAIT_S = 60.0  # an engine flushing its records at the end of a test
 FINISH_WAIT_S = 90.0  # the master waiting for every worker's shard to end
 LEVEL_POLL_S = 0.05
-# Locust mode ignores a spec's [load]: Locust's users, spawn rate and run time make the load.
-_PLACEHOLDER_LOAD = {"concurrency": [1], "duration_s": 1.0}
 
 
 class RunStore(Protocol):
@@ -66,152 +59,6 @@ def use_store(store: RunStore) -> None:
     """Send every Locust test's run and records to `store` (workers.locust_store installs it)."""
     global _store  # one per Locust process, as Locust's own `events` are
     _store = store
-
-
-class RequestFailed(Exception):
-    """A failed request, as Locust's failure table shows it: by kind (`http_429`,
-    `timeout:first_token`, `stream_error`), never by its detail text."""
-
-
-@dataclass(slots=True)
-class LLMResponse:
-    """What `LLMUser.chat` returns. Times are ms from the send; None when it never happened."""
-
-    ok: bool
-    kind: str
-    tokens: int
-    ttft_ms: float | None
-    tpot_ms: float | None
-    e2e_ms: float | None
-    text: str | None = None
-
-
-class _Engine:
-    """The engine process of this Locust process and the socket to it (gevent side)."""
-
-    def __init__(self, environment: Environment, command: list[str]) -> None:
-        self.env = environment
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock = ours
-        self.proc = subprocess.Popen(
-            [*command, "--fd", str(theirs.fileno())], pass_fds=(theirs.fileno(),)
-        )
-        theirs.close()
-        self.lock = Semaphore()
-        self.ready, self.started = Event(), Event()
-        self.error: str | None = None
-        self.waiting: dict[int, tuple[AsyncResult, str]] = {}
-        self.stopped: AsyncResult | None = None
-        self.ids = itertools.count()
-        self.reader = gevent.spawn(self._read)
-
-    def send(self, msg: dict[str, Any]) -> None:
-        with self.lock:  # one frame at a time: greenlets must not interleave partial writes
-            self.sock.sendall(pack(msg))
-
-    def start(self, msg: dict[str, Any]) -> None:
-        self.started.clear()
-        self.error = None
-        self.send({"op": "start", **msg})
-
-    def request(self, body: dict[str, Any], name: str) -> AsyncResult:
-        if not self.started.wait(ENGINE_READY_S) or self.error:
-            raise PeakloadError(self.error or "the peakload engine did not start in time")
-        rid = next(self.ids)
-        result = AsyncResult()
-        self.waiting[rid] = (result, name)
-        self.send({"op": "req", "id": rid, "t_ns": time.perf_counter_ns(), **body})
-        return result
-
-    def stop(self) -> dict[str, Any] | None:
-        self.stopped = AsyncResult()
-        self.send({"op": "stop"})
-        try:
-            value: dict[str, Any] = self.stopped.get(timeout=STOP_WAIT_S)
-        except gevent.Timeout:
-            log.error("peakload: the engine did not stop within %.0f s", STOP_WAIT_S)
-            return None
-        self.started.clear()
-        return value
-
-    def close(self) -> None:
-        self.sock.close()
-        try:
-            self.proc.wait(timeout=STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-    def _read(self) -> None:
-        buf = bytearray()
-        try:
-            while True:
-                data = self.sock.recv(65536)
-                if not data:
-                    break
-                buf += data
-                while len(buf) >= HEADER.size:
-                    n = frame_length(bytes(buf[: HEADER.size]))
-                    if len(buf) < HEADER.size + n:
-                        break
-                    msg = unpack(bytes(buf[HEADER.size : HEADER.size + n]))
-                    del buf[: HEADER.size + n]
-                    self._dispatch(msg)
-        except (OSError, WireError) as exc:
-            self.error = f"the peakload engine's socket failed: {exc}"
-        self.error = self.error or "the peakload engine exited"
-        self.started.set()
-        for result, _ in self.waiting.values():
-            result.set_exception(PeakloadError(self.error))
-        if self.stopped is not None and not self.stopped.ready():
-            self.stopped.set(None)
-
-    def _dispatch(self, msg: dict[str, Any]) -> None:
-        op = msg["op"]
-        if op == "done":
-            entry = self.waiting.pop(int(msg["id"]), None)
-            response = _fire(self.env, entry[1] if entry else "chat", msg)
-            if entry is not None:
-                entry[0].set(response)
-        elif op == "ready":
-            self.ready.set()
-        elif op == "started":
-            self.started.set()
-        elif op == "error":
-            self.error = str(msg.get("message"))
-            log.error("peakload: %s", self.error)
-            self.started.set()
-            _fail_test(self.env)
-        elif op == "stopped" and self.stopped is not None:
-            self.stopped.set(msg)
-
-
-def _fire(env: Environment, name: str, msg: dict[str, Any]) -> LLMResponse:
-    """Locust request events for one answered request: TTFT, TPOT, ITL (one per token) and E2E
-    as request types, the request's name as name; a failure once, under E2E, by kind."""
-    kind = str(msg.get("kind", "unknown"))
-    ok = kind == "ok"
-    fire: Any = env.events.request.fire  # Locust's hooks are untyped
-    tokens = int(msg.get("tokens") or 0)
-    if ok:
-        if msg.get("ttft") is not None:
-            fire(request_type="TTFT", name=name, response_time=msg["ttft"], response_length=0)
-        if msg.get("tpot") is not None:
-            fire(request_type="TPOT", name=name, response_time=msg["tpot"], response_length=0)
-        for per_token, k in msg.get("itl") or []:
-            for _ in range(int(k)):
-                fire(request_type="ITL", name=name, response_time=per_token, response_length=1)
-    if ok or not kind.startswith(("cancelled", "not_sent")):
-        fire(
-            request_type="E2E",
-            name=name,
-            response_time=msg.get("e2e") or 0.0,
-            response_length=tokens,
-            exception=None if ok else RequestFailed(kind),
-        )
-    return LLMResponse(
-        ok, kind, tokens, msg.get("ttft"), msg.get("tpot"), msg.get("e2e"), msg.get("text")
-    )
 
 
 class LLMUser(User):
@@ -245,32 +92,20 @@ class LLMUser(User):
     @classmethod
     def peakload_spec(cls, host: str | None = None) -> RunSpec:
         """The run spec this class describes; `SpecError` naming the file and field."""
+        path = None
         if cls.spec is not None:
             path = Path(cls.spec)
             if not path.is_absolute():
                 path = Path(inspect.getfile(cls)).resolve().parent / path
-            try:
-                data = tomllib.loads(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-                raise SpecError(f"cannot read the spec: {exc}", where=str(path)) from None
-            base = path.parent
-        else:
-            data = {
-                "name": cls.name,
-                "target": {"api": cls.api, "base_url": host or "", "model": cls.model},
-                "workload": {
-                    "prompt_tokens": cls.prompt_tokens,
-                    "output_tokens": cls.output_tokens,
-                },
-            }
-            if cls.api_key_env:
-                data["target"]["api_key_env"] = cls.api_key_env
-            where, base = f"{cls.__name__} attributes", Path.cwd()
-        data.setdefault("load", dict(_PLACEHOLDER_LOAD))
-        if host:
-            data.setdefault("target", {})["base_url"] = host
-        where = str(path) if cls.spec is not None else where
-        return _resolve_paths(spec_from_dict(data, where=where), base)
+        attrs = {
+            "name": cls.name,
+            "api": cls.api,
+            "model": cls.model,
+            "api_key_env": cls.api_key_env,
+            "prompt_tokens": cls.prompt_tokens,
+            "output_tokens": cls.output_tokens,
+        }
+        return locust_spec(path, attrs, host, where=f"{cls.__name__} attributes")
 
     @task
     def _journey_task(self) -> None:
@@ -303,7 +138,7 @@ class LLMUser(User):
 
 # ---------------------------------------------------------------- one test, one run
 
-_engine: _Engine | None = None
+_engine: EngineClient | None = None
 
 
 class _Conductor:
@@ -474,7 +309,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
         except PeakloadError as exc:
             raise SystemExit(f"peakload: {exc}") from None
     if not isinstance(runner, MasterRunner):
-        _engine = _Engine(environment, _store.engine_command)
+        _engine = EngineClient(environment, _store.engine_command, _fail_test)
     if isinstance(runner, WorkerRunner):
         runner.register_message(RUN_MESSAGE, _on_run_message)
         runner.register_message(LEVEL_MESSAGE, _on_level_message)

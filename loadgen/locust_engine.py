@@ -123,6 +123,7 @@ class _Session:
         )
         self.store, self.send = store, send
         self.emitted: dict[int, RequestRecord] = {}
+        self.taken: dict[int, tuple[_LevelWindow, int]] = {}  # indices without a record yet
         self.background: list[asyncio.Task[Any]] = []
         self.target: OpenAITarget | None = None
         self.shard: _LocustShard | None = None
@@ -155,6 +156,7 @@ class _Session:
         ]
 
     def _on_record(self, rec: RequestRecord) -> None:
+        self.taken.pop(rec.index, None)
         self.emitted[rec.index] = rec
 
     def level(self, msg: dict[str, Any]) -> None:
@@ -185,6 +187,7 @@ class _Session:
         messages = msg.get("messages")
         prompt = shard.workload.prompt(index, None, max_tokens)
         session = tuple(msg["session"]) if msg.get("session") else None
+        self.taken[index] = (window, sched)
         task = asyncio.create_task(
             self._one(msg["id"], index, window, sched, prompt, messages, session)
         )
@@ -221,6 +224,10 @@ class _Session:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            # a task cancelled before its first step never ran the fold: its request still
+            # gets its one record
+            for index, (window, sched) in list(self.taken.items()):
+                shard.not_sent(index, window, sched, "run_ended")
             for b in self.background:
                 b.cancel()
             await asyncio.gather(*self.background, return_exceptions=True)
