@@ -127,3 +127,165 @@ def test_celery_app_is_json_only() -> None:
     assert conf.task_acks_late is False
     assert conf.broker_connection_retry_on_startup is True
     assert conf.broker_connection_max_retries is None
+
+
+# ---------------------------------------------------------------- cross-checks with the code
+
+ROOT = DEPLOY.parent
+PEAKLOAD_IMAGE = re.compile(r"^peakload:")
+SECRET_NAME = re.compile(r"PASSWORD|API_KEY|TOKEN|SECRET", re.IGNORECASE)
+KEY_CONSUMERS = ("worker-eu-west", "worker-us-east", "worker-ap-south", "control", "ui", "cli")
+
+
+def peakload_variables() -> set[str]:
+    """Every PEAKLOAD_ variable the code reads (named as a string literal somewhere in the four
+    packages), test-only ones left out."""
+    names: set[str] = set()
+    for pkg in ("loadgen", "workers", "analysis", "ui"):
+        for path in (ROOT / pkg).rglob("*.py"):
+            names |= set(re.findall(r"[\"'](PEAKLOAD_[A-Z0-9_]+)[\"']", path.read_text()))
+    return {n for n in names if not n.startswith("PEAKLOAD_TEST_")}
+
+
+def _compose_peakload_services() -> dict[str, dict[str, Any]]:
+    return {
+        n: s
+        for n, s in _compose()["services"].items()
+        if PEAKLOAD_IMAGE.match(str(s.get("image", "")))
+    }
+
+
+def _k8s_peakload_containers() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for d in _k8s_docs():
+        if d["kind"] in ("Deployment", "StatefulSet"):
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                if PEAKLOAD_IMAGE.match(c["image"]):
+                    out.append((d["metadata"]["name"], c))
+    return out
+
+
+def _parse_cli(args: list[str]) -> None:
+    """Resolve `peakload ARGS` to its command (through groups such as `db`) and parse its
+    options the way click would, without running it."""
+    import click
+
+    from ui.cli import cli
+
+    cmd: click.Command = cli
+    ctx = click.Context(cli, info_name="peakload")
+    rest = list(args)
+    while isinstance(cmd, click.Group):
+        assert rest, f"`peakload {' '.join(args)}` names no command"
+        sub = cmd.get_command(ctx, rest[0])
+        assert sub is not None, f"`peakload {' '.join(args)}`: no command {rest[0]!r}"
+        ctx = click.Context(sub, info_name=rest[0], parent=ctx)
+        cmd, rest = sub, rest[1:]
+    cmd.make_context(ctx.info_name, rest, parent=ctx.parent)
+
+
+def test_every_command_in_the_files_is_a_peakload_command() -> None:
+    commands = [s["command"] for s in _compose_peakload_services().values() if "command" in s]
+    commands += [c["args"] for _, c in _k8s_peakload_containers()]
+    assert len(commands) >= 12
+    for args in commands:
+        assert "command" not in args and "entrypoint" not in args
+        _parse_cli([str(a) for a in args])
+    for name, svc in _compose_peakload_services().items():
+        assert "entrypoint" not in svc, f"{name} bypasses the peakload command"
+    for name, c in _k8s_peakload_containers():
+        assert "command" not in c, f"{name} bypasses the peakload command"
+
+
+def test_every_variable_in_the_files_is_one_peakload_reads() -> None:
+    known = peakload_variables()
+    assert {"PEAKLOAD_DATABASE_URL", "PEAKLOAD_REDIS_URL", "PEAKLOAD_UI_PASSWORD"} <= known
+    seen: set[str] = set()
+    for name, svc in _compose_peakload_services().items():
+        for var in _env_list(svc.get("environment")):
+            assert var in known, f"compose {name} sets {var}, which peakload never reads"
+            seen.add(var)
+    for name, c in _k8s_peakload_containers():
+        for e in c.get("env", []):
+            assert e["name"] in known, f"k8s {name} sets {e['name']}, which peakload never reads"
+            seen.add(e["name"])
+    assert {"PEAKLOAD_DATABASE_URL", "PEAKLOAD_REDIS_URL"} <= seen
+
+
+def test_readme_configuration_table_is_every_variable() -> None:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("### Configuration", 1)[1].split("\n#", 1)[0]
+    listed = set(re.findall(r"^\| `(PEAKLOAD_[A-Z0-9_]+)`", section, re.MULTILINE))
+    assert listed == peakload_variables(), listed ^ peakload_variables()
+
+
+def test_no_published_port_but_the_uis() -> None:
+    published = {n for n, s in _compose()["services"].items() if s.get("ports")}
+    assert published == {"ui"}
+    for d in _k8s_docs():
+        assert d["kind"] != "Ingress", "an Ingress is the operator's to add, with authentication"
+        if d["kind"] == "Service":
+            assert d["spec"].get("type", "ClusterIP") == "ClusterIP"
+
+
+def test_no_plain_text_secret_in_any_file() -> None:
+    for name, svc in _compose()["services"].items():
+        for key, value in _env_list(svc.get("environment")).items():
+            if SECRET_NAME.search(key) or ("://" in value and "@" in value):
+                assert re.search(r"\$\{[A-Z_]+:\?", value), f"compose {name}.{key} is literal"
+    for d in _k8s_docs():
+        if d["kind"] not in ("Deployment", "StatefulSet"):
+            continue
+        for c in d["spec"]["template"]["spec"]["containers"]:
+            for e in c.get("env", []):
+                if SECRET_NAME.search(e["name"]) or "@" in str(e.get("value", "")):
+                    assert "valueFrom" in e and "value" not in e, (c["name"], e["name"])
+    example = DEPLOY / "compose" / "keys.env.example"
+    for line in example.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.split("=", 1)
+            assert name.endswith("_API_KEY") and value == "", line
+    ignored = (ROOT / ".gitignore").read_text().split()
+    assert {"deploy/compose/keys.env", "deploy/compose/.env"} <= set(ignored)
+
+
+def test_every_process_that_sends_requests_gets_every_key() -> None:
+    services = _compose()["services"]
+    for name in KEY_CONSUMERS:
+        assert services[name]["env_file"] == ["keys.env"], name
+    assert services["beat"]["env_file"] == []
+    k8s = dict(_k8s_peakload_containers())
+    for name in ("worker-eu-west", "worker-us-east", "worker-ap-south", "control", "ui"):
+        assert k8s[name]["envFrom"] == [{"secretRef": {"name": "peakload-api-keys"}}], name
+
+
+def test_ui_submits_to_the_workers_and_flower_stays_private() -> None:
+    services = _compose()["services"]
+    assert "redis:6379" in _env_list(services["ui"]["environment"])["PEAKLOAD_REDIS_URL"]
+    assert services["flower"]["networks"] == ["backend"] and "ports" not in services["flower"]
+    k8s = dict(_k8s_peakload_containers())
+    assert "PEAKLOAD_REDIS_URL" in {e["name"] for e in k8s["ui"]["env"]}
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in _k8s_docs()}
+    assert ("Service", "flower") in kinds and ("Deployment", "flower") in kinds
+
+
+def test_keda_scales_each_region_worker_on_its_queue_and_its_running_shards() -> None:
+    from workers.app import region_queue
+
+    docs = _k8s_docs()
+    scaled = {d["spec"]["scaleTargetRef"]["name"]: d for d in docs if d["kind"] == "ScaledObject"}
+    workers = {
+        d["metadata"]["name"]: d
+        for d in docs
+        if d["kind"] == "Deployment" and d["metadata"]["name"].startswith("worker-")
+    }
+    assert set(scaled) == set(workers)
+    for name, obj in scaled.items():
+        region = workers[name]["spec"]["template"]["spec"]["containers"][0]["args"][2]
+        triggers = {t["type"]: t for t in obj["spec"]["triggers"]}
+        assert triggers["redis"]["metadata"]["listName"] == region_queue(region)
+        query = triggers["postgresql"]["metadata"]["query"]
+        assert f"region = '{region}'" in query and "'running'" in query
+        assert obj["spec"]["minReplicaCount"] >= 1  # a run's shards check in within 60 s
+    auth = next(d for d in docs if d["kind"] == "TriggerAuthentication")
+    assert all("secretTargetRef" in auth["spec"] for _ in [0])
