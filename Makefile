@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast check bench services venv install install-test clean
+.PHONY: demo test test-fast check audit bench services venv install install-test clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -59,6 +59,11 @@ check: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	bash deploy/local/audit.sh $(BIN)/pip-audit $(BIN)/python
+
+## The dependency audit alone (skipped, saying so, without network; AUDIT_REQUIRED=1 to fail then).
+audit: $(TEST_STAMP)
+	bash deploy/local/audit.sh $(BIN)/pip-audit $(BIN)/python
 
 bench: $(TEST_STAMP) services
 	set -a; eval "$$(bash deploy/local/env.sh)"; set +a; \
