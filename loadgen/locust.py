@@ -211,9 +211,13 @@ class _Conductor:
             if self.levels and users != self.levels[-1]["value"]:
                 self._new_level(users)
 
+    # Each step changes the levels in memory, then tells the engines, then writes the store:
+    # a store write yields to other greenlets (psycopg under gevent), which must see the new
+    # state, or a spawn completing meanwhile would open the same level twice.
+
     def _new_level(self, users: int, broadcast: bool = True) -> None:
         now = time.perf_counter_ns()
-        self._end_level(now)
+        ended = self._end_level(now)
         row = {
             "level": len(self.levels),
             "kind": "concurrency",
@@ -225,18 +229,21 @@ class _Conductor:
         }
         self.levels.append(row)
         self.level_mono = now
-        self.store.level(self.run_id, row)
         if broadcast:
             self._broadcast({"index": row["level"], "users": users, "steady": False})
+        for r in (*ended, row):
+            self.store.level(self.run_id, _stored(r))
 
-    def _end_level(self, now: int) -> None:
-        if self.levels and "ended_at_ns" not in self.levels[-1]:
-            row = self.levels[-1]
-            row["duration_s"] = (now - self.level_mono) / 1e9
-            row["ended_at_ns"] = row["started_at_ns"] + (now - self.level_mono)
-            if row.get("steady") is None:  # never ramped to its count: all of it was warm-up
-                row["warmup_s"] = row["duration_s"]
-            self.store.level(self.run_id, {k: v for k, v in row.items() if k != "steady"})
+    def _end_level(self, now: int) -> list[dict[str, Any]]:
+        """Close the current level at `now` (monotonic ns); the row to store, if any."""
+        if not self.levels or "ended_at_ns" in self.levels[-1]:
+            return []
+        row = self.levels[-1]
+        row["duration_s"] = (now - self.level_mono) / 1e9
+        row["ended_at_ns"] = row["started_at_ns"] + (now - self.level_mono)
+        if row.get("steady") is None:  # never ramped to its count: all of it was warm-up
+            row["warmup_s"] = row["duration_s"]
+        return [row]
 
     def spawned(self, user_count: int) -> None:
         if not self.run_id:
@@ -244,10 +251,12 @@ class _Conductor:
         if not self.levels or self.levels[-1]["value"] != user_count:
             self._new_level(user_count)
         row = self.levels[-1]
+        if row.get("steady"):
+            return
         row["steady"] = True
         row["warmup_s"] = (time.perf_counter_ns() - self.level_mono) / 1e9
-        self.store.level(self.run_id, {k: v for k, v in row.items() if k != "steady"})
         self._broadcast({"index": row["level"], "users": user_count, "steady": True})
+        self.store.level(self.run_id, _stored(row))
 
     def _broadcast(self, level: dict[str, Any]) -> None:
         runner = self.env.runner
@@ -263,9 +272,8 @@ class _Conductor:
         if self.tracker is not None:
             self.tracker.kill()
         self._end_level(time.perf_counter_ns())
-        run_id, levels, shards = self.run_id, [dict(r) for r in self.levels], list(self.shards)
-        for row in levels:
-            row.pop("steady", None)
+        run_id, shards = self.run_id, list(self.shards)
+        levels = [_stored(r) for r in self.levels]
         self.run_id = ""
         if not isinstance(self.env.runner, MasterRunner) and _engine is not None:
             _engine.stop()
@@ -284,6 +292,11 @@ class _Conductor:
 
 
 _conductor: _Conductor | None = None
+
+
+def _stored(row: dict[str, Any]) -> dict[str, Any]:
+    """A level row as the store takes it (without the in-memory `steady` flag)."""
+    return {k: v for k, v in row.items() if k != "steady"}
 
 
 def _fail_test(env: Environment) -> None:

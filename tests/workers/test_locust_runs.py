@@ -214,3 +214,38 @@ def test_locust_master_and_two_workers_make_one_run(
     # short of the store's, never exceed them; the percentiles agree within Locust's rounding
     assert 0 < int(stats["TTFT"]["Request Count"]) <= len(exact["TTFT"])
     assert compare_percentiles(stats, exact, steps=1) == []
+
+
+SHAPED = """
+from locust import LoadTestShape
+
+from examples.locustfile import ChatUser  # noqa: F401  (the user class Locust runs)
+
+
+class TwoSteps(LoadTestShape):
+    def tick(self):
+        t = self.get_run_time()
+        return (2, 10) if t < 3 else (4, 10) if t < 6 else None
+"""
+
+
+@pytest.mark.slow
+def test_a_load_shape_is_stored_as_levels(
+    sim: SimProcess, plain_url: str, fresh_database: Any, tmp_path: Path
+) -> None:
+    db = fresh_database(plain_url)
+    env = locust_env(db.url)
+    shaped = tmp_path / "shaped.py"
+    shaped.write_text(SHAPED)
+    cmd = [sys.executable, "-m", "locust", "-f", str(shaped), "--headless", "--host", sim.base_url]
+    rc = run(cmd, env, 90, tmp_path / "locust.log")
+    assert rc == 0, (tmp_path / "locust.log").read_text()
+    run_id, _, status, _, _, _, spec = _one_run(db.url)
+    levels, _ = _levels_and_shards(db.url, run_id)
+    assert status == "completed" and [lv[2] for lv in levels] == [2.0, 4.0], levels
+    assert spec["load"]["concurrency"] == [2, 4]
+    assert all(lv[5] and lv[6] and 0 <= lv[4] <= lv[3] for lv in levels)
+    assert 2.0 < levels[0][3] < 4.5 and 2.0 < levels[1][3] < 4.5
+    df = stored_requests(db.url, run_id)
+    ok = df[df["outcome"] == "ok"]
+    assert set(ok["level"]) == {0, 1} and "steady" in set(ok[ok["level"] == 1]["phase"])
