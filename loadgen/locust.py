@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Protocol, cast
 import gevent
 from locust import User, constant, events, task
 from locust.env import Environment
+from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 
 from loadgen.errors import PeakloadError, SpecError
@@ -34,6 +35,7 @@ log = logging.getLogger("peakload.locust")
 
 RUN_MESSAGE = "peakload_run"
 LEVEL_MESSAGE = "peakload_level"
+FAILED_MESSAGE = "peakload_shard_failed"  # worker -> master: its engine could not start
 FINISH_WAIT_S = 90.0  # the master waiting for every worker's shard to end
 LEVEL_POLL_S = 0.05
 
@@ -48,7 +50,12 @@ class RunStore(Protocol):
     def level(self, run_id: str, row: dict[str, Any]) -> None: ...
 
     def finish(
-        self, run_id: str, levels: list[dict[str, Any]], expected_shards: list[str], wait_s: float
+        self,
+        run_id: str,
+        levels: list[dict[str, Any]],
+        expected_shards: list[str],
+        failed_shards: dict[str, str],
+        wait_s: float,
     ) -> str: ...
 
 
@@ -132,7 +139,10 @@ class LLMUser(User):
         if session:
             body["session"] = [self._session, self._turn]
             self._turn += 1
-        result: LLMResponse = engine.request(body, self.request_name).get()
+        try:
+            result: LLMResponse = engine.request(body, self.request_name).get()
+        except PeakloadError:  # the engine failed: said once, and the test is stopping
+            raise StopUser() from None
         return result
 
 
@@ -150,6 +160,7 @@ class _Conductor:
         self.levels: list[dict[str, Any]] = []
         self.level_mono = 0
         self.shards: list[str] = []
+        self.failed: dict[str, str] = {}  # shard -> why its engine never ran it
         self.tracker: gevent.Greenlet[Any, Any] | None = None
         self.finisher: gevent.Greenlet[Any, Any] | None = None
 
@@ -171,7 +182,7 @@ class _Conductor:
         assert runner is not None
         spec = self.spec()
         self.run_id = str(uuid.uuid4())
-        self.levels, self.shards = [], []
+        self.levels, self.shards, self.failed = [], [], {}
         distributed = isinstance(runner, MasterRunner)
         self.store.begin(self.run_id, spec, mode="distributed" if distributed else "local")
         users = int(getattr(runner, "target_user_count", 0) or 0)
@@ -277,18 +288,25 @@ class _Conductor:
         self.run_id = ""
         if not isinstance(self.env.runner, MasterRunner) and _engine is not None:
             _engine.stop()
-        self.finisher = gevent.spawn(self._finish, run_id, levels, shards)
+        failed = dict(self.failed)
+        self.finisher = gevent.spawn(self._finish, run_id, levels, shards, failed)
         if not isinstance(self.env.runner, MasterRunner):
             self.finisher.join()
 
-    def _finish(self, run_id: str, levels: list[dict[str, Any]], shards: list[str]) -> None:
+    def _finish(
+        self,
+        run_id: str,
+        levels: list[dict[str, Any]],
+        shards: list[str],
+        failed: dict[str, str],
+    ) -> None:
         try:
-            status = self.store.finish(run_id, levels, shards, FINISH_WAIT_S)
+            status = self.store.finish(run_id, levels, shards, failed, FINISH_WAIT_S)
         except PeakloadError as exc:
             log.error("peakload: run %s could not be finished: %s", run_id, exc)
             self.env.process_exit_code = 1
             return
-        log.info("peakload: run %s %s (peakload report %s)", run_id, status, run_id)
+        log.info("peakload: run %s ended %s; see `peakload report %s`", run_id, status, run_id)
 
 
 _conductor: _Conductor | None = None
@@ -299,10 +317,19 @@ def _stored(row: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in row.items() if k != "steady"}
 
 
-def _fail_test(env: Environment) -> None:
+def _fail_test(env: Environment, reason: str = "") -> None:
+    """This process's engine could not run its shard (`reason`): the test stops, exit code 1,
+    and the run ends without waiting for that shard (the master is told)."""
     env.process_exit_code = 1
-    if env.runner is not None:
-        gevent.spawn(env.runner.quit)
+    runner = env.runner
+    shard = _engine.shard_id if _engine is not None else ""
+    if reason and shard:
+        if _conductor is not None:
+            _conductor.failed[shard] = reason
+        elif isinstance(runner, WorkerRunner):
+            runner.send_message(FAILED_MESSAGE, {"shard_id": shard, "reason": reason})
+    if runner is not None:
+        gevent.spawn(runner.quit)
 
 
 def _on_init(environment: Environment, **_: Any) -> None:
@@ -326,11 +353,18 @@ def _on_init(environment: Environment, **_: Any) -> None:
     if isinstance(runner, WorkerRunner):
         runner.register_message(RUN_MESSAGE, _on_run_message)
         runner.register_message(LEVEL_MESSAGE, _on_level_message)
+    if isinstance(runner, MasterRunner):
+        runner.register_message(FAILED_MESSAGE, _on_failed_message)
 
 
 def _on_run_message(environment: Environment, msg: Any, **_: Any) -> None:
     if _engine is not None:
         _engine.start(dict(msg.data))
+
+
+def _on_failed_message(environment: Environment, msg: Any, **_: Any) -> None:
+    if _conductor is not None:
+        _conductor.failed[str(msg.data["shard_id"])] = str(msg.data["reason"])
 
 
 def _on_level_message(environment: Environment, msg: Any, **_: Any) -> None:

@@ -53,7 +53,7 @@ class EngineClient:
         self,
         environment: Environment,
         command: list[str],
-        on_error: Callable[[Environment], None],
+        on_error: Callable[[Environment, str], None],
     ) -> None:
         self.env, self.on_error = environment, on_error
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -67,6 +67,9 @@ class EngineClient:
         self.error: str | None = None
         self.waiting: dict[int, tuple[AsyncResult, str]] = {}
         self.stopped: AsyncResult | None = None
+        self.shard_id = ""
+        self.closing = False
+        self.reported = False  # an engine error was told to the test (once is enough)
         self.ids = itertools.count()
         self.reader = gevent.spawn(self._read)
 
@@ -75,6 +78,7 @@ class EngineClient:
             self.sock.sendall(pack(msg))
 
     def start(self, msg: dict[str, Any]) -> None:
+        self.shard_id = str(msg.get("shard_id", ""))
         self.started.clear()
         self.error = None
         self.send({"op": "start", **msg})
@@ -100,6 +104,7 @@ class EngineClient:
         return value
 
     def close(self) -> None:
+        self.closing = True
         self.sock.close()
         try:
             self.proc.wait(timeout=STOP_WAIT_S)
@@ -126,6 +131,9 @@ class EngineClient:
             self.error = f"the peakload engine's socket failed: {exc}"
         self.error = self.error or "the peakload engine exited"
         self.started.set()
+        if not self.closing and not self.reported:  # died under a test: stop it, saying why
+            log.error("peakload: %s", self.error)
+            self.on_error(self.env, self.error)
         for result, _ in self.waiting.values():
             result.set_exception(PeakloadError(self.error))
         if self.stopped is not None and not self.stopped.ready():
@@ -144,9 +152,10 @@ class EngineClient:
             self.started.set()
         elif op == "error":
             self.error = str(msg.get("message"))
+            self.reported = True
             log.error("peakload: %s", self.error)
             self.started.set()
-            self.on_error(self.env)
+            self.on_error(self.env, self.error)
         elif op == "stopped" and self.stopped is not None:
             self.stopped.set(msg)
 

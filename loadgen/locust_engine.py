@@ -241,7 +241,10 @@ class _Session:
         if self.target is not None:
             await self.target.aclose()
         if shard is None:
-            return ShardEnd("failed", False, ["the engine never started"], 0, error=error)
+            end = ShardEnd("failed", False, ["the engine never started"], 0, error=error)
+            if self.sink is not None:  # registered, then failed: its row must not stay running
+                self.store.end(self.plan, end)
+            return end
         valid, reasons, _ = shard.check.verdict(self.spec.validity)
         end = ShardEnd(
             "failed" if error else "completed",

@@ -56,20 +56,27 @@ class LocustRunStore:
         store_runs.upsert_levels(self.conn(), run_id, [row])
 
     def finish(
-        self, run_id: str, levels: list[dict[str, Any]], expected_shards: list[str], wait_s: float
+        self,
+        run_id: str,
+        levels: list[dict[str, Any]],
+        expected_shards: list[str],
+        failed_shards: dict[str, str],
+        wait_s: float,
     ) -> str:
-        """Wait (up to `wait_s`) for every expected shard to end, then end the run: completed
-        when all did, partial when one failed or never reported, failed when none did."""
+        """Wait (up to `wait_s`) for every expected shard to end (`failed_shards`, whose engine
+        never ran them, are not waited for), then end the run: completed when all did, partial
+        when one failed or never reported, failed when none ran."""
         conn = self.conn()
         deadline = time.monotonic() + wait_s
+        waited = [s for s in expected_shards if s not in failed_shards]
         while True:
             rows = _shards(conn, run_id)
             ended = {r[0]: r for r in rows if r[1] in TERMINAL}
-            if all(s in ended for s in expected_shards) or time.monotonic() > deadline:
+            if all(s in ended for s in waited) or time.monotonic() > deadline:
                 break
             time.sleep(POLL_S)  # gevent's sleep in a Locust process: the master keeps serving
-        reasons: list[str] = []
-        for shard in expected_shards:
+        reasons = [f"{shard}: {why}" for shard, why in failed_shards.items()]
+        for shard in waited:
             if shard not in ended:
                 reasons.append(f"{shard}: did not end within {wait_s:.0f} s of the test's stop")
         for shard_id, state, valid, why, _ in ended.values():

@@ -159,6 +159,22 @@ def test_locust_alone_stores_the_run_that_locust_reports(
     assert sla.returncode == 0, sla.stdout + sla.stderr
 
 
+def test_an_engine_that_cannot_start_fails_the_test_and_the_run(
+    plain_url: str, fresh_database: Any, tmp_path: Path
+) -> None:
+    """Nothing listens at the target: Locust exits 1 with the preflight's one clear line, no
+    traceback, and the run it had opened ends `failed` (never left `running`)."""
+    db = fresh_database(plain_url)
+    host = f"http://127.0.0.1:{free_port()}/v1"
+    cmd = locust_command("--headless", "-u", "2", "-r", "2", "-t", "20s", "--host", host)
+    rc = run(cmd, locust_env(db.url), 90, tmp_path / "locust.log")
+    log = (tmp_path / "locust.log").read_text()
+    assert rc == 1, log
+    assert "Traceback" not in log and "peakload: " in log and "127.0.0.1" in log
+    _, _, status, valid, reasons, _, _ = _one_run(db.url)
+    assert (status, valid) == ("failed", False) and reasons and reasons[0].startswith("locust: ")
+
+
 @pytest.mark.slow
 def test_locust_master_and_two_workers_make_one_run(
     sim: SimProcess, plain_url: str, fresh_database: Any, tmp_path: Path
