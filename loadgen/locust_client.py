@@ -26,6 +26,7 @@ log = logging.getLogger("peakload.locust")
 
 ENGINE_READY_S = 120.0  # start-up, preflight and calibration of the engine
 STOP_WAIT_S = 60.0  # an engine flushing its records at the end of a test
+RELEASE_INTERVAL_S = 0.002
 
 
 class RequestFailed(Exception):
@@ -69,6 +70,7 @@ class EngineClient:
         self.stopped: AsyncResult | None = None
         self.shard_id = ""
         self.closing = False
+        self.queued, self.started_at = itertools.count(), 0.0  # users waiting for the start
         self.reported = False  # an engine error was told to the test (once is enough)
         self.ids = itertools.count()
         self.reader = gevent.spawn(self._read)
@@ -78,14 +80,24 @@ class EngineClient:
             self.sock.sendall(pack(msg))
 
     def start(self, msg: dict[str, Any]) -> None:
+        self.queued, self.started_at = itertools.count(), 0.0
         self.shard_id = str(msg.get("shard_id", ""))
         self.started.clear()
         self.error = None
         self.send({"op": "start", **msg})
 
     def request(self, body: dict[str, Any], name: str) -> AsyncResult:
-        if not self.started.wait(ENGINE_READY_S) or self.error:
-            raise PeakloadError(self.error or "the peakload engine did not start in time")
+        if not self.started.is_set():
+            # users spawned while the engine was starting are let go RELEASE_INTERVAL_S apart,
+            # as the runner spaces closed-loop users: all at once would measure this
+            # process's own serialisation as their dispatch delay
+            place = next(self.queued)
+            if not self.started.wait(ENGINE_READY_S) or self.error:
+                raise PeakloadError(self.error or "the peakload engine did not start in time")
+            due = self.started_at + place * RELEASE_INTERVAL_S
+            gevent.sleep(max(0.0, due - time.monotonic()))
+        if self.error:
+            raise PeakloadError(self.error)
         rid = next(self.ids)
         result = AsyncResult()
         self.waiting[rid] = (result, name)
@@ -149,6 +161,7 @@ class EngineClient:
         elif op == "ready":
             self.ready.set()
         elif op == "started":
+            self.started_at = time.monotonic()
             self.started.set()
         elif op == "error":
             self.error = str(msg.get("message"))
