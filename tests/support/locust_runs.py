@@ -76,7 +76,8 @@ def stored_requests(url: str, run_id: str) -> pd.DataFrame:
         cur.execute(
             "SELECT request_id::text, shard_id, outcome, phase, level, sent_ns, first_token_ns, "
             "(extract(epoch FROM scheduled_at) * 1e6)::bigint AS scheduled_us, "
-            "end_ns, output_tokens, chunk_offsets_us, chunk_tokens FROM requests "
+            "end_ns, output_tokens, http_status, error_phase, chunk_offsets_us, chunk_tokens "
+            "FROM requests "
             "WHERE run_id = %s",
             (run_id,),
         )
@@ -85,17 +86,31 @@ def stored_requests(url: str, run_id: str) -> pd.DataFrame:
 
 
 def stored_metrics(df: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Every ok request's TTFT, TPOT, E2E and per-token ITL (ms), from the raw rows: what
-    Locust was told, at full precision."""
+    """What Locust was told, at full precision, from the raw rows (ms): every ok request's
+    TTFT, TPOT and per-token ITL; the E2E of every request that was sent and not cancelled
+    by the test's end (failures too: Locust times them), 0 for one that never got sent."""
     ok = df[df["outcome"] == "ok"]
     chunks = ChunkArrays.from_lists(ok["chunk_offsets_us"], ok["chunk_tokens"])
     tpot = tpot_ms(ok)
+    told = df[~df["outcome"].isin(["cancelled", "not_sent"])]
     return {
         "TTFT": ttft_ms(ok),
         "TPOT": tpot[np.isfinite(tpot)],
-        "E2E": e2e_ms(ok),
+        "E2E": np.nan_to_num(e2e_ms(told), nan=0.0),
         "ITL": itl_per_token_ms(chunks),
     }
+
+
+def locust_failures(prefix: Path) -> dict[str, int]:
+    """`{kind: occurrences}` from Locust's `<prefix>_failures.csv` (errors are the repr of
+    loadgen.locust.RequestFailed(kind))."""
+    with Path(f"{prefix}_failures.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    out: dict[str, int] = {}
+    for r in rows:
+        assert r["Method"] == "E2E" and r["Error"].startswith("RequestFailed("), r
+        out[r["Error"][len("RequestFailed('") : -2]] = int(r["Occurrences"])
+    return out
 
 
 def locust_bucket(ms: float) -> int:

@@ -16,11 +16,13 @@ import numpy as np
 import psycopg
 import pytest
 
+from analysis.metrics import failure_kind
 from tests.support.locust_runs import (
     bucketed,
     compare_percentiles,
     locust_command,
     locust_env,
+    locust_failures,
     locust_histograms,
     locust_stats,
     run,
@@ -28,7 +30,7 @@ from tests.support.locust_runs import (
     stored_requests,
 )
 from tests.support.ports import free_port
-from tests.support.sim import ROOT, SimProcess
+from tests.support.sim import ROOT, SimProcess, start_sim
 
 pytestmark = pytest.mark.integration
 
@@ -98,23 +100,32 @@ def _peakload(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[st
 
 
 def test_locust_alone_stores_the_run_that_locust_reports(
-    sim: SimProcess, plain_url: str, fresh_database: Any, tmp_path: Path
+    plain_url: str, fresh_database: Any, tmp_path: Path
 ) -> None:
     db = fresh_database(plain_url)
     env = locust_env(db.url)
     out = tmp_path / "out"
-    args = ["--headless", "-u", "4", "-r", "4", "-t", "8s", "--host", sim.base_url]
-    cmd = locust_command(*args, "--csv", str(out), "--json-file", str(out), "--only-summary")
-    rc = run(cmd, env, 90, tmp_path / "locust.log")
-    assert rc == 0, (tmp_path / "locust.log").read_text()
+    faults = ["--fault", "http_429=0.1", "--fault", "reset=0.05", "--seed", "16"]
+    with start_sim(["--preset", "fixed", *faults], tmp_path) as sim:
+        args = ["--headless", "-u", "4", "-r", "4", "-t", "8s", "--host", sim.base_url]
+        cmd = locust_command(
+            *args, "--csv", str(out), "--json-file", str(out), "--only-summary",
+            "--exit-code-on-error", "0",
+        )  # fmt: skip
+        rc = run(cmd, env, 90, tmp_path / "locust.log")
+        assert rc == 0, (tmp_path / "locust.log").read_text()
+        _check_alone(db.url, out, sim, env, tmp_path)
+
+
+def _check_alone(url: str, out: Path, sim: SimProcess, env: dict[str, str], tmp: Path) -> None:
     stats = locust_stats(out)
     assert set(stats) >= METRICS and all(stats[m]["Name"] == "chat" for m in METRICS)
 
-    run_id, mode, status, valid, reasons, labels, spec = _one_run(db.url)
+    run_id, mode, status, valid, reasons, labels, spec = _one_run(url)
     assert (mode, status) == ("local", "completed")
     _valid_or_flagged_by_its_self_check(valid, reasons)
     assert labels["load_driver"] == "locust" and spec["load"]["concurrency"] == [4]
-    levels, shards = _levels_and_shards(db.url, run_id)
+    levels, shards = _levels_and_shards(url, run_id)
     assert [lv[:3] for lv in levels] == [(0, "concurrency", 4.0)]
     assert (
         6.0 < levels[0][3] < 10.0
@@ -125,11 +136,14 @@ def test_locust_alone_stores_the_run_that_locust_reports(
             True,
         )
     )
-    df = stored_requests(db.url, run_id)
+    df = stored_requests(url, run_id)
     assert [(s[0], s[1], s[2]) for s in shards] == [("locust", "completed", valid)]
     assert shards[0][3] == shards[0][4] == len(df) == df["request_id"].nunique()
     ok = df[df["outcome"] == "ok"]
-    assert set(df["outcome"]) <= {"ok", "cancelled"}  # cancelled: in flight at Locust's stop
+    # the sim's seeded faults, and requests in flight at Locust's stop (cancelled)
+    assert {"ok", "http_error", "stream_error"} <= set(df["outcome"]) <= {
+        "ok", "http_error", "stream_error", "cancelled", "not_sent",
+    }  # fmt: skip
     assert len(ok) >= 4  # every user answered at least once (how many more: machine speed)
     for offsets, tokens in zip(ok["chunk_offsets_us"], ok["chunk_tokens"], strict=True):
         assert len(offsets) == len(tokens) > 0  # every chunk's stamp
@@ -140,6 +154,15 @@ def test_locust_alone_stores_the_run_that_locust_reports(
     for metric in METRICS:
         assert hist[metric] == bucketed(exact[metric]), metric
     assert sum(hist["TTFT"].values()) == len(ok)
+    # failures by kind: Locust's table names each kind the store counts (its CSV may miss
+    # the last second's); its final E2E failure count is the store's exactly
+    kinds = failure_kind(df)
+    stored_kinds = kinds[~df["outcome"].isin(["ok", "cancelled", "not_sent"])].value_counts()
+    assert {"http_429", "stream_error"} <= set(stored_kinds.index)
+    for kind, n in locust_failures(out).items():
+        assert 0 < n <= stored_kinds[kind], kind
+    e2e = json.loads(Path(f"{out}.json").read_text())
+    assert next(e for e in e2e if e["method"] == "E2E")["num_failures"] == stored_kinds.sum()
     # the CSV is rewritten once a second: its last rewrite may miss the final second
     assert compare_percentiles(stats, exact, steps=1) == []
 
@@ -151,12 +174,16 @@ def test_locust_alone_stores_the_run_that_locust_reports(
 
     listed = _peakload(env, "runs", "--label", "load_driver=locust", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout.splitlines()[0])["run_id"] == run_id
-    report = _peakload(env, "report", run_id, "--json", str(tmp_path / "r.json"))
+    report = _peakload(env, "report", run_id, "--json", str(tmp / "r.json"))
     assert report.returncode == 0, report.stderr
-    claims = tmp_path / "claims.toml"
+    claims = tmp / "claims.toml"
     claims.write_text('[[claims]]\nmetric = "ttft_ms"\npercentile = 50\nthreshold = 1000\n')
-    sla = _peakload(env, "sla", run_id, "--claims", str(claims))
-    assert sla.returncode == 0, sla.stdout + sla.stderr
+    sla = _peakload(env, "sla", run_id, "--claims", str(claims), "--json")
+    # judged like any run: its latency claim holds, its seeded failures break the error budget
+    # (exit 1: criteria failed; 4 when the run flagged its own measurement invalid)
+    assert sla.returncode == (1 if valid else 4), sla.stdout + sla.stderr
+    verdicts = {v["metric"]: v["verdict"] for v in json.loads(sla.stdout)["verdicts"]}
+    assert verdicts == {"ttft_ms": "pass", "error_rate": "fail"}
 
 
 def test_an_engine_that_cannot_start_fails_the_test_and_the_run(
