@@ -36,6 +36,7 @@ from loadgen.workload import Prompt
 OPEN_S = 1e9
 MAX_CONNECTIONS = 4096  # a cap, not a pool size: connections open as users need them
 MAX_REQUESTS = 1 << 53
+SESSIONS_PER_SHARD = 1_000_000
 _NS = 1_000_000_000
 
 
@@ -186,6 +187,8 @@ class _Session:
         max_tokens = msg.get("max_tokens")
         messages = msg.get("messages")
         prompt = shard.workload.prompt(index, None, max_tokens)
+        if messages:  # the user's own prompt: its length is the server's to count (usage)
+            prompt = Prompt(messages, -1, prompt.max_tokens)
         session = tuple(msg["session"]) if msg.get("session") else None
         self.taken[index] = (window, sched)
         task = asyncio.create_task(
@@ -205,7 +208,13 @@ class _Session:
         session: tuple[int, ...] | None,
     ) -> None:
         assert self.shard is not None
-        sess = (int(session[0]), int(session[1])) if session else None
+        # a Locust process numbers its users' sessions from 0: the shard's seed (its worker
+        # index) keeps them apart across the run's shards
+        sess = (
+            (self.plan.seed * SESSIONS_PER_SHARD + int(session[0]), int(session[1]))
+            if session
+            else None
+        )
         text = await self.shard.execute(index, window, sched, prompt, sess, messages)
         rec = self.emitted.pop(index)
         reply = {"op": "done", "id": req_id, **request_metrics(rec)}

@@ -166,5 +166,6 @@ def test_engine_one_record_per_request_with_levels_and_phases(sim: SimProcess) -
         (1, Phase.WARMUP),
     ]
     assert (recs[1].session_id, recs[1].turn) == (7, 0) and recs[2].output_tokens == 2
+    assert recs[1].prompt_tokens is None and recs[0].prompt_tokens == 8  # own prompt: unplanned
     assert all(len(recs[i].chunk_offsets_us) == recs[i].output_tokens for i in range(3))
     assert store.ended and store.ended[0].status == "completed" and store.sink.ticks
