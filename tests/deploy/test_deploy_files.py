@@ -289,3 +289,10 @@ def test_keda_scales_each_region_worker_on_its_queue_and_its_running_shards() ->
         assert obj["spec"]["minReplicaCount"] >= 1  # a run's shards check in within 60 s
     auth = next(d for d in docs if d["kind"] == "TriggerAuthentication")
     assert all("secretTargetRef" in auth["spec"] for _ in [0])
+
+
+def test_kubernetes_runs_the_commands_compose_runs() -> None:
+    """So starting compose's processes natively (test_deploy_native) covers both files."""
+    compose = {tuple(s["command"]) for s in _compose_peakload_services().values() if "command" in s}
+    k8s = {tuple(c["args"]) for _, c in _k8s_peakload_containers()}
+    assert k8s <= compose, k8s - compose
