@@ -31,6 +31,7 @@ class JourneyUser(LLMUser):
     weight = 1
 
     def journey(self) -> None:
+        self.new_conversation()
         ask = {"role": "user", "content": "Name three rivers."}
         first = self.chat([ask], session=True)
         if first.ok:

@@ -102,8 +102,9 @@ class LLMUser(User):
         path = None
         if cls.spec is not None:
             path = Path(cls.spec)
-            if not path.is_absolute():
-                path = Path(inspect.getfile(cls)).resolve().parent / path
+            if not path.is_absolute():  # relative to the file of the class that names it
+                owner = next(k for k in cls.__mro__ if "spec" in vars(k))
+                path = Path(inspect.getfile(owner)).resolve().parent / path
         attrs = {
             "name": cls.name,
             "api": cls.api,
@@ -121,6 +122,11 @@ class LLMUser(User):
     def journey(self) -> None:
         """One iteration of this user's loop: one request of the spec's workload."""
         self.chat()
+
+    def new_conversation(self) -> None:
+        """The next `chat(session=True)` opens a new conversation (a new session id, turn 0)."""
+        self._session = next(LLMUser._session_ids)
+        self._turn = 0
 
     def chat(
         self,

@@ -79,6 +79,23 @@ def _stamps_against_truth(df: Any, sim: SimProcess) -> tuple[np.ndarray, np.ndar
     return ttft - np.median(ttft), np.concatenate(itl)
 
 
+def stored_sessions(url: str, run_id: str) -> dict[tuple[str, int], tuple[list[int], list[int]]]:
+    """Per (shard, session): its ok turns in order, and the server's prompt length of each."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT shard_id, session_id, turn, usage_prompt_tokens FROM requests "
+            "WHERE run_id = %s AND session_id IS NOT NULL AND outcome = 'ok' "
+            "ORDER BY shard_id, session_id, turn",
+            (run_id,),
+        ).fetchall()
+    out: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
+    for shard, session, turn, prompt in rows:
+        entry = out.setdefault((shard, session), ([], []))
+        entry[0].append(turn)
+        entry[1].append(prompt)
+    return out
+
+
 def _valid_or_flagged_by_its_self_check(valid: bool, reasons: list[str]) -> None:
     """On a shared machine the generator may be starved: then the run must say so, and only
     through its self-check (loop lag, dispatch delay, CPU), never for anything else."""
@@ -262,7 +279,11 @@ def test_locust_master_and_two_workers_make_one_run(
 SHAPED = """
 from locust import LoadTestShape
 
-from examples.locustfile import ChatUser  # noqa: F401  (the user class Locust runs)
+from examples.locustfile import ChatUser, JourneyUser
+
+
+class Journey(JourneyUser):  # the example's custom journey, run beside ChatUser
+    abstract = False
 
 
 class TwoSteps(LoadTestShape):
@@ -293,3 +314,7 @@ def test_a_load_shape_is_stored_as_levels(
     df = stored_requests(db.url, run_id)
     ok = df[df["outcome"] == "ok"]
     assert set(ok["level"]) <= {0, 1} and "steady" in set(ok[ok["level"] == 1]["phase"])
+    # the journey's two-turn conversations: the second turn carries the first's context
+    turns = stored_sessions(db.url, run_id)
+    assert turns and all(t == [0, 1] or t == [0] for t, _ in turns.values())
+    assert all(p[1] > p[0] for t, p in turns.values() if len(t) == 2)
