@@ -56,7 +56,9 @@ class RunStore(Protocol):
         expected_shards: list[str],
         failed_shards: dict[str, str],
         wait_s: float,
-    ) -> str: ...
+    ) -> tuple[str, list[str]]:
+        """End the run; its status and, when it is not valid, why."""
+        ...
 
 
 _store: RunStore | None = None
@@ -307,12 +309,16 @@ class _Conductor:
         failed: dict[str, str],
     ) -> None:
         try:
-            status = self.store.finish(run_id, levels, shards, failed, FINISH_WAIT_S)
+            status, reasons = self.store.finish(run_id, levels, shards, failed, FINISH_WAIT_S)
         except PeakloadError as exc:
             log.error("peakload: run %s could not be finished: %s", run_id, exc)
             self.env.process_exit_code = 1
             return
         log.info("peakload: run %s ended %s; see `peakload report %s`", run_id, status, run_id)
+        if status != "completed":  # the run did not happen as asked: Locust must not exit 0
+            self.env.process_exit_code = 1
+        if reasons:  # verdicts are `peakload sla`'s and `report`'s (exit 4 for these)
+            log.warning("peakload: run %s is not valid: %s", run_id, "; ".join(reasons))
 
 
 _conductor: _Conductor | None = None

@@ -62,7 +62,7 @@ class LocustRunStore:
         expected_shards: list[str],
         failed_shards: dict[str, str],
         wait_s: float,
-    ) -> str:
+    ) -> tuple[str, list[str]]:
         """Wait (up to `wait_s`) for every expected shard to end (`failed_shards`, whose engine
         never ran them, are not waited for), then end the run: completed when all did, partial
         when one failed or never reported, failed when none ran."""
@@ -96,7 +96,7 @@ class LocustRunStore:
             store_runs.upsert_levels(conn, run_id, levels)
             _record_load(conn, run_id, levels)
         store_runs.finish_run(conn, run_id, status, not reasons, reasons, scheduled)
-        return status
+        return status, reasons
 
 
 def _shards(conn: Any, run_id: str) -> list[tuple[Any, ...]]:

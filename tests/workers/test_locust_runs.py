@@ -318,3 +318,39 @@ def test_a_load_shape_is_stored_as_levels(
     turns = stored_sessions(db.url, run_id)
     assert turns and all(t == [0, 1] or t == [0] for t, _ in turns.values())
     assert all(p[1] > p[0] for t, p in turns.values() if len(t) == 2)
+
+
+@pytest.mark.slow
+def test_workers_whose_engines_cannot_start_fail_the_run_without_waiting(
+    plain_url: str, fresh_database: Any, tmp_path: Path
+) -> None:
+    """Each worker tells the master why its shard never ran: the run ends `failed` with both
+    reasons at once (no wait for shards that will never end), and the master exits 1."""
+    db = fresh_database(plain_url)
+    env = locust_env(db.url)
+    port = free_port()
+    logs = [(tmp_path / f"worker{i}.log").open("wb") for i in range(2)]
+    worker = locust_command("--worker", "--master-host", "127.0.0.1", "--master-port", str(port))
+    workers = [
+        subprocess.Popen(worker, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        for log in logs
+    ]
+    try:
+        master = locust_command(
+            "--master", "--headless", "-u", "2", "-r", "2", "-t", "60s", "--expect-workers", "2",
+            "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+            "--host", f"http://127.0.0.1:{free_port()}/v1",
+        )  # fmt: skip
+        # bounded well below the 60 s run time and the 90 s shard wait
+        rc = run(master, env, 40, tmp_path / "master.log")
+        assert rc == 1, (tmp_path / "master.log").read_text()
+    finally:
+        for w, log in zip(workers, logs, strict=True):
+            if w.poll() is None:
+                w.kill()
+            w.wait()
+            log.close()
+    _, mode, status, valid, reasons, _, _ = _one_run(db.url)
+    assert (mode, status, valid) == ("distributed", "failed", False)
+    assert sorted(r.split(":", 1)[0] for r in reasons) == ["locust-w0", "locust-w1"], reasons
+    assert all("cannot reach" in r for r in reasons), reasons
