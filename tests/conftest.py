@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.support.stores",
     "tests.support.sim",
     "tests.support.celery_workers",
+    "tests.support.engine",
 ]
