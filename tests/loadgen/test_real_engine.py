@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,18 @@ def resent_total(rows: list[dict[str, Any]]) -> int:
     return sum(int(r.get("resent") or 0) for r in rows)
 
 
+def assert_sent_once_on_the_wire(proxy: HttpProxy, rows: list[dict[str, Any]]) -> None:
+    """Every stored request reached the server exactly once (a re-send after a dead reused
+    connection never got there the first time); other requests the proxy saw are the run's
+    own probes (prompt-length calibration), not records."""
+    seen = Counter(proxy.request_ids)
+    ids = [str(r["request_id"]) for r in rows]
+    missing = [i for i in ids if seen[i] == 0]
+    twice = {i: seen[i] for i in ids if seen[i] > 1}
+    assert not missing, f"{len(missing)} of {len(ids)} stored requests never reached the server"
+    assert not twice, f"requests that reached the server more than once: {twice}"
+
+
 def server_metric_max(db_url: str, run_id: str, name: str) -> float | None:
     with psycopg.connect(db_url) as conn:
         row = conn.execute(
@@ -153,32 +166,53 @@ def test_a_sweep_past_the_slots_fails_no_request(
     assert rates[2] > rates[0], rates
 
 
+def token_spans_ms(rows: list[dict[str, Any]]) -> tuple[list[float], list[int]]:
+    """Per request, first to last token-carrying chunk (ms, the client's stamps) and the tokens:
+    the interval and count the server's own decode time covers (llama.cpp's `predicted_ms`
+    runs from its first generated token to its last; `predicted_n` counts them all)."""
+    spans, tokens = [], []
+    for r in rows:
+        offs = [o for o, k in zip(r["chunk_offsets_us"], r["chunk_tokens"], strict=True) if k > 0]
+        spans.append((offs[-1] - offs[0]) / 1e3)
+        tokens.append(sum(r["chunk_tokens"]))
+    return spans, tokens
+
+
+@pytest.mark.parametrize("users", [1, SLOTS])
 def test_client_ttft_and_itl_agree_with_the_servers_timings(
-    llama: LlamaServer, db: str, tmp_path: Path
+    llama: LlamaServer, users: int, db: str, tmp_path: Path
 ) -> None:
-    load = "concurrency = [4]\nduration_s = 10\nwarmup_s = 2"
+    """The server's time per token (from /metrics over the run) is a mean over its decode
+    steps; the client's mean over the same spans (first to last token of each request) must
+    match it. Not the client's ITL p50: the steps' spread (a new request's prefill riding in
+    some of them, and the server's core shared with other work) puts a median gap below the
+    mean by an amount that depends on the machine's load: 13 % at one stream on a loaded
+    machine here while the means agreed within 1 %."""
+    load = f"concurrency = [{users}]\nduration_s = 8\nwarmup_s = 2"
     before = llama.metrics()
     summary = run(spec_text(llama.base_url, llama.metrics_url, load, OUTPUT_TOKENS), db, tmp_path)
     after = llama.metrics()
     assert_no_failures(summary)
     rows = stored_rows(db, summary["run_id"])
-    server_itl = server_ms_per_token(before, after)
-    client_itl = summary["levels"][0]["itl_ms"]["p50"]
-    assert abs(client_itl - server_itl) <= ITL_TOLERANCE * server_itl, (
-        f"client ITL p50 {client_itl:.2f} ms vs the server's {server_itl:.2f} ms per token"
+    server_ms = server_ms_per_token(before, after)
+    spans, tokens = token_spans_ms(rows)
+    client_ms = sum(spans) / sum(tokens)
+    assert abs(client_ms - server_ms) <= ITL_TOLERANCE * server_ms, (
+        f"client {client_ms:.2f} ms vs the server's {server_ms:.2f} ms per token"
     )
-    # per request, where the store has the server's own timings: the client's interval holds
-    # the server's (the client's TTFT contains the prefill; decode spans agree within 10 %)
-    timed = [r for r in rows if r.get("server_decode_ms") and r.get("server_decode_tokens")]
+    # per request, where the store has the server's own timings: the client's TTFT holds the
+    # server's prefill, and the two decode spans are one interval seen from both ends
     if rows and "server_decode_ms" in rows[0]:
-        assert timed, "the store has server timing columns, yet no request carries them"
-    for r in timed:
-        ttft_ms = (r["first_token_ns"] - r["sent_ns"]) / 1e6
-        if r.get("server_prefill_ms") is not None:
-            assert ttft_ms >= r["server_prefill_ms"] - 0.5, (ttft_ms, r["server_prefill_ms"])
-        client_ms = (r["end_ns"] - r["first_token_ns"]) / 1e6 / (r["output_tokens"] - 1)
-        server_ms = r["server_decode_ms"] / r["server_decode_tokens"]
-        assert abs(client_ms - server_ms) <= ITL_TOLERANCE * server_ms, (client_ms, server_ms)
+        timed = [r for r in rows if r["server_decode_ms"] is not None]
+        assert len(timed) == len(rows), f"{len(rows) - len(timed)} requests lack server timings"
+        for r, span in zip(rows, spans, strict=True):
+            ttft_ms = (r["first_token_ns"] - r["sent_ns"]) / 1e6
+            if r.get("server_prefill_ms") is not None:
+                assert ttft_ms >= r["server_prefill_ms"] - 0.5, (ttft_ms, r["server_prefill_ms"])
+            assert abs(span - r["server_decode_ms"]) <= ITL_TOLERANCE * r["server_decode_ms"], (
+                span,
+                r["server_decode_ms"],
+            )
 
 
 def test_a_gateway_closing_after_every_response_fails_no_request(
@@ -189,9 +223,8 @@ def test_a_gateway_closing_after_every_response_fails_no_request(
     summary = run(spec_text(p.url + "/v1", llama.metrics_url, load), db, tmp_path)
     assert_no_failures(summary)
     rows = stored_rows(db, summary["run_id"])
-    # every request reached the server exactly once, each on its own connection
-    assert p.requests == len(rows), (p.requests, len(rows), resent_total(rows))
-    assert p.closed_after_response == p.requests
+    assert_sent_once_on_the_wire(p, rows)
+    assert p.closed_after_response == p.requests  # each on its own connection
     assert p.upstream_failures == 0
     if p.announce_close:  # told, the client never tries a closed connection
         assert resent_total(rows) == 0
@@ -206,6 +239,6 @@ def test_an_idle_timeout_shorter_than_the_think_time_fails_no_request(
     summary = run(spec_text(p.url + "/v1", llama.metrics_url, load), db, tmp_path)
     assert_no_failures(summary)
     rows = stored_rows(db, summary["run_id"])
-    assert p.requests == len(rows), (p.requests, len(rows), resent_total(rows))
+    assert_sent_once_on_the_wire(p, rows)
     assert p.closed_idle > 0, "the gateway never closed an idle connection"
     assert p.upstream_failures == 0

@@ -19,7 +19,8 @@ _READ = 65536
 class HttpProxy:
     """Forward 127.0.0.1:`port` (kernel-chosen) to the HTTP server at target_host:target_port.
 
-    Counters (read them after the traffic): `connections` accepted, `requests` forwarded,
+    Counters (read them after the traffic): `connections` accepted, `requests` forwarded (and
+    `request_ids`, each request's `x-peakload-request-id` in order, "" where absent),
     `closed_after_response` and `closed_idle` (client connections the proxy closed by policy),
     `upstream_failures` (responses cut short by the server)."""
 
@@ -39,6 +40,7 @@ class HttpProxy:
         self.port = 0
         self.connections = 0
         self.requests = 0
+        self.request_ids: list[str] = []
         self.closed_after_response = 0
         self.closed_idle = 0
         self.upstream_failures = 0
@@ -121,6 +123,7 @@ class HttpProxy:
             method, headers = _parse_head(head)
             body = await reader.readexactly(int(headers.get(b"content-length", b"0")))
             self.requests += 1
+            self.request_ids.append(headers.get(b"x-peakload-request-id", b"").decode("latin-1"))
             if not await self._forward(method, head + body, writer):
                 self.upstream_failures += 1
                 return
