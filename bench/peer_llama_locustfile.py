@@ -61,6 +61,7 @@ _SENT = array("q")
 _END = array("q")  # when the [DONE] line arrived (-1 without one)
 _OK = array("b")
 _PROMPT_N = array("i")
+_COMPLETION_N = array("i")  # the server's usage.completion_tokens (-1 without usage)
 _SERVER_MS_PER_TOKEN = array("d")
 _LENS = array("i")
 _STAMPS = array("q")
@@ -81,7 +82,7 @@ class LlamaChatUser(FastHttpUser):
         body = _BODIES[n % len(_BODIES)]
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
         stamps = array("q")
-        ok, prompt_n, per_token, end = False, -1, float("nan"), -1
+        ok, prompt_n, completion_n, per_token, end = False, -1, -1, float("nan"), -1
         clock = time.perf_counter_ns
         sent = clock()
         try:
@@ -101,6 +102,7 @@ class LlamaChatUser(FastHttpUser):
                     elif _USAGE in line:
                         final = json.loads(line[len(b"data: ") :])
                         prompt_n = int(final["usage"]["prompt_tokens"])
+                        completion_n = int(final["usage"]["completion_tokens"])
                         timings = final.get("timings", {})
                         per_token = float(timings.get("predicted_per_token_ms", "nan"))
                     elif line.startswith(_DONE):
@@ -111,6 +113,7 @@ class LlamaChatUser(FastHttpUser):
         _END.append(end)
         _OK.append(1 if ok else 0)
         _PROMPT_N.append(prompt_n)
+        _COMPLETION_N.append(completion_n)
         _SERVER_MS_PER_TOKEN.append(per_token)
         _LENS.append(len(stamps))
         _STAMPS.extend(stamps)
@@ -128,6 +131,7 @@ def _on_quit(**_: Any) -> None:
         end=np.frombuffer(_END, dtype=np.int64),
         ok=np.frombuffer(_OK, dtype=np.int8),
         prompt_n=np.frombuffer(_PROMPT_N, dtype=np.int32),
+        completion_n=np.frombuffer(_COMPLETION_N, dtype=np.int32),
         server_ms_per_token=np.frombuffer(_SERVER_MS_PER_TOKEN, dtype=np.float64),
         lens=np.frombuffer(_LENS, dtype=np.int32),
         stamps=np.frombuffer(_STAMPS, dtype=np.int64),

@@ -185,7 +185,7 @@ def run_locust(
         "-r",
         "1000",
         "--run-time",
-        f"{args.duration}s",
+        f"{round(args.duration)}s",
         "--stop-timeout",
         "60",
         "--host",
@@ -197,6 +197,13 @@ def run_locust(
     if not out.exists():
         raise SystemExit(f"locust failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     d = np.load(out)
+    # a token per content event is how this peer counts: say where the server's usage disagrees
+    odd = [
+        (i, int(d["lens"][i]), int(d["completion_n"][i]))
+        for i in np.flatnonzero(d["ok"].astype(bool) & (d["lens"] != d["completion_n"]))
+    ]
+    if odd:
+        print(f"locust: content events != usage.completion_tokens (i, events, usage): {odd}")
     meta = json.loads(str(d["meta"]))
     sent, ok, lens, stamps = d["sent"], d["ok"].astype(bool), d["lens"], d["stamps"]
     starts = np.r_[0, np.cumsum(lens)[:-1]]
