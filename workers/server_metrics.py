@@ -49,24 +49,34 @@ class MetricsRecorder:
         self._anchor_wall, self._anchor_mono = wall_anchor
         self._pending: list[Sample] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
         self.stored = 0
         self.failed = 0
 
     def _wall(self) -> int:
         return self._anchor_wall + (time.perf_counter_ns() - self._anchor_mono)
 
+    def _emit(self, samples: list[Sample]) -> None:
+        # Looked up on every scrape: `_flush` swaps in a new list, and a bound
+        # `self._pending.extend` would keep filling the old one, never stored.
+        self._pending.extend(samples)
+
     def start(self) -> None:
         self._tasks = [
             asyncio.create_task(
-                scrape_loop(self.metrics_url, SCRAPE_INTERVAL_S, self._pending.extend, self._wall)
+                scrape_loop(self.metrics_url, SCRAPE_INTERVAL_S, self._emit, self._wall)
             ),
             asyncio.create_task(self._flusher()),
         ]
 
     async def _flusher(self) -> None:
-        while True:
-            await asyncio.sleep(FLUSH_EVERY_S)
+        # Stopped by an event, never cancelled: a flush cancelled while its COPY runs in the
+        # thread would still store the batch, yet leave it out of `stored`.
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), FLUSH_EVERY_S)
             await self._flush()
+        await self._flush()  # what was scraped while the last one ran
 
     async def _flush(self) -> None:
         batch, self._pending = self._pending, []
@@ -77,9 +87,14 @@ class MetricsRecorder:
             self.failed += len(batch)
 
     async def stop(self) -> None:
-        for t in self._tasks:
+        """Stop scraping, then let the flusher store what is left and end."""
+        scrapers, flushers = self._tasks[:1], self._tasks[1:]
+        for t in scrapers:
             t.cancel()
-        for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        await self._flush()
+        self._stopping.set()
+        for t in flushers:
+            await t
+        if not flushers:
+            await self._flush()
