@@ -163,9 +163,17 @@ def test_a_sweep_past_the_slots_fails_no_request(
     # the server itself saw requests wait for a slot (so the queue was exercised)
     deferred = server_metric_max(db, summary["run_id"], "llamacpp:requests_deferred")
     assert deferred is not None and deferred > 0, "llama-server never queued a request"
-    # more streams share one core: per-stream token rate falls, aggregate rate rises
-    rates = [lv["output_tokens_per_s"] for lv in summary["levels"]]
-    assert rates[2] > rates[0], rates
+    # the client held each level's concurrency: 8 in flight at the last level, 4 of them queued
+    with psycopg.connect(db) as conn:
+        peaks = dict(
+            conn.execute(
+                "SELECT level, max(in_flight) FROM ticks WHERE run_id = %s GROUP BY level",
+                (summary["run_id"],),
+            ).fetchall()
+        )
+    # (at least: until levels are isolated, issue 11, a level's first tick also counts the
+    # previous level's last requests)
+    assert all(peaks.get(i, 0) >= c for i, c in enumerate(levels)), peaks
 
 
 def token_spans_ms(rows: list[dict[str, Any]]) -> tuple[list[float], list[int]]:
