@@ -13,8 +13,10 @@ Metrics, the same definitions for both (peakload's are its own summary, `peakloa
 Locust's are computed here from its raw stamps), over requests sent in the steady window
 [start + warmup, start + duration - cooldown):
   TTFT = first non-empty content event - send; ITL = gaps between consecutive content events
-  (one token each here); E2E = end of the stream ([DONE]) - send; output tok/s = content tokens
-  that arrived inside the window / window; errors = failed requests of the whole run.
+  (one token each here; empty-content events, which llama-server sends for tokens that render
+  as nothing, are not tokens to either tool); E2E = end of the stream ([DONE]) - send; output
+  tok/s = the output tokens (server usage) of the requests in the window / window (peakload's
+  `output_token_rate`); errors = failed requests of the whole run.
 The server's own view of each run: decode time per token and stream from /metrics
 (delta tokens_predicted_seconds_total / delta tokens_predicted_total).
 """
@@ -48,7 +50,7 @@ from tests.support.engine import (  # noqa: E402
 )
 from tests.support.stores import FreshDatabase  # noqa: E402
 
-TOOLS = ("peakload", "locust")
+TOOLS = ("peakload", "locust")  # also "peakload-httpx": peakload on its httpx transport
 N_PROMPTS = 500
 EXTRA_BODY = {"cache_prompt": False}  # no prefix reuse between requests: prefill every prompt
 
@@ -84,7 +86,12 @@ def _pin(cpus: str | None) -> list[str]:
 
 
 def run_peakload(
-    server: LlamaServer, dataset: Path, args: argparse.Namespace, cpus: str | None, tmp: Path
+    server: LlamaServer,
+    dataset: Path,
+    args: argparse.Namespace,
+    cpus: str | None,
+    tmp: Path,
+    transport: str = "auto",
 ) -> dict[str, Any]:
     spec = tmp / "real-engine.toml"
     spec.write_text(
@@ -94,6 +101,7 @@ name = "bench-real-engine"
 api = "openai-chat"
 base_url = "{server.base_url}"
 model = "smollm2"
+transport = "{transport}"
 ignore_eos = true
 extra_body = {{ cache_prompt = false }}
 [workload]
@@ -216,7 +224,10 @@ def run_locust(
         ttft.append((s[0] - sent[i]) / 1e6)
         e2e.append((d["end"][i] - sent[i]) / 1e6)
         itl.extend((np.diff(s) / 1e6).tolist())
-    arrived = int(((stamps >= w0) & (stamps < w1)).sum())
+    # peakload's definition (analysis.metrics.output_token_rate): the output tokens of every
+    # request sent in the window, by the server's usage where it came, over the window
+    tokens = np.where(d["completion_n"] >= 0, d["completion_n"], lens)
+    produced = int(tokens[window].sum())
     prompt_n = d["prompt_n"][ok]
     return {
         "exit_code": proc.returncode,
@@ -226,14 +237,20 @@ def run_locust(
         "ttft_p50_ms": _pct(ttft),
         "itl_p50_ms": _pct(itl),
         "e2e_p50_ms": _pct(e2e),
-        "output_tok_s": arrived / ((w1 - w0) / 1e9),
+        "output_tok_s": produced / ((w1 - w0) / 1e9),
         "server_prompt_tokens": [int(prompt_n.min()), int(prompt_n.max())] if prompt_n.size else [],
         "output_tokens": [int(lens[ok].min()), int(lens[ok].max())] if ok.any() else [],
         "server_ms_per_token_p50_from_timings": _pct(d["server_ms_per_token"][ok]),
     }
 
 
-RUNNERS = {"peakload": run_peakload, "locust": run_locust}
+def run_peakload_httpx(
+    server: LlamaServer, dataset: Path, args: argparse.Namespace, cpus: str | None, tmp: Path
+) -> dict[str, Any]:
+    return run_peakload(server, dataset, args, cpus, tmp, transport="httpx")
+
+
+RUNNERS = {"peakload": run_peakload, "peakload-httpx": run_peakload_httpx, "locust": run_locust}
 
 
 def main() -> None:
@@ -273,6 +290,9 @@ def main() -> None:
                     after = server.metrics()
                 res |= {"tool": tool, "round": rnd}
                 res["server_ms_per_token"] = server_ms_per_token(before, after)
+                # the server's speed drifts between runs on a shared machine: each tool's ITL
+                # against the server's own time per token in the same run does not
+                res["itl_over_server"] = res["itl_p50_ms"] / res["server_ms_per_token"]
                 results.append(res)
                 print(json.dumps(res), flush=True)
     cpu = next(
@@ -301,9 +321,17 @@ def main() -> None:
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
-    cols = ("ttft_p50_ms", "itl_p50_ms", "e2e_p50_ms", "output_tok_s", "server_ms_per_token")
+    cols = (
+        "ttft_p50_ms",
+        "itl_p50_ms",
+        "e2e_p50_ms",
+        "output_tok_s",
+        "server_ms_per_token",
+        "itl_over_server",
+    )
     print("| tool | round | requests | errors | " + " | ".join(cols) + " | prompt tok | out tok |")
     print("|---" * (len(cols) + 6) + "|")
+    results = sorted(results, key=lambda r: (r["tool"], r["round"]))
     for r in results:
         vals = " | ".join(f"{r[c]:.2f}" for c in cols)
         print(

@@ -238,6 +238,8 @@ def test_a_gateway_closing_after_every_response_fails_no_request(
     assert p.upstream_failures == 0
     if p.announce_close:  # told, the client never tries a closed connection
         assert resent_total(rows) == 0
+    if "connect_ns" in rows[0]:  # requests after the first open their connection: set-up kept
+        assert any(r["connect_ns"] is not None and r["connect_ns"] > 0 for r in rows)
 
 
 def test_an_idle_timeout_shorter_than_the_think_time_fails_no_request(
