@@ -54,6 +54,14 @@ def request_row(run_id: str, i: int, **over: Any) -> dict[str, Any]:
         "retry_after_s": None,
         "prompt_text": None,
         "response_text": None,
+        "connect_ns": None,
+        "resent": 0,
+        "server_prompt_tokens": None,
+        "server_prefill_ms": None,
+        "server_decode_tokens": None,
+        "server_decode_ms": None,
+        "server_cached_tokens": None,
+        "server_queue_ms": None,
     }
     unknown = set(over) - set(row)
     if unknown:
@@ -109,6 +117,14 @@ def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
         "usage_prompt_tokens",
         "usage_completion_tokens",
         "retry_after_s",
+        "connect_ns",
+        "resent",
+        "server_prompt_tokens",
+        "server_prefill_ms",
+        "server_decode_tokens",
+        "server_decode_ms",
+        "server_cached_tokens",
+        "server_queue_ms",
     ):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
     df["chunk_offsets_us"] = [np.asarray(a, dtype=np.int64) for a in df["chunk_offsets_us"]]
