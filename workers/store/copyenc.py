@@ -59,6 +59,7 @@ _EMPTY_INT2 = struct.pack(">iiii", 12, 0, 0, _INT2_OID)
 _TIMES = struct.Struct(">iqiqiqiqiq")  # sent, headers, first_token, first_answer, end (all set)
 _NO_SERVER = _NULL * 6  # the server reported no timings (most APIs)
 _RESENT = [struct.pack(">ih", 2, k) for k in range(4)]  # 0 nearly always, at most a few
+_TAIL_REUSED = _NULL + _RESENT[0] + _NO_SERVER
 # Array elements as (length, value) pairs, big-endian: numpy fills them ~3x faster than struct.
 _ELEM_I4 = np.dtype([("n", ">i4"), ("v", ">i4")])
 _ELEM_I2 = np.dtype([("n", ">i4"), ("v", ">i2")])
@@ -146,16 +147,10 @@ def _float8_or_null(value: float | None) -> bytes:
     return _NULL if value is None else _F64.pack(8, value)
 
 
-def _connection(r: RequestRecord) -> bytes:
-    """connect_ns and resent."""
+def _tail(r: RequestRecord) -> bytes:
+    """The columns of deploy/sql/0120: connect_ns, resent, then the server_* ones. One
+    constant for the usual case: a reused connection, no re-send, no server timings."""
     c, k = r.connect_ns, r.resent
-    return (_NULL if c is None else _I64.pack(8, c)) + (
-        _RESENT[k] if 0 <= k < 4 else _I16.pack(2, k)
-    )
-
-
-def _server(r: RequestRecord) -> bytes:
-    """The server_* columns: one test when the server reported nothing."""
     pt, pm, dt, dm = (
         r.server_prompt_tokens,
         r.server_prefill_ms,
@@ -164,15 +159,23 @@ def _server(r: RequestRecord) -> bytes:
     )
     ct, qm = r.server_cached_tokens, r.server_queue_ms
     if pt is None and pm is None and dt is None and dm is None and ct is None and qm is None:
-        return _NO_SERVER
-    return b"".join((
-        _int4_or_null(pt),
-        _float8_or_null(pm),
-        _int4_or_null(dt),
-        _float8_or_null(dm),
-        _int4_or_null(ct),
-        _float8_or_null(qm),
-    ))  # fmt: skip
+        if c is None and k == 0:
+            return _TAIL_REUSED
+        server = _NO_SERVER
+    else:
+        server = b"".join((
+            _int4_or_null(pt),
+            _float8_or_null(pm),
+            _int4_or_null(dt),
+            _float8_or_null(dm),
+            _int4_or_null(ct),
+            _float8_or_null(qm),
+        ))  # fmt: skip
+    return (
+        (_NULL if c is None else _I64.pack(8, c))
+        + (_RESENT[k] if 0 <= k < 4 else _I16.pack(2, k))
+        + server
+    )
 
 
 def _times(r: RequestRecord) -> bytes:
@@ -218,8 +221,7 @@ def encode_request(
         _NULL if r.retry_after_s is None else _F32.pack(4, r.retry_after_s),
         _free_text(r.prompt_text) if store_content else _NULL,
         _free_text(r.response_text) if store_content else _NULL,
-        _connection(r),
-        _server(r),
+        _tail(r),
     ))  # fmt: skip
 
 
