@@ -7,10 +7,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import psycopg
 import pytest
 from rich.console import Console
 
+from analysis import metrics as m
 from analysis import render
 from analysis.report import build_report
 from analysis.summary import (
@@ -19,8 +22,6 @@ from analysis.summary import (
     summarize_run,
 )
 from tests.analysis.storedata import insert_run, level_row, run_row, timed_requests
-
-pytestmark = pytest.mark.integration
 
 RUN = "00000000-0000-0000-0000-0000000010a1"
 PLAIN = "00000000-0000-0000-0000-0000000010a2"
@@ -100,6 +101,7 @@ def _row(cells: str, table: str) -> bool:
     return re.search(r" │ ".join(map(re.escape, cells.split())), table) is not None
 
 
+@pytest.mark.integration
 def test_summary_and_report_numbers_by_hand(store_url: str, tmp_path: Path) -> None:
     _store(store_url)
     with psycopg.connect(store_url, autocommit=True) as conn:
@@ -124,3 +126,31 @@ def test_summary_and_report_numbers_by_hand(store_url: str, tmp_path: Path) -> N
     with psycopg.connect(store_url, autocommit=True) as conn:
         plain_report = build_report(conn, PLAIN, resamples=10)
     assert "Client vs server" not in render.render_html(plain_report)
+
+
+def test_server_formulas_at_their_edges() -> None:
+    df = pd.DataFrame(
+        {
+            "sent_ns": [0.0, 0.0, np.nan, 0.0],
+            "resent": [0.0, np.nan, 0.0, 2.0],
+            "connect_ns": [1.5e6, np.nan, np.nan, np.nan],
+            "server_prefill_ms": [10.0, 20.0, np.nan, 5.0],
+            "server_queue_ms": [np.nan, 2.5, 1.0, np.nan],
+            "server_decode_tokens": [0.0, 4.0, np.nan, 2.0],
+            "server_decode_ms": [3.0, 10.0, 1.0, np.nan],
+        }
+    )
+    # a zero-token decode or a missing half gives no time per token; no queue counts as 0
+    assert m.server_ms_per_token(df).tolist()[1] == 2.5
+    assert np.isnan(m.server_ms_per_token(df)[[0, 2, 3]]).all()
+    assert m.server_prefill_ms(df).tolist()[:2] == [10.0, 22.5]
+    assert np.isnan(m.server_prefill_ms(df)[2])
+    # not sent (row 2) and not on record (row 1) are left out of the share; re-sends summed
+    assert m.new_connection_share(df) == 0.5 and m.resent_total(df) == 2
+    assert m.connect_ms(df).tolist()[0] == 1.5
+    # a frame from before deploy/sql/0120 has none of the columns: nothing on record
+    old = df[["sent_ns"]]
+    assert m.new_connection_share(old) is None and m.resent_total(old) is None
+    assert np.isnan(m.server_prefill_ms(old)).all()
+    nan = np.full(3, np.nan)
+    assert m.client_vs_server(np.array([1.0, 2.0, 3.0]), nan, (5.0, 10), nan) is None
