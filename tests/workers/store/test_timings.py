@@ -71,8 +71,9 @@ def _write(url: str, run_id: str, records: list[RequestRecord], spool: Path, per
 
 def _expected(records: list[RequestRecord]) -> pd.DataFrame:
     """The new fields as the readers give them: float64, NaN for None; ordered by idx."""
+    values = {c: [getattr(r, c) for r in records] for c in NEW}
     return pd.DataFrame(
-        {c: [np.nan if getattr(r, c) is None else float(getattr(r, c)) for r in records] for c in NEW}
+        {c: [np.nan if v is None else float(v) for v in vs] for c, vs in values.items()}
     )
 
 
@@ -242,3 +243,55 @@ def test_a_run_packed_later_keeps_the_new_fields_and_their_nulls(
     want.loc[:39, ["connect_ns", "resent"]] = np.nan
     for path, got in _all_paths(store_url, run_id).items():
         pd.testing.assert_frame_equal(got, want, check_exact=True, obj=path)
+
+
+# ------------------------------------------------------------ a real run, record to summary
+
+
+def test_a_local_run_against_a_server_reporting_timings_keeps_them(
+    store_url: str, tmp_path: Path
+) -> None:
+    from analysis.summary import summarize_run
+    from loadgen.spec import spec_from_dict
+    from tests.support.sim import start_sim
+    from workers.local import run_local
+
+    # llama.cpp's manners: `timings` closing each stream; a connection closed (saying so)
+    # after every response, so every request opens its own
+    args = ["--preset", "fixed", "--ttft-ms", "30", "--itl-ms", "5", "--report-timings",
+            "--close-after", "response"]  # fmt: skip
+    with start_sim(args, tmp_path) as sim:
+        spec = spec_from_dict({
+            "name": "timed",
+            "target": {"api": "openai-chat", "base_url": sim.base_url, "model": "sim-fixed"},
+            "workload": {"prompt_tokens": 32, "output_tokens": 12, "seed": 1},
+            "load": {"concurrency": [2], "duration_s": 2},
+            "validity": {"max_loop_lag_p99_ms": 1e4, "max_dispatch_delay_p99_ms": 1e4,
+                         "max_cpu_percent": 1e4},  # a shared test box: validity not under test
+        })  # fmt: skip
+        run_id = run_local(spec, database_url=store_url).run_id
+    with psycopg.connect(store_url, autocommit=True) as conn:
+        df = load.load_requests(conn, run_id)
+        summary = summarize_run(conn, run_id)
+    ok = df[df["outcome"] == "ok"]
+    assert len(ok) >= 10 and len(ok) == len(df)
+    # the server's own counts, as it reported them beside its usage
+    assert (ok["server_decode_tokens"] == ok["usage_completion_tokens"]).all()
+    assert (ok["server_prompt_tokens"] == ok["usage_prompt_tokens"]).all()
+    assert ok["server_prefill_ms"].notna().all() and (ok["server_decode_ms"] > 0).all()
+    assert ok["server_queue_ms"].isna().all()  # llama.cpp does not report one
+    # each opened its own connection but the first of each user, sent on one warmed up before
+    opened = ok["connect_ns"].notna()
+    assert (~opened).sum() <= 2 and (ok.loc[opened, "connect_ns"] > 0).all()
+    assert (ok["resent"] == 0).all()
+    (level,) = summary["levels"]
+    assert summary["server_timings"] is True and summary["resent"] == 0
+    assert level["connections"]["new_share"] == opened.sum() / len(df)
+    assert level["connections"]["opened"] == opened.sum()
+    steady = int((ok["phase"] == "steady").sum())
+    cvs = level["client_vs_server"]
+    assert cvs["ttft_n"] == cvs["itl_n"] == steady
+    assert cvs["ttft_gap_ms"] == cvs["client_ttft_p50_ms"] - cvs["server_prefill_p50_ms"]
+    # the same from the blocks the writer packed as from the rows
+    for path, got in _all_paths(store_url, run_id).items():
+        pd.testing.assert_frame_equal(got, _by_idx(df), check_exact=True, obj=path)
