@@ -390,13 +390,17 @@ def server_prefill_ms(df: pd.DataFrame) -> FloatArray:
     return _opt(df, "server_prefill_ms") + queue
 
 
-def server_ms_per_token(df: pd.DataFrame) -> FloatArray:
-    """The server's own time per generated token: server_decode_ms / server_decode_tokens
-    (ms), for server_decode_tokens > 0, else NaN (as loadgen.target.ServerTimings.ms_per_token)."""
+def server_itl_ms(df: pd.DataFrame) -> FloatArray:
+    """The server's own time between tokens: server_decode_ms / (server_decode_tokens - 1)
+    (ms), for server_decode_tokens > 1, else NaN. decode_ms runs from the first generated
+    token to the last (loadgen.target.ServerTimings), i.e. over decode_tokens - 1 gaps: the
+    convention of the client's ITL and TPOT. (llama.cpp's own predicted_per_token_ms, and
+    ServerTimings.ms_per_token, divide by all decode_tokens: lower by a factor (n - 1) / n,
+    8 % at 12 tokens, which a comparison with the client would count as network time.)"""
     n = _opt(df, "server_decode_tokens")
     with np.errstate(divide="ignore", invalid="ignore"):
-        v = _opt(df, "server_decode_ms") / n
-    return np.where(n > 0, v, np.nan)
+        v = _opt(df, "server_decode_ms") / (n - 1.0)
+    return np.where(n > 1, v, np.nan)
 
 
 def client_vs_server(
@@ -408,12 +412,12 @@ def client_vs_server(
     """The client's latencies set against the server's own account, for one set of requests:
     `ttft` (`ttft_ms`) and `prefill` (`server_prefill_ms`) per request; `itl` = (p50, samples)
     of the client's per-token ITL (`itl_per_token_ms`) over the requests with a finite
-    `per_token` (`server_ms_per_token`).
+    `per_token` (`server_itl_ms`).
 
     - client_ttft_p50_ms, server_prefill_p50_ms: p50 of each over the requests having both
       (n: ttft_n); ttft_gap_ms = client p50 - server p50: network, the client, and any queue
       the server does not report.
-    - client_itl_p50_ms, server_ms_per_token_p50 (p50 over requests; n: itl_n requests,
+    - client_itl_p50_ms, server_itl_p50_ms (p50 over requests; n: itl_n requests,
       client_itl_samples tokens); itl_gap_ms = client p50 - server p50.
     Differences are of the two p50s, not p50s of per-request differences. None when no request
     has a server time."""
@@ -437,6 +441,6 @@ def client_vs_server(
         "itl_n": int(per.size),
         "client_itl_samples": int(itl[1]),
         "client_itl_p50_ms": num(c_itl),
-        "server_ms_per_token_p50": num(s_itl),
+        "server_itl_p50_ms": num(s_itl),
         "itl_gap_ms": num(c_itl - s_itl),
     }

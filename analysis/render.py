@@ -286,8 +286,8 @@ def _client_vs_server(report: Mapping[str, Any]) -> str:
     return (
         "<h2>Client vs server</h2><p>The server's own timings against the client's, ms: p50 "
         "over ok steady requests the server timed; server prefill includes the queue time "
-        "where the server reports one; gap = client p50 - server p50 (network, client and any "
-        "queue the server does not report)</p>"
+        "where the server reports one; server ITL = its decode time / (tokens - 1); gap = "
+        "client p50 - server p50 (network, client and any queue the server does not report)</p>"
         + _table(
             [
                 [

@@ -36,9 +36,10 @@ DEFINITIONS = {
     "did (TCP and TLS set-up), ms; resent = sum of re-sends on a new connection after a "
     "reused one died before any response byte (None: not recorded, stored before 0120)",
     "client_vs_server": "latency-scope requests the server reported timings for: client TTFT "
-    "p50 vs server prefill + queue p50; client per-token ITL p50 (requests with a server "
-    "time per token) vs server decode_ms / decode_tokens p50; gap = client p50 - server p50 "
-    "(network, client, unreported queue); None when the server reported no timings",
+    "p50 vs server prefill + queue p50; client per-token ITL p50 (requests with a server ITL) "
+    "vs server ITL p50 = decode_ms / (decode_tokens - 1), its first to last token over the "
+    "gaps between them; gap = client p50 - server p50 (network, client, unreported queue); "
+    "None when the server reported no timings",
 }
 
 
@@ -108,7 +109,7 @@ class _Values:
         self.itl = itl_spectra.itl_group_spectra(chunks, labels, n_labels, sets, q, resamples=0)
         # the server's own timings, where it reported them (a few engines do)
         self.server_prefill = m.server_prefill_ms(df)
-        self.server_per_token = m.server_ms_per_token(df)
+        self.server_per_token = m.server_itl_ms(df)
         timed = np.isfinite(self.server_per_token)
         self.has_server = bool(timed.any() or np.isfinite(self.server_prefill).any())
         self.itl_timed: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]] = {}
@@ -394,7 +395,7 @@ CLIENT_VS_SERVER = (
     ("server prefill+queue p50", "server_prefill_p50_ms"),
     ("TTFT gap", "ttft_gap_ms"),
     ("client ITL p50", "client_itl_p50_ms"),
-    ("server ms/token p50", "server_ms_per_token_p50"),
+    ("server ITL p50", "server_itl_p50_ms"),
     ("ITL gap", "itl_gap_ms"),
 )
 
@@ -422,8 +423,8 @@ def render_client_vs_server_table(summary: Mapping[str, Any]) -> Table | None:
         return None
     t = Table(
         title="client vs server (the server's own timings)",
-        caption="ms; p50 over ok steady requests the server timed; gap = client - server "
-        "(network, client, unreported queue)",
+        caption="ms; p50 over ok steady requests the server timed; server ITL = decode ms / "
+        "(tokens - 1); gap = client - server (network, client, unreported queue)",
     )
     t.add_column("level", justify="left")
     t.add_column("region", justify="left")

@@ -266,7 +266,7 @@ def level_table(s: dict[str, Any]) -> pd.DataFrame:
 
 def client_vs_server_table(s: dict[str, Any]) -> pd.DataFrame:
     """Per level (and region, where the run has several): the client's TTFT and ITL p50 against
-    the server's own prefill(+queue) and time per token, and the gaps (ms); empty when the
+    the server's own prefill(+queue) and time between tokens, and the gaps (ms); empty when the
     server reported no timings (analysis.summary.client_vs_server_rows)."""
     cols = ["level", "region", *(head for head, _ in CLIENT_VS_SERVER), "requests"]
     rows = [

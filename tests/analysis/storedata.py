@@ -350,17 +350,18 @@ def timed_requests(run_id: str) -> list[dict[str, Any]]:
         }
 
     return [
-        # level 0: TTFT 100 ms, ITL 20 x3; a new connection (2 ms); server 80 + 5 queue, 72/4
+        # level 0: TTFT 100 ms, ITL 20 x3; a new connection (2 ms); server 80 + 5 queue, and
+        # 54 ms from its first to its 4th token: ITL 18
         streamed(run_id, 0, sent_ns=0, offsets_us=[100_000, 120_000, 140_000, 160_000],
                  tokens=[1, 1, 1, 1], region="eu", connect_ns=2 * MS,
-                 **server(80.0, 5.0, 4, 72.0)),
-        # TTFT 200, ITL 30 x2; reused, re-sent once; server 150 (no queue), 84/3
+                 **server(80.0, 5.0, 4, 54.0)),
+        # TTFT 200, ITL 30 x2; reused, re-sent once; server 150 (no queue), 56/2 = 28
         streamed(run_id, 1, sent_ns=0, offsets_us=[200_000, 230_000, 260_000],
-                 tokens=[1, 1, 1], region="eu", resent=1, **server(150.0, None, 3, 84.0)),
-        # TTFT 300, ITL 10 x2; new connection (4 ms); server 250 + 10 queue, 24/3
+                 tokens=[1, 1, 1], region="eu", resent=1, **server(150.0, None, 3, 56.0)),
+        # TTFT 300, ITL 10 x2; new connection (4 ms); server 250 + 10 queue, 16/2 = 8
         streamed(run_id, 2, sent_ns=0, offsets_us=[300_000, 310_000, 320_000],
                  tokens=[1, 1, 1], region="us", connect_ns=4 * MS,
-                 **server(250.0, 10.0, 3, 24.0)),
+                 **server(250.0, 10.0, 3, 16.0)),
         # TTFT 400, ITL 60 x4; the server reported nothing for this one
         streamed(run_id, 3, sent_ns=0, offsets_us=[400_000, 460_000, 520_000, 580_000, 640_000],
                  tokens=[1, 1, 1, 1, 1], region="us"),

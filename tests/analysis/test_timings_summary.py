@@ -57,7 +57,7 @@ def _check(s: dict[str, Any]) -> None:
         "itl_n": 3,
         "client_itl_samples": 7,
         "client_itl_p50_ms": 20.0,
-        "server_ms_per_token_p50": 18.0,  # 18 28 8
+        "server_itl_p50_ms": 18.0,  # 18 28 8
         "itl_gap_ms": 2.0,
     }
     eu, us = l0["regions"]["eu"], l0["regions"]["us"]
@@ -71,14 +71,14 @@ def _check(s: dict[str, Any]) -> None:
         "itl_n": 2,
         "client_itl_samples": 5,
         "client_itl_p50_ms": 20.0,
-        "server_ms_per_token_p50": 23.0,
+        "server_itl_p50_ms": 23.0,
         "itl_gap_ms": -3.0,
     }
     assert us["connections"]["new_share"] == 0.5 and us["connections"]["resent"] == 0
     assert us["client_vs_server"]["client_ttft_p50_ms"] == 300.0
     assert us["client_vs_server"]["server_prefill_p50_ms"] == 260.0
     assert us["client_vs_server"]["client_itl_p50_ms"] == 10.0
-    assert us["client_vs_server"]["server_ms_per_token_p50"] == 8.0
+    assert us["client_vs_server"]["server_itl_p50_ms"] == 8.0
     assert l1["connections"]["new_share"] == 0.0 and l1["connections"]["opened"] == 0
     assert l1["connections"]["connect_ms"]["p50"] is None and l1["client_vs_server"] is None
     assert l2["connections"] == {
@@ -136,13 +136,14 @@ def test_server_formulas_at_their_edges() -> None:
             "connect_ns": [1.5e6, np.nan, np.nan, np.nan],
             "server_prefill_ms": [10.0, 20.0, np.nan, 5.0],
             "server_queue_ms": [np.nan, 2.5, 1.0, np.nan],
-            "server_decode_tokens": [0.0, 4.0, np.nan, 2.0],
-            "server_decode_ms": [3.0, 10.0, 1.0, np.nan],
+            "server_decode_tokens": [0.0, 4.0, 1.0, 2.0],
+            "server_decode_ms": [3.0, 7.5, 1.0, np.nan],
         }
     )
-    # a zero-token decode or a missing half gives no time per token; no queue counts as 0
-    assert m.server_ms_per_token(df).tolist()[1] == 2.5
-    assert np.isnan(m.server_ms_per_token(df)[[0, 2, 3]]).all()
+    # decode time over the gaps (4 tokens: 3); none for fewer than two tokens or a missing
+    # half; no queue counts as 0
+    assert m.server_itl_ms(df).tolist()[1] == 2.5
+    assert np.isnan(m.server_itl_ms(df)[[0, 2, 3]]).all()
     assert m.server_prefill_ms(df).tolist()[:2] == [10.0, 22.5]
     assert np.isnan(m.server_prefill_ms(df)[2])
     # not sent (row 2) and not on record (row 1) are left out of the share; re-sends summed

@@ -76,7 +76,7 @@ def test_run_page_sets_the_client_against_the_server(store: FreshDatabase) -> No
     row = table.iloc[0]
     assert row["client TTFT p50"] == 200.0 and row["server prefill+queue p50"] == 150.0
     assert row["TTFT gap"] == 50.0 and row["client ITL p50"] == 20.0
-    assert row["server ms/token p50"] == 18.0 and row["ITL gap"] == 2.0
+    assert row["server ITL p50"] == 18.0 and row["ITL gap"] == 2.0
     assert row["requests"] == 3
     assert table.iloc[1]["ITL gap"] == -3.0
     assert any("gap = client p50 - server p50" in str(c.value) for c in panel.caption)

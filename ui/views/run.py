@@ -121,8 +121,9 @@ if server_timed:
         st.dataframe(data.client_vs_server_table(summary), hide_index=True)
         st.caption(
             "Client vs server, ms: p50 over ok steady requests the server timed. Server "
-            "prefill includes its queue time where it reports one; gap = client p50 - server "
-            "p50 (network, the client, and any queue the server does not report)."
+            "prefill includes its queue time where it reports one; server ITL is its decode "
+            "time / (tokens - 1); gap = client p50 - server p50 (network, the client, and any "
+            "queue the server does not report)."
         )
 
 with tabs["Export"]:

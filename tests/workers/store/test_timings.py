@@ -264,7 +264,7 @@ def test_a_local_run_against_a_server_reporting_timings_keeps_them(
         spec = spec_from_dict({
             "name": "timed",
             "target": {"api": "openai-chat", "base_url": sim.base_url, "model": "sim-fixed"},
-            "workload": {"prompt_tokens": 32, "output_tokens": 12, "seed": 1},
+            "workload": {"prompt_tokens": 32, "output_tokens": 6, "seed": 1},
             "load": {"concurrency": [2], "duration_s": 2},
             "validity": {"max_loop_lag_p99_ms": 1e4, "max_dispatch_delay_p99_ms": 1e4,
                          "max_cpu_percent": 1e4},  # a shared test box: validity not under test
@@ -292,6 +292,9 @@ def test_a_local_run_against_a_server_reporting_timings_keeps_them(
     cvs = level["client_vs_server"]
     assert cvs["ttft_n"] == cvs["itl_n"] == steady
     assert cvs["ttft_gap_ms"] == cvs["client_ttft_p50_ms"] - cvs["server_prefill_p50_ms"]
+    # the server's decode time spans 5 gaps of 5 ms for 6 tokens: 5 ms between its tokens, as
+    # the client sees them (M12's bound); over all 6 tokens it would read 4.17 ms, 17 % off
+    assert abs(cvs["itl_gap_ms"]) <= 0.1 * cvs["server_itl_p50_ms"]
     # the same from the blocks the writer packed as from the rows
     for path, got in _all_paths(store_url, run_id).items():
         pd.testing.assert_frame_equal(got, _by_idx(df), check_exact=True, obj=path)
