@@ -24,7 +24,7 @@ from analysis import fastload
 from analysis.metrics import ChunkArrays
 
 CACHE_ENV = "PEAKLOAD_ANALYSIS_CACHE"
-FORMAT = 1
+FORMAT = 2  # 2: the frame has the connection and server timing columns (deploy/sql/0120)
 _ENDED = ("completed", "partial", "aborted", "failed")
 
 

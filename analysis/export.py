@@ -33,6 +33,11 @@ _INT_LIKE = (
     "max_tokens",
     "usage_prompt_tokens",
     "usage_completion_tokens",
+    "connect_ns",
+    "resent",
+    "server_prompt_tokens",
+    "server_decode_tokens",
+    "server_cached_tokens",
 )
 
 

@@ -42,7 +42,18 @@ _SCALARS: tuple[tuple[str, str, bool], ...] = (
     ("usage_prompt_tokens", "usage_prompt_tokens", True),
     ("usage_completion_tokens", "usage_completion_tokens", True),
     ("client_tokens", "client_tokens", False),
+    ("connect_ns", "connect_ns", True),
+    ("resent", "resent", True),  # NULL: stored before deploy/sql/0120 (not recorded)
+    ("server_prompt_tokens", "server_prompt_tokens", True),
+    ("server_prefill_ms", "server_prefill_ms", True),
+    ("server_decode_tokens", "server_decode_tokens", True),
+    ("server_decode_ms", "server_decode_ms", True),
+    ("server_cached_tokens", "server_cached_tokens", True),
+    ("server_queue_ms", "server_queue_ms", True),
 )
+# sent as float8 (the same 8 bytes), NULL as NaN; in the parsed fields as their bits, as
+# analysis.packed's FLOAT_FIELDS are
+_FLOATS = frozenset(("server_prefill_ms", "server_decode_ms", "server_queue_ms"))
 _FIELD = 12  # int32 length + int8 value
 _N_FIELDS = len(_SCALARS) + len(_CODED) + 2
 _FIXED = 2 + _FIELD * (len(_SCALARS) + len(_CODED))  # field count + fixed-width fields
@@ -165,10 +176,12 @@ def _parse_block(raw: np.ndarray, starts: np.ndarray) -> Parsed:
 
 def _query(run_id: str, dicts: dict[str, list[str | None]], part: int, parts: int) -> bytes:
     exprs: list[sql.Composable] = [
-        sql.SQL("COALESCE(({e})::int8, {null})").format(e=sql.SQL(e), null=sql.Literal(NULL))
+        sql.SQL("COALESCE(({e})::float8, 'NaN'::float8)").format(e=sql.SQL(e))
+        if name in _FLOATS
+        else sql.SQL("COALESCE(({e})::int8, {null})").format(e=sql.SQL(e), null=sql.Literal(NULL))
         if nullable
         else sql.SQL("({e})::int8").format(e=sql.SQL(e))
-        for _, e, nullable in _SCALARS
+        for name, e, nullable in _SCALARS
     ]
     for c in _CODED:  # 0-based code; -1 for NULL
         values = [v for v in dicts[c] if v is not None]
@@ -243,7 +256,8 @@ def load_requests_fast(
     conn: psycopg.Connection[Any] | str, run_id: str, *, parallel: int = 1, packed: bool = True
 ) -> tuple[pd.DataFrame, ChunkArrays]:
     """One run's requests as (frame, chunks): the columns of load_requests except request_id,
-    error_detail, session/turn, retry_after and content; arrays only in `chunks` (offsets µs
+    error_detail, session/turn, retry_after and content (the connection and server timing
+    columns included, NaN where NULL); arrays only in `chunks` (offsets µs
     from send, int32; tokens int16). Row order is the store's (not sorted).
 
     When the run's request_blocks cover exactly its rows (analysis.packed checks counts, ids
@@ -304,6 +318,8 @@ def _frame(fields: np.ndarray, dicts: Mapping[str, Sequence[str | None]]) -> pd.
         if name == "scheduled_us":
             ns = (col * 1000).view("datetime64[ns]")  # what to_datetime(ns, utc=True) gives, fast
             df["scheduled_at"] = pd.DatetimeIndex(ns).tz_localize("UTC")
+        elif name in _FLOATS:
+            df[name] = np.ascontiguousarray(col).view(np.float64)
         elif nullable:
             df[name] = np.where(col == NULL, np.nan, col.astype(np.float64))
         else:

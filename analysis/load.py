@@ -21,6 +21,16 @@ from psycopg.types.json import Jsonb
 DATABASE_URL_ENV = "PEAKLOAD_DATABASE_URL"
 
 NS_COLUMNS = ("sent_ns", "headers_ns", "first_token_ns", "first_answer_ns", "end_ns")
+# deploy/sql/0120: NULL on rows stored before it (resent included: not recorded)
+CONNECTION_COLUMNS = ("connect_ns", "resent")
+SERVER_COLUMNS = (
+    "server_prompt_tokens",
+    "server_prefill_ms",
+    "server_decode_tokens",
+    "server_decode_ms",
+    "server_cached_tokens",
+    "server_queue_ms",
+)
 REQUEST_COLUMNS = (
     "request_id",
     "scheduled_at",
@@ -49,6 +59,8 @@ REQUEST_COLUMNS = (
     "chunk_offsets_us",
     "chunk_tokens",
     "retry_after_s",
+    *CONNECTION_COLUMNS,
+    *SERVER_COLUMNS,
 )
 CONTENT_COLUMNS = ("prompt_text", "response_text")
 _FLOAT_COLUMNS = (
@@ -61,6 +73,8 @@ _FLOAT_COLUMNS = (
     "usage_prompt_tokens",
     "usage_completion_tokens",
     "retry_after_s",
+    *CONNECTION_COLUMNS,
+    *SERVER_COLUMNS,
 )
 
 BucketFn = Literal["time_bucket", "date_bin"]
@@ -238,10 +252,12 @@ def load_requests(
 ) -> pd.DataFrame:
     """One row per request of the given runs, ordered by scheduled time then id.
 
-    `*_ns` columns are float64 ns from the scheduled time (NaN = never happened); nullable
-    integers are float64 with NaN. `chunk_offsets_us` (int64 µs from send) and `chunk_tokens`
-    (int64) hold one numpy array per row; `arrays=False` leaves them out (with `n_chunks` kept).
-    Content columns only with `include_content=True`.
+    `*_ns` columns are float64 ns from the scheduled time (NaN = never happened), except
+    `connect_ns`, a duration (NaN: a reused connection); nullable integers are float64 with
+    NaN. `server_*` are the server's own counts and ms, NaN where it reported none.
+    `chunk_offsets_us` (int64 µs from send) and `chunk_tokens` (int64) hold one numpy array per
+    row; `arrays=False` leaves them out (with `n_chunks` kept). Content columns only with
+    `include_content=True`.
     """
     cols: list[sql.Composable] = [
         sql.SQL("request_id::text AS request_id"),

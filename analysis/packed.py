@@ -1,6 +1,8 @@
-"""Reading a run from `request_blocks` (deploy/sql/0110_request_blocks.sql specifies the body):
-one binary COPY of a few large bytea values per connection, copied into the result arrays in
-place. Used by analysis.fastload when the blocks cover exactly the run's rows; None otherwise.
+"""Reading a run from `request_blocks` (deploy/sql/0110_request_blocks.sql specifies the body,
+0120_request_timings.sql its format 2): one binary COPY of a few large bytea values per
+connection, copied into the result arrays in place. Used by analysis.fastload when the blocks
+cover exactly the run's rows; None otherwise. Format 1 blocks read as format 2 with NULL in the
+fields format 2 added.
 """
 
 # The server sends a bytea with a copy (no per-element work, unlike int[]), so the cost is the
@@ -24,10 +26,14 @@ from psycopg import sql
 
 from analysis.copyout import HEADER, SIGNATURE, copy_out
 
-FORMAT = 1
-MAGIC = b"PLBLOCK1"
+FORMATS = (1, 2)  # the block formats read
+MAGIC = {b"PLBLOCK1": 17, b"PLBLOCK2": 25}  # each format's magic: its number of int64 fields
 HEAD = struct.Struct("<8sIQI")  # magic, requests, chunks, dictionary bytes
-N_SCALARS, N_CODED = 17, 6
+N_SCALARS, N_CODED = 25, 6  # as format 2 has them
+NULL = -(2**63)
+# format 2's fields holding float64 bits (NULL: NaN), as indices into the scalars
+FLOAT_FIELDS = frozenset((20, 22, 24))
+NAN_BITS = int(np.array([np.nan], dtype="<f8").view("<i8")[0])
 _ROW_HEAD = 2 + 4  # a COPY tuple's field count, then the body's length
 PARALLEL_MAX = 1  # connections reading blocks at once (see _load)
 
@@ -65,8 +71,9 @@ def _reuse_message_buffers() -> Iterator[None]:
 @dataclass(slots=True)
 class Packed:
     """A run as arrays: fields (n, 1 + N_SCALARS + N_CODED) int64 in analysis.fastload's
-    column order (chunks per request, the scalars, then global codes into `dicts`), flat chunk
-    offsets (int32) and tokens (int16), request ids (n, 16) bytes."""
+    column order (chunks per request, the scalars, then global codes into `dicts`; NULL as
+    `NULL`, the FLOAT_FIELDS as float64 bits with NULL as NaN), flat chunk offsets (int32) and
+    tokens (int16), request ids (n, 16) bytes."""
 
     fields: np.ndarray
     offsets: np.ndarray
@@ -84,8 +91,8 @@ def _blocks(conn: psycopg.Connection[Any], run_id: str) -> list[tuple[Any, int, 
         return None
     blocks = conn.execute(
         "SELECT block_id, n_requests, n_chunks FROM request_blocks "
-        "WHERE run_id = %s::uuid AND format = %s ORDER BY block_id",
-        (run_id, FORMAT),
+        "WHERE run_id = %s::uuid AND format = ANY(%s) ORDER BY block_id",
+        (run_id, list(FORMATS)),
     ).fetchall()
     if not blocks:
         return None
@@ -93,8 +100,8 @@ def _blocks(conn: psycopg.Connection[Any], run_id: str) -> list[tuple[Any, int, 
         "SELECT count(*) FROM requests WHERE run_id = %s::uuid", (run_id,)
     ).fetchone()
     other = conn.execute(
-        "SELECT count(*) FROM request_blocks WHERE run_id = %s::uuid AND format <> %s",
-        (run_id, FORMAT),
+        "SELECT count(*) FROM request_blocks WHERE run_id = %s::uuid AND format <> ALL(%s)",
+        (run_id, list(FORMATS)),
     ).fetchone()
     if counted is None or other is None or other[0] or sum(b[1] for b in blocks) != counted[0]:
         return None
@@ -115,11 +122,12 @@ class _Filler:
 
     def fill(self, body: memoryview, row: int, chunk: int) -> tuple[int, int]:
         magic, n, c, dict_len = HEAD.unpack_from(body)
-        if magic != MAGIC:
-            raise ValueError("request_blocks body: not a format 1 block")
+        f = MAGIC.get(magic)
+        if f is None:
+            raise ValueError(f"request_blocks body: not a block of format {FORMATS}")
         raw = np.frombuffer(body, dtype=np.uint8)
         p = HEAD.size
-        sizes = (8 * N_SCALARS * n, 16 * n, 4 * c, 4 * n, 2 * N_CODED * n, 2 * c, dict_len)
+        sizes = (8 * f * n, 16 * n, 4 * c, 4 * n, 2 * N_CODED * n, 2 * c, dict_len)
         if p + sum(sizes) != len(body):
             raise ValueError("request_blocks body: sizes do not add up")
         sl = []
@@ -128,8 +136,10 @@ class _Filler:
             p += size
         # The body sits at any address in its message: the big sections are copied as bytes
         # into the (aligned) results; the small ones that change type go through a copy.
-        for j in range(N_SCALARS):
+        for j in range(f):
             self.fields[row : row + n, 1 + j].view(np.uint8)[:] = sl[0][8 * n * j : 8 * n * (j + 1)]
+        for j in range(f, N_SCALARS):  # an older format: fields it does not have are NULL
+            self.fields[row : row + n, 1 + j] = NAN_BITS if j in FLOAT_FIELDS else NULL
         self.ids[row : row + n] = sl[1].reshape(n, 16)
         self.offsets[chunk : chunk + c].view(np.uint8)[:] = sl[2]
         self.fields[row : row + n, 0] = np.frombuffer(sl[3].tobytes(), dtype="<i4")
@@ -162,11 +172,11 @@ def _copy_blocks(
 ) -> None:
     """COPY the bodies of `wanted` blocks (in block_id order) and fill each at its place."""
     query = sql.SQL(
-        "COPY (SELECT body FROM request_blocks WHERE run_id = {} AND format = {} "
+        "COPY (SELECT body FROM request_blocks WHERE run_id = {} AND format = ANY({}) "
         "AND block_id = ANY({}) ORDER BY block_id) TO STDOUT (FORMAT BINARY)"
     ).format(
         sql.Literal(run_id),
-        sql.Literal(FORMAT),
+        sql.Literal(list(FORMATS)),
         sql.Literal([str(b[0]) for b in wanted]),
     )
     k = 0

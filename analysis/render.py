@@ -16,6 +16,8 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from analysis.summary import CLIENT_VS_SERVER, client_vs_server_rows, connection_cell
+
 TICKS = [
     (0.0, "p0"),
     (50.0, "p50"),
@@ -269,9 +271,36 @@ def _summary_rows(report: Mapping[str, Any]) -> list[list[Any]]:
                     " / ".join(_fmt(lv[k][p]) for p in ("p50", "p90", "p99"))
                     for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
                 ),
+                connection_cell(lv.get("connections") or {}),
+                (lv.get("connections") or {}).get("resent"),
             ]
         )
     return rows
+
+
+def _client_vs_server(report: Mapping[str, Any]) -> str:
+    """The "client vs server" section, or "" when the server reported no timings."""
+    rows = client_vs_server_rows(report["summary"])
+    if not rows:
+        return ""
+    return (
+        "<h2>Client vs server</h2><p>The server's own timings against the client's, ms: p50 "
+        "over ok steady requests the server timed; server prefill includes the queue time "
+        "where the server reports one; server ITL = its decode time / (tokens - 1); gap = "
+        "client p50 - server p50 (network, client and any queue the server does not report)</p>"
+        + _table(
+            [
+                [
+                    r["level"],
+                    r["region"],
+                    *(r.get(k) for _, k in CLIENT_VS_SERVER),
+                    max(r.get("ttft_n") or 0, r.get("itl_n") or 0),
+                ]
+                for r in rows
+            ],
+            ["level", "region", *(h for h, _ in CLIENT_VS_SERVER), "requests"],
+        )
+    )
 
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
@@ -326,7 +355,10 @@ def render_html(report: Mapping[str, Any]) -> str:
     )
     parts.append(
         "<h2>Summary per level</h2><p>latencies ms p50 / p90 / p99, ok requests in "
-        "the steady phase; TTFT from send; ITL per token</p>"
+        "the steady phase; TTFT from send; ITL per token; new conn: share of sent requests "
+        "that opened a new connection · its set-up ms p50 / p99; re-sent: requests sent again "
+        f"on a new connection after a reused one died (run total: "
+        f"{_fmt(report['summary'].get('resent'))})</p>"
     )
     parts.append(
         _table(
@@ -343,9 +375,12 @@ def render_html(report: Mapping[str, Any]) -> str:
                 "TPOT",
                 "ITL",
                 "E2E",
+                "new conn",
+                "re-sent",
             ],
         )
     )
+    parts.append(_client_vs_server(report))
     if report["sla"]:
         parts.append(
             "<h2>SLA verdicts</h2>"

@@ -31,6 +31,15 @@ DEFINITIONS = {
     "output_tokens_per_s": "output tokens of steady-phase requests / steady window, tokens/s",
     "goodput": "steady requests meeting every SLO / steady window, req/s",
     "latency_scope": "ok requests in the steady phase; percentiles exact, numpy linear",
+    "connections": "sent requests with their connection on record, any phase and outcome: "
+    "new_share = opened a new connection / on record; connect_ms = connect_ns of those that "
+    "did (TCP and TLS set-up), ms; resent = sum of re-sends on a new connection after a "
+    "reused one died before any response byte (None: not recorded, stored before 0120)",
+    "client_vs_server": "latency-scope requests the server reported timings for: client TTFT "
+    "p50 vs server prefill + queue p50; client per-token ITL p50 (requests with a server ITL) "
+    "vs server ITL p50 = decode_ms / (decode_tokens - 1), its first to last token over the "
+    "gaps between them; gap = client p50 - server p50 (network, client, unreported queue); "
+    "None when the server reported no timings",
 }
 
 
@@ -98,6 +107,23 @@ class _Values:
         )
         q = list(SUMMARY_PERCENTILES)
         self.itl = itl_spectra.itl_group_spectra(chunks, labels, n_labels, sets, q, resamples=0)
+        # the server's own timings, where it reported them (a few engines do)
+        self.server_prefill = m.server_prefill_ms(df)
+        self.server_per_token = m.server_itl_ms(df)
+        timed = np.isfinite(self.server_per_token)
+        self.has_server = bool(timed.any() or np.isfinite(self.server_prefill).any())
+        self.itl_timed: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]] = {}
+        if self.has_server:  # client ITL over the requests the server timed per token
+            labels, n_labels, sets = itl_spectra.level_region_labels(
+                self.ok & self.steady & timed,
+                level,
+                region,
+                sorted(set(level.tolist())),
+                sorted(set(region.tolist())),
+            )
+            self.itl_timed = itl_spectra.itl_group_spectra(
+                chunks, labels, n_labels, sets, [50.0], resamples=0
+            )
 
 
 def _block(
@@ -153,7 +179,30 @@ def _block(
         sent = rows & v.steady & df["sent_ns"].notna().to_numpy()
         out["achieved"] = _num(int(sent.sum()) / window) if window > 0 else None
     out["token_agreement"] = m.token_agreement(sub)
+    out["connections"] = _connections(sub)
+    out["client_vs_server"] = None
+    if v.has_server:
+        itl_values, _, _, itl_n = v.itl_timed[key]
+        out["client_vs_server"] = m.client_vs_server(
+            v.per_request["ttft_ms"][lat],
+            v.server_prefill[lat],
+            (float(itl_values[0]), int(itl_n)),
+            v.server_per_token[lat],
+        )
     return out
+
+
+def _connections(sub: pd.DataFrame) -> dict[str, Any]:
+    """New-connection share, set-up percentiles (ms) and re-sends of one block's requests."""
+    recorded = m.connection_recorded(sub)
+    connect = m.connect_ms(sub)[recorded]
+    return {
+        "recorded": int(recorded.sum()),
+        "new_share": _num(m.new_connection_share(sub)),
+        "opened": int(np.isfinite(connect).sum()),
+        "connect_ms": _pcts(connect),
+        "resent": m.resent_total(sub),
+    }
 
 
 def _epoch_ns(ts: pd.Series) -> np.ndarray:
@@ -216,7 +265,11 @@ def level_summary(
     cover every phase; rates divide by the steady window (duration - warmup - cooldown).
     Extras per level: "kind", "value" (configured load), "achieved" (req/s sent for open loop;
     mean in flight by Little's law for concurrency), "failures_by_kind", "goodput" and
-    "slo_attainment" when the run has SLOs, "regions" {name: same metrics}. ms throughout.
+    "slo_attainment" when the run has SLOs, "connections" {"recorded", "new_share", "opened",
+    "connect_ms", "resent"}, "client_vs_server" (analysis.metrics.client_vs_server; None
+    without server timings), "regions" {name: same metrics}. ms throughout. Run-wide:
+    "resent" (re-sends, None when not recorded) and "server_timings" (whether any request
+    has them).
     """
     run = dict(runs_row)
     spec = run.get("spec") or {}
@@ -244,6 +297,7 @@ def level_summary(
         }
         levels_out.append(entry)
     reasons = run.get("invalid_reasons") or []
+    resent = [lv["connections"]["resent"] for lv in levels_out]
     return {
         "run_id": str(run.get("run_id", "")),
         "name": run.get("name"),
@@ -255,6 +309,8 @@ def level_summary(
         "slos": slos,
         "percentile_method": m.PERCENTILE_METHOD,
         "definitions": DEFINITIONS,
+        "resent": None if all(r is None for r in resent) else sum(r or 0 for r in resent),
+        "server_timings": vals.has_server,
         "levels": levels_out,
     }
 
@@ -282,7 +338,10 @@ def render_summary_table(summary: Mapping[str, Any]) -> Table:
     title = f"run {summary.get('name') or ''} {summary.get('run_id', '')[:8]} — {verdict}"
     reasons = summary.get("invalid_reasons") or []
     caption = "latencies ms p50 / p90 / p99 (steady phase, ok requests; TTFT from send, ITL "
-    caption += "per token)"
+    caption += "per token); new conn: share of sent requests that opened a connection, its "
+    caption += "set-up ms p50 / p99"
+    if summary.get("resent") is not None:
+        caption += f"; re-sent on a new connection: {summary['resent']} in the run"
     if reasons:
         caption = "INVALID: " + "; ".join(str(r) for r in reasons) + "\n" + caption
     t = Table(title=title, caption=caption)
@@ -297,11 +356,14 @@ def render_summary_table(summary: Mapping[str, Any]) -> Table:
         "TPOT",
         "ITL",
         "E2E",
+        "new conn",
+        "re-sent",
     ):
         t.add_column(col, justify="right" if col not in ("level",) else "left")
     for lvl in summary.get("levels", []):
         kind = lvl.get("kind") or ""
         load = f"{kind} {_fmt(lvl.get('value'), 0)} → {_fmt(lvl.get('achieved'), 1)}"
+        conn = lvl.get("connections") or {}
         t.add_row(
             str(lvl["level"]),
             load,
@@ -310,5 +372,70 @@ def render_summary_table(summary: Mapping[str, Any]) -> Table:
             _fmt(lvl.get("request_rate"), 2),
             _fmt(lvl.get("output_tokens_per_s"), 1),
             *(_trio(lvl.get(k) or {}) for k in LATENCIES),
+            connection_cell(conn),
+            "—" if conn.get("resent") is None else str(conn["resent"]),
+        )
+    return t
+
+
+def connection_cell(conn: Mapping[str, Any]) -> str:
+    """ "12.5% · 0.8 / 2.1": the new-connection share, then set-up p50 / p99 (ms)."""
+    share = conn.get("new_share")
+    if share is None:
+        return "—"
+    pct = conn.get("connect_ms") or {}
+    text = f"{100 * share:.1f}%"
+    if conn.get("opened"):
+        text += f" · {_fmt(pct.get('p50'), 2)} / {_fmt(pct.get('p99'), 2)}"
+    return text
+
+
+CLIENT_VS_SERVER = (
+    ("client TTFT p50", "client_ttft_p50_ms"),
+    ("server prefill+queue p50", "server_prefill_p50_ms"),
+    ("TTFT gap", "ttft_gap_ms"),
+    ("client ITL p50", "client_itl_p50_ms"),
+    ("server ITL p50", "server_itl_p50_ms"),
+    ("ITL gap", "itl_gap_ms"),
+)
+
+
+def client_vs_server_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per level and per (level, region) that has server timings: "level", "region"
+    ("all" for the level) and the `client_vs_server` numbers (ms), for the tables of the CLI,
+    the report and the UI. Empty when the run has no server timings."""
+    rows: list[dict[str, Any]] = []
+    for lvl in summary.get("levels", []):
+        blocks = [("all", lvl), *sorted((lvl.get("regions") or {}).items())]
+        if len(blocks) == 2:  # one region: the same numbers as the level's
+            blocks = blocks[:1]
+        for region, block in blocks:
+            cvs = block.get("client_vs_server")
+            if cvs:
+                rows.append({"level": lvl["level"], "region": region, **cvs})
+    return rows
+
+
+def render_client_vs_server_table(summary: Mapping[str, Any]) -> Table | None:
+    """Client vs server per level (and region), or None when the server reported no timings."""
+    rows = client_vs_server_rows(summary)
+    if not rows:
+        return None
+    t = Table(
+        title="client vs server (the server's own timings)",
+        caption="ms; p50 over ok steady requests the server timed; server ITL = decode ms / "
+        "(tokens - 1); gap = client - server (network, client, unreported queue)",
+    )
+    t.add_column("level", justify="left")
+    t.add_column("region", justify="left")
+    for head, _ in CLIENT_VS_SERVER:
+        t.add_column(head, justify="right")
+    t.add_column("requests", justify="right")
+    for r in rows:
+        t.add_row(
+            str(r["level"]),
+            str(r["region"]),
+            *(_fmt(r.get(k), 2) for _, k in CLIENT_VS_SERVER),
+            str(max(r.get("ttft_n") or 0, r.get("itl_n") or 0)),
         )
     return t

@@ -7,6 +7,7 @@ makes its row visible, on the monotonic clock. Runs in a fresh database that is 
     python bench/ingest.py --minutes 10                  # the full run (D1)
     python bench/ingest.py --minutes 2 --rate 25000      # open loop at a fixed offered rate
     python bench/ingest.py --minutes 1 --rate 0          # closed loop: the writer's ceiling
+    python bench/ingest.py --minutes 1 --server-timings  # records as llama.cpp's (every column)
 
 URL: --url, else PEAKLOAD_BENCH_DATABASE_URL, else PEAKLOAD_TEST_TIMESCALE_URL.
 """
@@ -40,9 +41,18 @@ HANDOFF = 1024  # records per write(): the runner's FLUSH_RECORDS
 
 
 def make_batch(run_id: str, start: int, n: int, offsets: list[int], tokens: list[int],
-               wall0_ns: int) -> Batch:  # fmt: skip
+               wall0_ns: int, server_timings: bool = False) -> Batch:  # fmt: skip
+    """`server_timings`: every record also carries the server's own timings, as llama.cpp
+    reports them, and every 10th a new connection's set-up time (the worst case for the
+    encoder: every new column set)."""
     recs = []
     for i in range(start, start + n):
+        timed = (
+            {"server_prompt_tokens": 512, "server_prefill_ms": 31.25 + i % 7,
+             "server_decode_tokens": CHUNKS, "server_decode_ms": 1254.5 + i % 13,
+             "server_cached_tokens": 0, "connect_ns": 180_000 if i % 10 == 0 else None}
+            if server_timings else {}
+        )  # fmt: skip
         recs.append(RequestRecord(
             request_id=str(uuid.UUID(int=(i << 32) | 0xBEEF, version=4)), run_id=run_id,
             shard_id="bench-0", region="local", level=0, index=i,
@@ -51,12 +61,13 @@ def make_batch(run_id: str, start: int, n: int, offsets: list[int], tokens: list
             first_answer_ns=40_000_000, end_ns=1_300_000_000, prompt_tokens=512,
             max_tokens=CHUNKS, output_tokens=CHUNKS, usage_completion_tokens=CHUNKS,
             client_tokens=CHUNKS, token_source=TokenSource.USAGE,
-            chunk_offsets_us=offsets, chunk_tokens=tokens,
+            chunk_offsets_us=offsets, chunk_tokens=tokens, **timed,
         ))  # fmt: skip
     return Batch(recs)
 
 
-def run(url: str, minutes: float, rate: float, batch_rows: int, batch_s: float) -> dict[str, Any]:
+def run(url: str, minutes: float, rate: float, batch_rows: int, batch_s: float,
+        server_timings: bool = False) -> dict[str, Any]:  # fmt: skip
     run_id = str(uuid.uuid4())
     offsets = [40_000 + 10_000 * k for k in range(CHUNKS)]
     tokens = [1] * CHUNKS
@@ -91,7 +102,7 @@ def run(url: str, minutes: float, rate: float, batch_rows: int, batch_s: float) 
         else:  # closed loop: keep a bounded backlog so the writer's ceiling is what is measured
             while writer._rows_in - writer._rows_out > 4 * batch_rows:
                 time.sleep(0.001)
-        writer.write(make_batch(run_id, sent, HANDOFF, offsets, tokens, wall0))
+        writer.write(make_batch(run_id, sent, HANDOFF, offsets, tokens, wall0, server_timings))
         sent += HANDOFF
     produce_s = (time.perf_counter_ns() - t0) / 1e9
     backend = _backend(url)  # the writer's server process: where the server-side time goes
@@ -141,6 +152,8 @@ def main() -> None:
     ap.add_argument("--batch-rows", type=int, default=10_000)
     ap.add_argument("--batch-s", type=float, default=0.5)
     ap.add_argument("--keep", action="store_true", help="keep the benchmark database")
+    ap.add_argument("--server-timings", action="store_true",
+                    help="records carry the server's own timings (as llama.cpp's)")  # fmt: skip
     args = ap.parse_args()
     if not args.url:
         sys.exit("no database: pass --url or set PEAKLOAD_TEST_TIMESCALE_URL")
@@ -160,7 +173,8 @@ def main() -> None:
             f"store {redact_url(args.url)} db {dbname}: PostgreSQL {f.server_version}, "
             f"timescaledb {f.timescaledb_version} ({f.license}); nproc {os.cpu_count()}, {cpu}"
         )
-        res = run(url, args.minutes, args.rate, args.batch_rows, args.batch_s)
+        res = run(url, args.minutes, args.rate, args.batch_rows, args.batch_s,
+                  args.server_timings)  # fmt: skip
         for k, v in res.items():
             print(f"{k:28s} {v:,.3f}" if isinstance(v, float) else f"{k:28s} {v}")
     finally:

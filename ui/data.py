@@ -29,7 +29,7 @@ from analysis import metrics as m
 from analysis import render as arender
 from analysis import report as areport
 from analysis.export import write_requests
-from analysis.summary import level_summary
+from analysis.summary import CLIENT_VS_SERVER, client_vs_server_rows, level_summary
 from ui import derive
 
 RUNS_TTL_S = 5
@@ -254,8 +254,31 @@ def level_table(s: dict[str, Any]) -> pd.DataFrame:
                 row[f"{metric[:-3].upper()} {q}"] = (x.get(metric) or {}).get(q)
         if "goodput" in x:
             row["goodput req/s"] = x.get("goodput")
+        conn = x.get("connections") or {}
+        share = conn.get("new_share")
+        row["new conn %"] = None if share is None else 100 * share
+        row["connect p50 ms"] = (conn.get("connect_ms") or {}).get("p50")
+        row["connect p99 ms"] = (conn.get("connect_ms") or {}).get("p99")
+        row["re-sent"] = conn.get("resent")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def client_vs_server_table(s: dict[str, Any]) -> pd.DataFrame:
+    """Per level (and region, where the run has several): the client's TTFT and ITL p50 against
+    the server's own prefill(+queue) and time between tokens, and the gaps (ms); empty when the
+    server reported no timings (analysis.summary.client_vs_server_rows)."""
+    cols = ["level", "region", *(head for head, _ in CLIENT_VS_SERVER), "requests"]
+    rows = [
+        [
+            r["level"],
+            r["region"],
+            *(r.get(k) for _, k in CLIENT_VS_SERVER),
+            max(r.get("ttft_n") or 0, r.get("itl_n") or 0),
+        ]
+        for r in client_vs_server_rows(s)
+    ]
+    return pd.DataFrame(rows, columns=cols)
 
 
 def spectra(run_id: str, metric: str, by: str) -> pd.DataFrame:

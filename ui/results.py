@@ -12,7 +12,7 @@ from rich.console import Console
 from analysis import sla
 from analysis.exitcodes import Exit
 from analysis.load import load_levels, load_requests, load_run
-from analysis.summary import level_summary, render_summary_table
+from analysis.summary import level_summary, render_client_vs_server_table, render_summary_table
 from analysis.verdict import judge_run
 from workers.store.connect import connect_store
 
@@ -49,6 +49,9 @@ def print_verdict(summary: dict[str, Any], console: Console, title: str = "crite
 
 def print_summary(summary: dict[str, Any], console: Console) -> None:
     console.print(render_summary_table(summary))
+    server = render_client_vs_server_table(summary)
+    if server is not None:
+        console.print(server)
     if summary.get("valid") is False:
         console.print(
             "[bold red]INVALID MEASUREMENT[/]: the generator, not the server, may have "

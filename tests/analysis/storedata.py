@@ -54,6 +54,14 @@ def request_row(run_id: str, i: int, **over: Any) -> dict[str, Any]:
         "retry_after_s": None,
         "prompt_text": None,
         "response_text": None,
+        "connect_ns": None,
+        "resent": 0,
+        "server_prompt_tokens": None,
+        "server_prefill_ms": None,
+        "server_decode_tokens": None,
+        "server_decode_ms": None,
+        "server_cached_tokens": None,
+        "server_queue_ms": None,
     }
     unknown = set(over) - set(row)
     if unknown:
@@ -109,6 +117,14 @@ def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
         "usage_prompt_tokens",
         "usage_completion_tokens",
         "retry_after_s",
+        "connect_ns",
+        "resent",
+        "server_prompt_tokens",
+        "server_prefill_ms",
+        "server_decode_tokens",
+        "server_decode_ms",
+        "server_cached_tokens",
+        "server_queue_ms",
     ):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
     df["chunk_offsets_us"] = [np.asarray(a, dtype=np.int64) for a in df["chunk_offsets_us"]]
@@ -316,3 +332,48 @@ def synthetic_run(
     run["requests_scheduled"] = len(reqs)
     run["ended_at"] = T0 + dt.timedelta(seconds=len(levels) * duration_s)
     return run, lv_rows, reqs, ticks
+
+
+def timed_requests(run_id: str) -> list[dict[str, Any]]:
+    """Requests of three levels (0: a server reporting its timings to some of them, with new
+    connections and a re-send, two regions; 1: no timings, connections reused; 2: rows as
+    stored before deploy/sql/0120, nothing on record): tests/analysis/test_timings_summary.py
+    works out its numbers by hand."""
+
+    def server(prefill: float, queue: float | None, n: int, decode: float) -> dict[str, Any]:
+        return {
+            "server_prompt_tokens": 64,
+            "server_prefill_ms": prefill,
+            "server_queue_ms": queue,
+            "server_decode_tokens": n,
+            "server_decode_ms": decode,
+        }
+
+    return [
+        # level 0: TTFT 100 ms, ITL 20 x3; a new connection (2 ms); server 80 + 5 queue, and
+        # 54 ms from its first to its 4th token: ITL 18
+        streamed(run_id, 0, sent_ns=0, offsets_us=[100_000, 120_000, 140_000, 160_000],
+                 tokens=[1, 1, 1, 1], region="eu", connect_ns=2 * MS,
+                 **server(80.0, 5.0, 4, 54.0)),
+        # TTFT 200, ITL 30 x2; reused, re-sent once; server 150 (no queue), 56/2 = 28
+        streamed(run_id, 1, sent_ns=0, offsets_us=[200_000, 230_000, 260_000],
+                 tokens=[1, 1, 1], region="eu", resent=1, **server(150.0, None, 3, 56.0)),
+        # TTFT 300, ITL 10 x2; new connection (4 ms); server 250 + 10 queue, 16/2 = 8
+        streamed(run_id, 2, sent_ns=0, offsets_us=[300_000, 310_000, 320_000],
+                 tokens=[1, 1, 1], region="us", connect_ns=4 * MS,
+                 **server(250.0, 10.0, 3, 16.0)),
+        # TTFT 400, ITL 60 x4; the server reported nothing for this one
+        streamed(run_id, 3, sent_ns=0, offsets_us=[400_000, 460_000, 520_000, 580_000, 640_000],
+                 tokens=[1, 1, 1, 1, 1], region="us"),
+        # failed, on a new connection (6 ms): counts for connections, not for latencies
+        request_row(run_id, 4, outcome="http_error", http_status=503, end_ns=9 * MS,
+                    region="eu", connect_ns=6 * MS),
+        # level 1: no server timings, every connection reused
+        streamed(run_id, 5, sent_ns=0, offsets_us=[50_000, 60_000], tokens=[1, 1], level=1,
+                 region="eu"),
+        streamed(run_id, 6, sent_ns=0, offsets_us=[50_000, 70_000], tokens=[1, 1], level=1,
+                 region="us"),
+        # level 2: rows as stored before deploy/sql/0120 (nothing on record)
+        streamed(run_id, 7, sent_ns=0, offsets_us=[50_000, 60_000], tokens=[1, 1], level=2,
+                 region="eu", resent=None),
+    ]  # fmt: skip

@@ -17,7 +17,7 @@ from rich.console import Console
 from analysis import figures, render, sla
 from analysis.exitcodes import Exit
 from analysis.report import build_report
-from analysis.summary import render_summary_table
+from analysis.summary import render_client_vs_server_table, render_summary_table
 from loadgen.errors import SpecError, StoreError
 from ui.commands.runs import analysis_store, fail, resolve_or_fail
 from ui.results import print_verdict
@@ -69,6 +69,8 @@ def report_command(
         fail(str(e))
     console = Console()
     console.print(render_summary_table(report["summary"]))
+    if (server := render_client_vs_server_table(report["summary"])) is not None:
+        console.print(server)
     if claims is not None:
         print_verdict(
             {

@@ -1,6 +1,7 @@
 """Run: one stored run — its cards and validity, percentile curves, throughput / in-flight /
-errors over time per region, the per-level table, a token timeline of sampled requests,
-failures by kind, the test-matrix labels, and exports."""
+errors over time per region, the per-level table (with connection set-up and re-sends), a
+token timeline of sampled requests, failures by kind, the test-matrix labels, client vs server
+(when the server reported its own timings), and exports."""
 
 from __future__ import annotations
 
@@ -49,11 +50,21 @@ c[3].metric("Best req/s", fmt(cards["best_request_rate"], 2))
 c[4].metric("Best output tok/s", fmt(cards["best_tokens_per_s"], 1))
 c[5].metric(f"p99 TTFT, level {cards['busiest_level']}", fmt(cards["p99_ttft_ms"], 1, "ms"))
 
-tabs = st.tabs(
-    ["Percentiles", "Over time", "Levels", "Token timeline", "Failures", "Labels", "Export"]
-)
+server_timed = bool(summary.get("server_timings"))
+names = [
+    "Percentiles",
+    "Over time",
+    "Levels",
+    "Token timeline",
+    "Failures",
+    "Labels",
+    # only when the server reported its own timings (llama.cpp, Ollama, TGI do)
+    *(["Client vs server"] if server_timed else []),
+    "Export",
+]
+tabs = dict(zip(names, st.tabs(names), strict=True))
 
-with tabs[0]:
+with tabs["Percentiles"]:
     left, right = st.columns(2)
     with left:
         metric = pick_metric("run_metric")
@@ -69,7 +80,7 @@ with tabs[0]:
     )
     st.caption("Steady phase, ok requests. Shaded: 95% bootstrap band per percentile.")
 
-with tabs[1]:
+with tabs["Over time"]:
     ts = data.series(run_id)
     chart(
         charts.over_time(ts, "Throughput, in flight and failures per region"),
@@ -77,14 +88,16 @@ with tabs[1]:
         f"over-time-{run_id[:8]}",
     )
 
-with tabs[2]:
+with tabs["Levels"]:
     st.dataframe(data.level_table(summary), hide_index=True)
     st.caption(
         "Latencies in ms (steady phase, ok requests; TTFT from send; ITL per token); "
-        "rates over each level's steady window."
+        "rates over each level's steady window. New conn: share of sent requests that opened "
+        "a connection, with its set-up time; re-sent: sent again on a new connection after a "
+        "reused one died before any response byte."
     )
 
-with tabs[3]:
+with tabs["Token timeline"]:
     tl = data.token_timeline(run_id)
     chart(
         charts.token_timeline(tl, "Sampled requests: scheduled → end, with each chunk"),
@@ -92,7 +105,7 @@ with tabs[3]:
         f"token-timeline-{run_id[:8]}",
     )
 
-with tabs[4]:
+with tabs["Failures"]:
     fails = data.failures(run_id)
     if fails.empty:
         st.success("No failed requests.")
@@ -100,10 +113,20 @@ with tabs[4]:
         chart(charts.failures(fails, "Failed requests by kind"), fails, f"failures-{run_id[:8]}")
         st.dataframe(fails, hide_index=True)
 
-with tabs[5]:
+with tabs["Labels"]:
     st.dataframe(data.labels_table(run), hide_index=True)
 
-with tabs[6]:
+if server_timed:
+    with tabs["Client vs server"]:
+        st.dataframe(data.client_vs_server_table(summary), hide_index=True)
+        st.caption(
+            "Client vs server, ms: p50 over ok steady requests the server timed. Server "
+            "prefill includes its queue time where it reports one; server ITL is its decode "
+            "time / (tokens - 1); gap = client p50 - server p50 (network, the client, and any "
+            "queue the server does not report)."
+        )
+
+with tabs["Export"]:
     st.write("The run's requests, one row per request with every chunk's arrival.")
     e1, e2, e3 = st.columns(3)
     e1.download_button(

@@ -20,14 +20,19 @@ _COLUMNS = (
     "http_status", "error_phase", "sent_ns", "headers_ns", "first_token_ns", "first_answer_ns",
     "end_ns", "prompt_tokens", "max_tokens", "output_tokens", "reasoning_tokens",
     "usage_prompt_tokens", "usage_completion_tokens", "client_tokens", "token_source",
-    "chunk_offsets_us", "chunk_tokens",
+    "chunk_offsets_us", "chunk_tokens", "connect_ns", "resent",
+    "server_prompt_tokens", "server_prefill_ms", "server_decode_tokens", "server_decode_ms",
+    "server_cached_tokens", "server_queue_ms",
 )  # fmt: skip
 
 
 def _record(row: tuple[Any, ...]) -> RequestRecord:
+    # resent is NULL on rows written before deploy/sql/0120 (not recorded): kept None, not 0,
+    # so the block says what the row says
     (rid, run, shard, region, level, idx, sched_us, phase, attempt, outcome, status, err_phase,
      sent, headers, first, answer, end, prompt, max_tok, out, reasoning, usage_p, usage_c,
-     client, source, offsets, tokens) = row  # fmt: skip
+     client, source, offsets, tokens, connect, resent, s_prompt, s_prefill, s_decode_n,
+     s_decode, s_cached, s_queue) = row  # fmt: skip
     return RequestRecord(
         request_id=rid, run_id=run, shard_id=shard, region=region, level=level, index=idx,
         scheduled_at_ns=sched_us * 1000, phase=Phase(phase), attempt=attempt,
@@ -36,6 +41,9 @@ def _record(row: tuple[Any, ...]) -> RequestRecord:
         prompt_tokens=prompt, max_tokens=max_tok, output_tokens=out, reasoning_tokens=reasoning,
         usage_prompt_tokens=usage_p, usage_completion_tokens=usage_c, client_tokens=client,
         token_source=TokenSource(source), chunk_offsets_us=offsets, chunk_tokens=tokens,
+        connect_ns=connect, resent=resent, server_prompt_tokens=s_prompt,
+        server_prefill_ms=s_prefill, server_decode_tokens=s_decode_n, server_decode_ms=s_decode,
+        server_cached_tokens=s_cached, server_queue_ms=s_queue,
     )  # fmt: skip
 
 

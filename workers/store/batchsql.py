@@ -15,7 +15,10 @@ from psycopg import sql
 from workers.store import blocks, copyenc
 from workers.store.spool import EncodedBatch
 
-_REQ_COLS = sql.SQL(", ").join(map(sql.Identifier, copyenc.REQUEST_COLUMNS))
+_REQ_COLS = {
+    layout: sql.SQL(", ").join(map(sql.Identifier, cols))
+    for layout, cols in copyenc.REQUEST_LAYOUTS.items()
+}
 _TICK_COLS = sql.SQL(", ").join(map(sql.Identifier, copyenc.TICK_COLUMNS))
 _BLOCK_COLS = sql.SQL(", ").join(map(sql.Identifier, blocks.BLOCK_COLUMNS))
 _STAGE_REQ, _STAGE_TICKS = sql.Identifier("pl_stage_requests"), sql.Identifier("pl_stage_ticks")
@@ -29,14 +32,20 @@ _SETUP = [
     ),
 ]
 _COPY = "COPY {} ({}) FROM STDIN (FORMAT BINARY)"
-COPY_STAGED_REQ = sql.SQL(_COPY).format(_STAGE_REQ, _REQ_COLS)
+# per copyenc layout (an older spooled payload has fewer columns)
+COPY_STAGED_REQ = {k: sql.SQL(_COPY).format(_STAGE_REQ, c) for k, c in _REQ_COLS.items()}
 COPY_STAGED_TICKS = sql.SQL(_COPY).format(_STAGE_TICKS, _TICK_COLS)
-COPY_DIRECT_REQ = sql.SQL(_COPY).format(sql.Identifier("requests"), _REQ_COLS)
+COPY_DIRECT_REQ = {
+    k: sql.SQL(_COPY).format(sql.Identifier("requests"), c) for k, c in _REQ_COLS.items()
+}
 COPY_DIRECT_TICKS = sql.SQL(_COPY).format(sql.Identifier("ticks"), _TICK_COLS)
 COPY_STAGED_BLOCKS = sql.SQL(_COPY).format(_STAGE_BLOCKS, _BLOCK_COLS)
 COPY_DIRECT_BLOCKS = sql.SQL(_COPY).format(sql.Identifier("request_blocks"), _BLOCK_COLS)
 _INSERT = "INSERT INTO {0} ({1}) SELECT {1} FROM {2} ON CONFLICT DO NOTHING"
-INSERT_REQ = sql.SQL(_INSERT).format(sql.Identifier("requests"), _REQ_COLS, _STAGE_REQ)
+INSERT_REQ = {
+    k: sql.SQL(_INSERT).format(sql.Identifier("requests"), c, _STAGE_REQ)
+    for k, c in _REQ_COLS.items()
+}
 INSERT_TICKS = sql.SQL(_INSERT).format(sql.Identifier("ticks"), _TICK_COLS, _STAGE_TICKS)
 INSERT_BLOCKS = sql.SQL(_INSERT).format(
     sql.Identifier("request_blocks"), _BLOCK_COLS, _STAGE_BLOCKS
@@ -97,7 +106,8 @@ def write_batch(
     inserted = ticks_inserted = 0
     with conn.transaction(), conn.cursor() as cur:
         if enc.n_records:
-            with cur.copy(COPY_STAGED_REQ if staged else COPY_DIRECT_REQ) as cp:
+            copy = COPY_STAGED_REQ if staged else COPY_DIRECT_REQ
+            with cur.copy(copy[enc.layout]) as cp:
                 cp.write(enc.requests)
             inserted = enc.n_records
         if enc.n_ticks:
@@ -105,7 +115,7 @@ def write_batch(
                 cp.write(enc.ticks)
             ticks_inserted = enc.n_ticks
         if staged and enc.n_records:
-            cur.execute(INSERT_REQ)
+            cur.execute(INSERT_REQ[enc.layout])
             inserted = max(cur.rowcount, 0)
         if staged and enc.n_ticks:
             cur.execute(INSERT_TICKS)

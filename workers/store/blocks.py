@@ -1,6 +1,7 @@
-"""Rows of `request_blocks` (deploy/sql/0110_request_blocks.sql, which specifies the body): one
-writer batch of one run, packed column by column, as a binary COPY payload written in the same
-transaction as the batch's `requests` rows.
+"""Rows of `request_blocks` (deploy/sql/0110_request_blocks.sql specifies the body, and
+0120_request_timings.sql its format 2, written here): one writer batch of one run, packed column
+by column, as a binary COPY payload written in the same transaction as the batch's `requests`
+rows.
 """
 
 # The scalar and text values are those the `requests` COPY stores (copyenc), so a reader of the
@@ -20,8 +21,8 @@ import numpy as np
 
 from loadgen.records import RequestRecord
 
-FORMAT = 1
-MAGIC = b"PLBLOCK1"
+FORMAT = 2
+MAGIC = b"PLBLOCK2"
 HEAD = struct.Struct("<8sIQI")  # magic, requests, chunks, dictionary bytes
 NULL = -(2**63)
 BLOCK_COLUMNS = ("run_id", "block_id", "scheduled_at", "format", "n_requests", "n_chunks", "body")
@@ -55,7 +56,20 @@ _SCALARS: tuple[tuple[Callable[[RequestRecord], Any], bool], ...] = (
     (attrgetter("usage_prompt_tokens"), True),
     (attrgetter("usage_completion_tokens"), True),
     (attrgetter("client_tokens"), False),
+    # format 2
+    (attrgetter("connect_ns"), True),
+    (attrgetter("resent"), True),  # None only when packing rows stored without it (backfill)
+    (attrgetter("server_prompt_tokens"), True),
+    (attrgetter("server_prefill_ms"), True),
+    (attrgetter("server_decode_tokens"), True),
+    (attrgetter("server_decode_ms"), True),
+    (attrgetter("server_cached_tokens"), True),
+    (attrgetter("server_queue_ms"), True),
 )
+# fields holding float64 bits (NULL: NaN) instead of integers
+FLOAT_FIELDS = frozenset((20, 22, 24))
+# the server_* fields: all NULL for most APIs, filled in one step then
+_SERVER_FIELDS = range(19, 25)
 _CODED: tuple[Callable[[RequestRecord], str | None], ...] = (
     attrgetter("region"),
     attrgetter("shard_id"),
@@ -75,8 +89,14 @@ def body(
     sizes per record."""
     n = len(records)
     scalars = np.empty((N_SCALARS, n), dtype="<i8")
+    server = _has_server_timings(records)
     for f, (get, nullable) in enumerate(_SCALARS):
-        if nullable:
+        if f in _SERVER_FIELDS and not server:
+            scalars[f] = _NAN_BITS if f in FLOAT_FIELDS else NULL
+        elif f in FLOAT_FIELDS:
+            values = [np.nan if (v := get(r)) is None else v for r in records]
+            scalars[f] = np.array(values, dtype="<f8").view("<i8")
+        elif nullable:
             scalars[f] = [NULL if (v := get(r)) is None else v for r in records]
         else:
             scalars[f] = [get(r) for r in records]
@@ -98,6 +118,23 @@ def body(
         tokens.astype("<i2").tobytes(),
         text,
     )), ids  # fmt: skip
+
+
+_NAN_BITS = int(np.array([np.nan], dtype="<f8").view("<i8")[0])
+
+
+def _has_server_timings(records: Sequence[RequestRecord]) -> bool:
+    """Whether any record carries a server_* value (checked on prefill, decode and prompt
+    counts first: a server that reports any reports those)."""
+    return any(
+        r.server_prefill_ms is not None
+        or r.server_decode_ms is not None
+        or r.server_prompt_tokens is not None
+        or r.server_decode_tokens is not None
+        or r.server_cached_tokens is not None
+        or r.server_queue_ms is not None
+        for r in records
+    )
 
 
 _ROW = struct.Struct(">hi16si16siqihiiiqi")  # fields, then (length, value) pairs up to body

@@ -1,5 +1,6 @@
 """PostgreSQL binary COPY payloads for `requests` and `ticks`, built directly from records, in
-the column order `REQUEST_COLUMNS` / `TICK_COLUMNS`. The bytes are also the spool format.
+the column order `REQUEST_COLUMNS` / `TICK_COLUMNS`. The bytes are also the spool format; a
+spooled payload of an older layout names its own columns (`REQUEST_LAYOUTS`).
 """
 
 # Building the payload ourselves instead of psycopg's per-value adapters is 2-4x cheaper per row
@@ -23,7 +24,14 @@ REQUEST_COLUMNS = (
     "max_tokens", "output_tokens", "reasoning_tokens", "usage_prompt_tokens",
     "usage_completion_tokens", "client_tokens", "token_source", "chunk_offsets_us",
     "chunk_tokens", "retry_after_s", "prompt_text", "response_text",
+    # deploy/sql/0120: the connection, re-sends and the server's own timings
+    "connect_ns", "resent", "server_prompt_tokens", "server_prefill_ms", "server_decode_tokens",
+    "server_decode_ms", "server_cached_tokens", "server_queue_ms",
 )  # fmt: skip
+REQUESTS_LAYOUT = 2  # the layout encode_request writes
+# the columns of each layout a payload (a spooled one included) may have: new columns are only
+# ever appended, so an older payload COPYs into its leading columns, the rest left NULL
+REQUEST_LAYOUTS = {1: REQUEST_COLUMNS[:33], 2: REQUEST_COLUMNS}
 TICK_COLUMNS = (
     "t", "run_id", "shard_id", "region", "level", "in_flight", "started", "completed", "errors",
     "output_tokens", "loop_lag_ms_max", "loop_lag_ms_p99", "dispatch_delay_ms_max",
@@ -40,6 +48,7 @@ _I16 = struct.Struct(">ih")  # (2, value)
 _I32 = struct.Struct(">ii")  # (4, value)
 _I64 = struct.Struct(">iq")  # (8, value)
 _F32 = struct.Struct(">if")  # (4, value)
+_F64 = struct.Struct(">id")  # (8, value)
 _LEN = struct.Struct(">i")
 _NFIELDS_REQ = struct.pack(">h", len(REQUEST_COLUMNS))
 _NFIELDS_TICK = struct.pack(">h", len(TICK_COLUMNS))
@@ -48,6 +57,9 @@ _ARRAY_HEAD = struct.Struct(">iiiiii")  # (field len, ndim=1, has_null=0, oid, n
 _EMPTY_INT4 = struct.pack(">iiii", 12, 0, 0, _INT4_OID)
 _EMPTY_INT2 = struct.pack(">iiii", 12, 0, 0, _INT2_OID)
 _TIMES = struct.Struct(">iqiqiqiqiq")  # sent, headers, first_token, first_answer, end (all set)
+_NO_SERVER = _NULL * 6  # the server reported no timings (most APIs)
+_RESENT = [struct.pack(">ih", 2, k) for k in range(4)]  # 0 nearly always, at most a few
+_TAIL_REUSED = _NULL + _RESENT[0] + _NO_SERVER
 # Array elements as (length, value) pairs, big-endian: numpy fills them ~3x faster than struct.
 _ELEM_I4 = np.dtype([("n", ">i4"), ("v", ">i4")])
 _ELEM_I2 = np.dtype([("n", ">i4"), ("v", ">i2")])
@@ -131,6 +143,41 @@ def _arrays(
     return out
 
 
+def _float8_or_null(value: float | None) -> bytes:
+    return _NULL if value is None else _F64.pack(8, value)
+
+
+def _tail(r: RequestRecord) -> bytes:
+    """The columns of deploy/sql/0120: connect_ns, resent, then the server_* ones. One
+    constant for the usual case: a reused connection, no re-send, no server timings."""
+    c, k = r.connect_ns, r.resent
+    pt, pm, dt, dm = (
+        r.server_prompt_tokens,
+        r.server_prefill_ms,
+        r.server_decode_tokens,
+        r.server_decode_ms,
+    )
+    ct, qm = r.server_cached_tokens, r.server_queue_ms
+    if pt is None and pm is None and dt is None and dm is None and ct is None and qm is None:
+        if c is None and k == 0:
+            return _TAIL_REUSED
+        server = _NO_SERVER
+    else:
+        server = b"".join((
+            _int4_or_null(pt),
+            _float8_or_null(pm),
+            _int4_or_null(dt),
+            _float8_or_null(dm),
+            _int4_or_null(ct),
+            _float8_or_null(qm),
+        ))  # fmt: skip
+    return (
+        (_NULL if c is None else _I64.pack(8, c))
+        + (_RESENT[k] if 0 <= k < 4 else _I16.pack(2, k))
+        + server
+    )
+
+
 def _times(r: RequestRecord) -> bytes:
     s, h, f, a, e = r.sent_ns, r.headers_ns, r.first_token_ns, r.first_answer_ns, r.end_ns
     if s is not None and h is not None and f is not None and a is not None and e is not None:
@@ -174,6 +221,7 @@ def encode_request(
         _NULL if r.retry_after_s is None else _F32.pack(4, r.retry_after_s),
         _free_text(r.prompt_text) if store_content else _NULL,
         _free_text(r.response_text) if store_content else _NULL,
+        _tail(r),
     ))  # fmt: skip
 
 

@@ -17,11 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.errors import SpoolFullError, StoreError
+from workers.store.copyenc import REQUEST_LAYOUTS, REQUESTS_LAYOUT
 
-MAGIC = b"PLSPOOL2"
-MAGIC_V1 = b"PLSPOOL1"  # before request_blocks: no blocks payload (still replayed)
-_HEAD = struct.Struct(">8sIIQQQ")  # magic, n_records, n_ticks, len(requests, ticks, blocks)
+MAGIC = b"PLSPOOL3"
+# older files are still replayed: their requests payload has copyenc layout 1 (no connection or
+# server timing columns); version 1 also has no request_blocks payload
+MAGIC_V2 = b"PLSPOOL2"
+MAGIC_V1 = b"PLSPOOL1"
+# magic, n_records, n_ticks, len(requests, ticks, blocks), the requests payload's layout
+_HEAD = struct.Struct(">8sIIQQQH")
+_HEAD_V2 = struct.Struct(">8sIIQQQ")
 _HEAD_V1 = struct.Struct(">8sIIQQ")
+_HEADS = {MAGIC: _HEAD, MAGIC_V2: _HEAD_V2, MAGIC_V1: _HEAD_V1}
 SUFFIX = ".batch"
 FRESH = "-fresh"  # never attempted: replay may COPY it straight into the tables
 
@@ -29,13 +36,15 @@ FRESH = "-fresh"  # never attempted: replay may COPY it straight into the tables
 @dataclass(frozen=True, slots=True)
 class EncodedBatch:
     """What one transaction writes: binary COPY payloads of requests, ticks and request_blocks
-    (b"" when there are none) and the row counts of the first two."""
+    (b"" when there are none), the row counts of the first two, and the columns the requests
+    payload has (a `copyenc.REQUEST_LAYOUTS` key)."""
 
     requests: bytes
     ticks: bytes
     n_records: int
     n_ticks: int
     blocks: bytes = b""
+    layout: int = REQUESTS_LAYOUT
 
     @property
     def nbytes(self) -> int:
@@ -43,24 +52,26 @@ class EncodedBatch:
 
     def to_bytes(self) -> bytes:
         lens = (len(self.requests), len(self.ticks), len(self.blocks))
-        head = _HEAD.pack(MAGIC, self.n_records, self.n_ticks, *lens)
+        head = _HEAD.pack(MAGIC, self.n_records, self.n_ticks, *lens, self.layout)
         return head + self.requests + self.ticks + self.blocks
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str) -> EncodedBatch:
-        v1 = data[:8] == MAGIC_V1
-        head = _HEAD_V1 if v1 else _HEAD
+        head = _HEADS.get(bytes(data[:8]))
+        if head is None:
+            raise StoreError(f"spool file {where} is not a peakload spool batch")
         if len(data) < head.size:
             raise StoreError(f"spool file {where} is truncated")
-        magic, n_rec, n_ticks, len_req, len_ticks, *rest = head.unpack_from(data)
+        _, n_rec, n_ticks, len_req, len_ticks, *rest = head.unpack_from(data)
         len_blocks = rest[0] if rest else 0
-        if magic not in (MAGIC, MAGIC_V1) or len(data) != (
-            head.size + len_req + len_ticks + len_blocks
-        ):
+        layout = rest[1] if len(rest) > 1 else 1
+        if len(data) != head.size + len_req + len_ticks + len_blocks:
             raise StoreError(f"spool file {where} is not a complete peakload spool batch")
+        if layout not in REQUEST_LAYOUTS:
+            raise StoreError(f"spool file {where}: unknown requests layout {layout}")
         body = memoryview(data)[head.size :]
         a, b = len_req, len_req + len_ticks
-        return cls(bytes(body[:a]), bytes(body[a:b]), n_rec, n_ticks, bytes(body[b:]))
+        return cls(bytes(body[:a]), bytes(body[a:b]), n_rec, n_ticks, bytes(body[b:]), layout)
 
 
 class Spool:

@@ -170,7 +170,7 @@ def test_spool_files_of_the_previous_format_still_replay() -> None:
     assert again == enc
     old = b"PLSPOOL1" + (3).to_bytes(4, "big") + (2).to_bytes(4, "big")
     old += (3).to_bytes(8, "big") + (5).to_bytes(8, "big") + b"reqticks"
-    assert EncodedBatch.from_bytes(old, "y") == EncodedBatch(b"req", b"ticks", 3, 2, b"")
+    assert EncodedBatch.from_bytes(old, "y") == EncodedBatch(b"req", b"ticks", 3, 2, b"", 1)
 
 
 def test_a_run_without_blocks_can_be_packed_later(store_url: str, tmp_path: Path) -> None:
