@@ -15,7 +15,7 @@ import pandas as pd
 from analysis import metrics as m
 from analysis import percentiles as pc
 from analysis import sla
-from analysis.summary import level_window_s
+from analysis.summary import level_window
 
 
 def frontier_points(
@@ -29,22 +29,23 @@ def frontier_points(
     resamples: int = 1000,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """One row per level: level, kind, value (configured load), request_rate (req/s),
-    output_tokens_per_s, latency (the metric's `percentile`, ms, ok steady requests) with its
+    """One row per level: level, kind, value (configured load), request_rate (req/s) and
+    output_tokens_per_s from arrivals inside the level's steady window (the definitions of
+    metrics.request_rate and metrics.output_token_rate, as the summary shows them), latency
+    (the metric's `percentile`, ms, ok steady requests) with its
     bootstrap band latency_lower/latency_upper, and n samples."""
     ok_steady = ((df["outcome"] == "ok") & (df["phase"] == "steady")).to_numpy()
     level_col = df["level"].to_numpy()
-    if metric == "itl_ms":
-        ch = chunks if chunks is not None else m.ChunkArrays.from_frame(df)
-    else:
+    ch = chunks if chunks is not None else m.ChunkArrays.from_frame(df)
+    times = m.Timeline.from_frame(df)
+    if metric != "itl_ms":
         per_req = m.per_request_values(df, metric)
     known = {int(r["level"]): dict(r) for _, r in levels_df.iterrows()}
     rows = []
     for lvl in sorted(set(level_col.tolist()) | set(known)):
         sel = level_col == lvl
         level = known.get(int(lvl), {"level": lvl, "kind": None, "value": None})
-        window = level_window_s(level, df, sel)
-        sub = df[sel]
+        window = level_window(level, df, sel)
         lat_rows = sel & ok_steady
         vals = m.itl_per_token_ms(ch, lat_rows) if metric == "itl_ms" else per_req[lat_rows]
         s = pc.spectrum(vals, [percentile], confidence=confidence, resamples=resamples, seed=seed)
@@ -53,8 +54,8 @@ def frontier_points(
                 "level": int(lvl),
                 "kind": level.get("kind"),
                 "value": level.get("value"),
-                "request_rate": m.request_rate(sub, window),
-                "output_tokens_per_s": m.output_token_rate(sub, window),
+                "request_rate": m.request_rate(times, window),
+                "output_tokens_per_s": m.output_token_rate(ch, times, window),
                 "latency": float(s["value"].iloc[0]),
                 "latency_lower": float(s["lower"].iloc[0]),
                 "latency_upper": float(s["upper"].iloc[0]),

@@ -199,11 +199,14 @@ def resolve_run_id(conn: psycopg.Connection[Any], ref: str) -> str:
 
 
 def load_levels(conn: psycopg.Connection[Any], run_ids: str | Iterable[str]) -> pd.DataFrame:
-    """One row per (run, level): kind, configured value, duration/warmup/cooldown (s), times."""
+    """One row per (run, level): kind, configured value, duration/warmup/cooldown (s), times,
+    the steady window as run (steady_start/steady_end), drained_at, between_levels and the
+    saturation search's decision (`search`, JSON) where stored."""
     with conn.cursor() as cur:
         cur.execute(
             "SELECT run_id::text AS run_id, level, kind, value, duration_s, warmup_s, cooldown_s, "
-            "started_at, ended_at FROM run_levels WHERE run_id = ANY(%s::uuid[]) "
+            "started_at, ended_at, steady_start, steady_end, drained_at, between_levels, search "
+            "FROM run_levels WHERE run_id = ANY(%s::uuid[]) "
             "ORDER BY run_id, level",
             (_ids(run_ids),),
         )
@@ -220,9 +223,14 @@ def load_levels(conn: psycopg.Connection[Any], run_ids: str | Iterable[str]) -> 
                 "cooldown_s",
                 "started_at",
                 "ended_at",
+                "steady_start",
+                "steady_end",
+                "drained_at",
+                "between_levels",
+                "search",
             ]
         )
-    for col in ("started_at", "ended_at"):
+    for col in ("started_at", "ended_at", "steady_start", "steady_end", "drained_at"):
         df[col] = _utc(df[col])
     return df
 

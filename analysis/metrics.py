@@ -215,7 +215,7 @@ def max_itl_ms(chunks: ChunkArrays, rows: BoolArray | None = None) -> FloatArray
 
 
 def steady_window_s(level: Mapping[str, Any]) -> float:
-    """A level's steady span: duration_s - warmup_s - cooldown_s (s)."""
+    """A level's planned steady span: duration_s - warmup_s - cooldown_s (s)."""
     return (
         float(level["duration_s"])
         - float(level.get("warmup_s") or 0.0)
@@ -223,18 +223,132 @@ def steady_window_s(level: Mapping[str, Any]) -> float:
     )
 
 
-def request_rate(df: pd.DataFrame, window_s: float) -> float:
-    """Request throughput: ok requests with phase == steady / steady window (req/s)."""
-    n = int(((df["phase"] == "steady") & (df["outcome"] == "ok")).sum())
-    return n / window_s if window_s > 0 else float("nan")
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A level's steady window on the wall clock: [start_ns, end_ns), ns since the epoch, as the
+    runner stored it (run_levels.steady_start/steady_end: for several shards the span in which
+    every shard was in its steady phase; for an aborted run cut at the time it stopped)."""
+
+    start_ns: int
+    end_ns: int
+
+    @property
+    def seconds(self) -> float:
+        return max(self.end_ns - self.start_ns, 0) / 1e9
 
 
-def output_token_rate(df: pd.DataFrame, window_s: float) -> float:
-    """Output throughput: sum of output_tokens over requests with phase == steady (any outcome:
-    partial streams' tokens were produced too) / steady window (tokens/s)."""
-    steady = df["phase"] == "steady"
-    n = float(df.loc[steady, "output_tokens"].sum())
-    return n / window_s if window_s > 0 else float("nan")
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """Every request's absolute times (int64 ns since the epoch, on the shard's wall anchor):
+    `sent_at` = scheduled_at + sent_ns and `end_at` = scheduled_at + end_ns, valid where `sent`;
+    `base` is sent_at, the origin of the request's chunk offsets."""
+
+    sent_at: IntArray
+    end_at: IntArray
+    sent: BoolArray
+    ok: BoolArray
+
+    @classmethod
+    def from_frame(cls, df: pd.DataFrame) -> Timeline:
+        sched = epoch_ns(df["scheduled_at"])
+        sent_ns = df["sent_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+        end_ns = df["end_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+        has = np.isfinite(sent_ns) & np.isfinite(end_ns)
+        sent_at = sched + np.where(has, sent_ns, 0.0).astype(np.int64)
+        end_at = sched + np.where(has, end_ns, 0.0).astype(np.int64)
+        return cls(sent_at, end_at, has, (df["outcome"] == "ok").to_numpy())
+
+
+def epoch_ns(ts: pd.Series) -> IntArray:
+    """UTC timestamps as int64 ns since the epoch."""
+    return np.asarray(
+        pd.to_datetime(ts, utc=True).dt.tz_localize(None).to_numpy("datetime64[ns]").view(np.int64)
+    )
+
+
+def tokens_arrived(
+    chunks: ChunkArrays, times: Timeline, window: Window, rows: BoolArray | None = None
+) -> int:
+    """Output tokens whose arrival fell inside `window`, over the selected requests (any outcome:
+    a failed stream's partial tokens were produced too). A chunk's arrival is
+    sent_at + chunk_offsets_us * 1000; a chunk carrying k tokens (after fold.finish_tokens has
+    reconciled them with the server's usage) counts all k at its arrival. Exact to the µs of the
+    stored offsets: no request is counted whole or left out because of when it was scheduled."""
+    lengths = np.diff(chunks.ptr)
+    sel = times.sent & (lengths > 0)
+    if rows is not None:
+        sel &= np.asarray(rows, dtype=bool)
+    idx = np.flatnonzero(sel)
+    if idx.size == 0:
+        return 0
+    cum = np.concatenate(([0], np.cumsum(chunks.tokens, dtype=np.int64)))
+    lo, hi = chunks.ptr[idx], chunks.ptr[idx + 1]
+    base = times.sent_at[idx]
+    first = base + chunks.offsets_us[lo].astype(np.int64) * 1000
+    last = base + chunks.offsets_us[hi - 1].astype(np.int64) * 1000
+    inside = (first >= window.start_ns) & (last < window.end_ns)
+    total = int((cum[hi[inside]] - cum[lo[inside]]).sum())
+    cross = ~inside & (last >= window.start_ns) & (first < window.end_ns)
+    for j in np.flatnonzero(cross):  # a few per level: the requests the window's edges cut
+        offs = chunks.offsets_us[lo[j] : hi[j]].astype(np.int64) * 1000 + base[j]
+        a = int(np.searchsorted(offs, window.start_ns, side="left"))
+        b = int(np.searchsorted(offs, window.end_ns, side="left"))
+        total += int(cum[lo[j] + b] - cum[lo[j] + a])
+    return total
+
+
+def output_token_rate(
+    chunks: ChunkArrays, times: Timeline, window: Window, rows: BoolArray | None = None
+) -> float:
+    """Output throughput (tokens/s): `tokens_arrived(chunks, times, window, rows)` /
+    window.seconds. Pooled: the selected requests of every shard and region count in the one
+    window. NaN for an empty window."""
+    s = window.seconds
+    return tokens_arrived(chunks, times, window, rows) / s if s > 0 else float("nan")
+
+
+def completed_in(times: Timeline, window: Window, rows: BoolArray | None = None) -> BoolArray:
+    """Requests that ended ok inside `window` (end_at in [start, end))."""
+    end = times.end_at
+    done = times.ok & times.sent & (end >= window.start_ns) & (end < window.end_ns)
+    return done & np.asarray(rows, dtype=bool) if rows is not None else done
+
+
+def request_rate(times: Timeline, window: Window, rows: BoolArray | None = None) -> float:
+    """Request throughput (req/s): ok requests that *completed* inside the window (end_at in
+    [start, end)), whenever they were scheduled, / window.seconds."""
+    s = window.seconds
+    return int(completed_in(times, window, rows).sum()) / s if s > 0 else float("nan")
+
+
+def in_flight_mean(times: Timeline, window: Window, rows: BoolArray | None = None) -> float:
+    """Time-weighted mean of requests in flight over the window: each selected request's
+    [sent_at, end_at] overlap with the window, summed, / window length."""
+    s = window.seconds
+    if not s > 0:
+        return float("nan")
+    sel = times.sent if rows is None else times.sent & np.asarray(rows, dtype=bool)
+    a = np.maximum(times.sent_at[sel], window.start_ns)
+    b = np.minimum(times.end_at[sel], window.end_ns)
+    return float(np.clip(b - a, 0, None).sum()) / 1e9 / s
+
+
+def in_flight_max(times: Timeline, window: Window, rows: BoolArray | None = None) -> int:
+    """The largest number of selected requests in flight at once inside the window."""
+    sel = times.sent if rows is None else times.sent & np.asarray(rows, dtype=bool)
+    s, e = times.sent_at[sel], times.end_at[sel]
+    keep = (e > window.start_ns) & (s < window.end_ns)
+    s, e = s[keep], e[keep]
+    if s.size == 0:
+        return 0
+    at_start = int(((s <= window.start_ns) & (e > window.start_ns)).sum())
+    later = s[s > window.start_ns]
+    ends = e[(e > window.start_ns) & (e < window.end_ns)]
+    t = np.concatenate((ends, later))
+    d = np.concatenate((np.full(ends.size, -1), np.ones(later.size, dtype=np.int64)))
+    order = np.lexsort((d, t))  # at one instant, an end before a start
+    run = at_start + np.cumsum(d[order])
+    return max(at_start, int(run.max()) if run.size else at_start)
 
 
 SLO_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfat_ms")
@@ -278,13 +392,16 @@ def meets_slos(
 def goodput(
     df: pd.DataFrame,
     slos: Sequence[Mapping[str, Any]],
-    window_s: float,
+    times: Timeline,
+    window: Window,
+    rows: BoolArray | None = None,
     chunks: ChunkArrays | None = None,
 ) -> float:
-    """Goodput: steady-phase requests meeting every SLO (see `meets_slos`) / steady window
-    (req/s). With no SLOs it equals `request_rate`."""
-    good = meets_slos(df, slos, chunks) & (df["phase"] == "steady").to_numpy()
-    return int(good.sum()) / window_s if window_s > 0 else float("nan")
+    """Goodput (req/s): requests that completed inside the window (see `request_rate`) and met
+    every SLO (see `meets_slos`) / window.seconds. With no SLOs it equals `request_rate`."""
+    s = window.seconds
+    good = meets_slos(df, slos, chunks) & completed_in(times, window, rows)
+    return int(good.sum()) / s if s > 0 else float("nan")
 
 
 # ---------------------------------------------------------------- failures and token counts

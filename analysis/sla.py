@@ -32,6 +32,7 @@ from scipy import stats
 from analysis import metrics as m
 from analysis.exitcodes import Exit
 from loadgen.errors import SpecError
+from loadgen.reasons import STOPPED_BY_PEAKLOAD
 from loadgen.spec import DEFAULT_VERDICT_CONFIDENCE
 
 DEFAULT_CONFIDENCE = DEFAULT_VERDICT_CONFIDENCE
@@ -56,7 +57,10 @@ class PromptRange(BaseModel):
 class Claim(BaseModel):
     """One claim: `metric`'s `percentile`-th percentile is below `threshold` ms, optionally only
     for one level, one region, or a prompt_tokens range. `failures`: whether requests that were
-    sent but failed count as exceedances ("exceed", the conservative default) or are left out."""
+    sent but failed count as exceedances ("exceed", the conservative default) or are left out;
+    `unsent`: the same for requests demanded but never sent (`not_sent`, e.g. refused by
+    `max_concurrency`). Requests peakload itself stopped (the user aborted the run, its time
+    limit, its end: loadgen.reasons.STOPPED_BY_PEAKLOAD) never count; they are reported apart."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     metric: Literal[
@@ -69,6 +73,7 @@ class Claim(BaseModel):
     region: str | None = None
     prompt_tokens: PromptRange | None = None
     failures: Literal["exceed", "exclude"] = "exceed"
+    unsent: Literal["exceed", "exclude"] = "exceed"
     name: str | None = None
 
     def label(self) -> str:
@@ -193,6 +198,7 @@ class ClaimVerdict:
     p_pass: float
     p_fail: float
     samples_needed: int  # to pass with the observed exceedances
+    stopped: int = 0  # requests peakload itself stopped: reported apart, never counted
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -215,8 +221,37 @@ def claim_samples(
     df: pd.DataFrame, claim: Claim, chunks: m.ChunkArrays | None = None
 ) -> tuple[np.ndarray, int]:
     """The claim's samples (ms) from steady-phase ok requests matching its conditions, and the
-    number of sent-but-failed requests counted as extra exceedances (`failures = "exceed"`).
-    `itl_ms` gives one sample per token (see metrics.itl_per_token_ms)."""
+    number of requests demanded and not served counted as extra exceedances: sent but failed
+    (`failures = "exceed"`) and never sent (`unsent = "exceed"`), leaving out those peakload
+    itself stopped (`claim_stopped`). `itl_ms` gives one sample per token (see
+    metrics.itl_per_token_ms)."""
+    rows = _claim_rows(df, claim)
+    ok = (df["outcome"] == "ok").to_numpy()
+    sent = df["sent_ns"].notna().to_numpy()
+    served = rows & ~ok & ~_stopped(df)
+    failed = int((served & sent).sum()) if claim.failures == "exceed" else 0
+    failed += int((served & ~sent).sum()) if claim.unsent == "exceed" else 0
+    sel = rows & ok
+    if claim.metric == "itl_ms":
+        ch = chunks if chunks is not None else m.ChunkArrays.from_frame(df)
+        values = m.itl_per_token_ms(ch, sel)
+    else:
+        values = m.per_request_values(df, claim.metric)[sel]
+    return values[np.isfinite(values)], failed
+
+
+def _stopped(df: pd.DataFrame) -> np.ndarray:
+    """Cancelled or not sent because peakload stopped (loadgen.reasons.STOPPED_BY_PEAKLOAD)."""
+    out = df["outcome"].isin(("cancelled", "not_sent")).to_numpy()
+    return out & df["error_phase"].isin(tuple(STOPPED_BY_PEAKLOAD)).to_numpy()
+
+
+def claim_stopped(df: pd.DataFrame, claim: Claim) -> int:
+    """The claim's requests peakload itself stopped: never counted, reported apart."""
+    return int((_claim_rows(df, claim) & _stopped(df)).sum())
+
+
+def _claim_rows(df: pd.DataFrame, claim: Claim) -> np.ndarray:
     rows = (df["phase"] == "steady").to_numpy().copy()
     if claim.level is not None:
         rows &= (df["level"] == claim.level).to_numpy()
@@ -228,16 +263,7 @@ def claim_samples(
             rows &= pt >= claim.prompt_tokens.min
         if claim.prompt_tokens.max is not None:
             rows &= pt <= claim.prompt_tokens.max
-    ok = (df["outcome"] == "ok").to_numpy()
-    sent = df["sent_ns"].notna().to_numpy()
-    failed = int((rows & ~ok & sent).sum()) if claim.failures == "exceed" else 0
-    sel = rows & ok
-    if claim.metric == "itl_ms":
-        ch = chunks if chunks is not None else m.ChunkArrays.from_frame(df)
-        values = m.itl_per_token_ms(ch, sel)
-    else:
-        values = m.per_request_values(df, claim.metric)[sel]
-    return values[np.isfinite(values)], failed
+    return rows
 
 
 def evaluate(
@@ -281,6 +307,7 @@ def evaluate(
                 p_pass=pass_p_value(n, k, allowed),
                 p_fail=fail_p_value(n, k, allowed),
                 samples_needed=min_samples_to_pass(c.percentile, conf, k),
+                stopped=claim_stopped(df, c),
             )
         )
     return out

@@ -14,6 +14,8 @@ from rich.table import Table
 
 from analysis import itl_spectra
 from analysis import metrics as m
+from loadgen.reasons import STOPPED_BY_PEAKLOAD
+from loadgen.spec import DEFAULT_MAX_LOAD_SHORTFALL
 
 SUMMARY_PERCENTILES = (50.0, 90.0, 99.0)
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
@@ -27,9 +29,12 @@ DEFINITIONS = {
     "itl_ms": "per token: a chunk of k tokens after a gap g gives k samples of g/k, ms",
     "e2e_ms": "end_ns - sent_ns (from send), ms",
     "e2e_sched_ms": "end_ns (from the scheduled time), ms",
-    "request_rate": "ok steady-phase requests / steady window, req/s",
-    "output_tokens_per_s": "output tokens of steady-phase requests / steady window, tokens/s",
-    "goodput": "steady requests meeting every SLO / steady window, req/s",
+    "request_rate": "ok requests that completed inside the steady window / window, req/s",
+    "output_tokens_per_s": "output tokens that arrived inside the steady window (a chunk of k "
+    "tokens counts k at its arrival) / window, tokens/s, every level's requests pooled",
+    "goodput": "requests completed inside the steady window meeting every SLO / window, req/s",
+    "achieved": "concurrency: time-weighted mean of the level's own requests in flight over "
+    "its steady window; rate: the level's requests sent inside it / window, req/s",
     "latency_scope": "ok requests in the steady phase; percentiles exact, numpy linear",
     "connections": "sent requests with their connection on record, any phase and outcome: "
     "new_share = opened a new connection / on record; connect_ms = connect_ns of those that "
@@ -70,22 +75,43 @@ def _level_rows(levels_df: pd.DataFrame, requests_df: pd.DataFrame) -> list[dict
     return [known[k] for k in sorted(known)]
 
 
-def level_window_s(level: Mapping[str, Any], df: pd.DataFrame, rows: np.ndarray) -> float:
-    """The level's steady span from run_levels; without it, first steady schedule to last end."""
-    if level.get("duration_s") is not None and _num(level["duration_s"]) is not None:
-        return m.steady_window_s(level)
-    sel = rows & (df["phase"] == "steady").to_numpy()
-    if not sel.any():
-        return float("nan")
-    t0 = _epoch_ns(df["scheduled_at"])[sel]
-    end = t0 + np.nan_to_num(df["end_ns"].to_numpy(dtype=float)[sel]).astype(np.int64)
-    return float(end.max() - t0.min()) / 1e9
+def level_window(level: Mapping[str, Any], df: pd.DataFrame, rows: np.ndarray) -> m.Window:
+    """The level's steady window (wall clock): run_levels.steady_start/steady_end as the runner
+    stored them; for runs stored before those columns, started_at + warmup to started_at +
+    duration - cooldown; without a start, the level's first scheduled request stands for it."""
+    ss, se = _ts(level.get("steady_start")), _ts(level.get("steady_end"))
+    if ss is not None and se is not None:
+        return m.Window(ss, se)
+    t0 = _ts(level.get("started_at"))
+    if t0 is None:
+        if not rows.any():
+            return m.Window(0, 0)
+        t0 = int(m.epoch_ns(df["scheduled_at"])[rows].min())
+    dur = _num(level.get("duration_s"))
+    if dur is None:
+        return m.Window(0, 0)
+    warm = float(level.get("warmup_s") or 0.0)
+    cool = float(level.get("cooldown_s") or 0.0)
+    return m.Window(t0 + int(warm * 1e9), t0 + int((dur - cool) * 1e9))
+
+
+def _str(x: Any) -> str | None:
+    return x if isinstance(x, str) else None
+
+
+def _ts(x: Any) -> int | None:
+    """A stored timestamp as ns since the epoch, None when missing."""
+    if x is None or (not isinstance(x, str) and pd.isna(x)):
+        return None
+    return int(pd.Timestamp(x).value)
 
 
 class _Values:
     """Per-request metric arrays for the whole frame, computed once and masked per block."""
 
-    def __init__(self, df: pd.DataFrame, chunks: m.ChunkArrays) -> None:
+    def __init__(
+        self, df: pd.DataFrame, chunks: m.ChunkArrays, slos: Sequence[Mapping[str, Any]]
+    ) -> None:
         self.df = df
         self.chunks = chunks
         self.ok = (df["outcome"] == "ok").to_numpy()
@@ -95,6 +121,9 @@ class _Values:
             for name in ("ttft_ms", "tpot_ms", "e2e_ms", *EXTRA_LATENCIES, "output_speed_tps")
         }
         self.kinds = m.failure_kind(df).to_numpy()
+        self.times = m.Timeline.from_frame(df)
+        self.level = df["level"].to_numpy()
+        self.good = m.meets_slos(df, slos, chunks) if slos else None
         # ITL p50/p90/p99 of every level and (level, region), in a few passes over the chunks
         level = df["level"].to_numpy()
         region = df["region"].astype(object).to_numpy()
@@ -129,19 +158,23 @@ class _Values:
 def _block(
     v: _Values,
     rows: np.ndarray,
+    scope: np.ndarray,
     level: Mapping[str, Any],
-    slos: Sequence[Mapping[str, Any]],
     key: str,
 ) -> dict[str, Any]:
+    """One level's numbers over `rows` (its requests, of one region or all). Throughput counts
+    every request of `scope` (the region, or all) by when its tokens arrived or it completed:
+    under `between_levels = "overlap"` another level's stragglers produced them too."""
     df = v.df
-    window = level_window_s(level, df, rows)
+    win = level_window(level, df, rows)
+    window = win.seconds
     sub = df[rows]
     lat = rows & v.ok & v.steady
     out: dict[str, Any] = {
         "requests_ok": int((rows & v.ok).sum()),
         "requests_failed": int((rows & ~v.ok).sum()),
-        "request_rate": _num(m.request_rate(sub, window)),
-        "output_tokens_per_s": _num(m.output_token_rate(sub, window)),
+        "request_rate": _num(m.request_rate(v.times, win, scope)),
+        "output_tokens_per_s": _num(m.output_token_rate(v.chunks, v.times, win, scope)),
     }
     samples: dict[str, int] = {}
     for name in ("ttft_ms", "tpot_ms"):
@@ -160,23 +193,26 @@ def _block(
         samples[name] = int(np.isfinite(vals).sum())
     out["output_speed_tps"] = _pcts(v.per_request["output_speed_tps"][lat])
     out["samples"] = samples
-    out["steady_window_s"] = _num(window)
+    out["steady_window_s"] = _num(window) if window > 0 else None
     kinds = pd.Series(v.kinds[rows & ~v.ok])
     out["failures_by_kind"] = {str(k): int(c) for k, c in kinds.value_counts().sort_index().items()}
     n_all = int(rows.sum())
     out["error_rate"] = _num(out["requests_failed"] / n_all) if n_all else None
-    needs_chunks = any(str(x.get("metric")) == "itl_ms" for x in slos)
-    sub_chunks = _sub_chunks(v.chunks, rows) if needs_chunks else None
-    good = m.meets_slos(sub, slos, sub_chunks) if slos else None
-    if good is not None:
-        steady_sub = (sub["phase"] == "steady").to_numpy()
-        out["goodput"] = _num(int((good & steady_sub).sum()) / window) if window > 0 else None
-        out["slo_attainment"] = _num(good[steady_sub].mean()) if steady_sub.any() else None
-    kind = level.get("kind")
-    if kind == "concurrency":
-        out["achieved"] = _num(_mean_in_flight(df, rows, level, window))
+    if v.good is not None:
+        done = m.completed_in(v.times, win, scope)
+        out["goodput"] = _num(int((v.good & done).sum()) / window) if window > 0 else None
+        steady = rows & v.steady
+        out["slo_attainment"] = _num(v.good[steady].mean()) if steady.any() else None
+    own = m.in_flight_mean(v.times, win, rows)
+    others = scope & (v.level != int(level["level"]))
+    out["in_flight_mean"] = _num(own)
+    out["other_levels_in_flight_mean"] = _num(m.in_flight_mean(v.times, win, others))
+    out["other_levels_in_flight_max"] = m.in_flight_max(v.times, win, others) if window > 0 else 0
+    if level.get("kind") == "concurrency":
+        out["achieved"] = _num(own)
     else:
-        sent = rows & v.steady & df["sent_ns"].notna().to_numpy()
+        sent = rows & v.times.sent
+        sent &= (v.times.sent_at >= win.start_ns) & (v.times.sent_at < win.end_ns)
         out["achieved"] = _num(int(sent.sum()) / window) if window > 0 else None
     out["token_agreement"] = m.token_agreement(sub)
     out["connections"] = _connections(sub)
@@ -205,47 +241,37 @@ def _connections(sub: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def _epoch_ns(ts: pd.Series) -> np.ndarray:
-    """UTC timestamps as int64 ns since the epoch."""
-    return np.asarray(
-        pd.to_datetime(ts, utc=True).dt.tz_localize(None).to_numpy("datetime64[ns]").view(np.int64)
-    )
-
-
-def _mean_in_flight(
-    df: pd.DataFrame, rows: np.ndarray, level: Mapping[str, Any], window: float
-) -> float | None:
-    """Mean requests in flight over the level's steady window: the overlap of every request's
-    [sent, end] with [start + warmup, start + duration - cooldown], summed, / window (any
-    phase counts: closed-loop users start their first request in the warm-up). The level's
-    start is run_levels.started_at, else its first scheduled request."""
-    if not window > 0 or not rows.any():
-        return None
-    sched = _epoch_ns(df["scheduled_at"])[rows]
-    start = level.get("started_at")
-    t0 = (
-        int(pd.Timestamp(start).value)
-        if start is not None and not pd.isna(start)
-        else int(sched.min())
-    )
-    ws = t0 + (float(level.get("warmup_s") or 0.0)) * 1e9
-    we = ws + window * 1e9
-    sent = df["sent_ns"].to_numpy(dtype=float)[rows]
-    end = df["end_ns"].to_numpy(dtype=float)[rows]
-    ok = np.isfinite(sent) & np.isfinite(end)
-    s = sched[ok] + sent[ok]
-    e = sched[ok] + end[ok]
-    overlap = np.clip(np.minimum(e, we) - np.maximum(s, ws), 0.0, None)
-    return float(overlap.sum()) / 1e9 / window
-
-
-def _sub_chunks(chunks: m.ChunkArrays, rows: np.ndarray) -> m.ChunkArrays:
-    idx = np.flatnonzero(rows)
-    lengths = np.diff(chunks.ptr)[idx]
-    ptr = np.zeros(idx.size + 1, dtype=np.int64)
-    np.cumsum(lengths, out=ptr[1:])
-    owner = np.repeat(rows, np.diff(chunks.ptr))
-    return m.ChunkArrays(chunks.offsets_us[owner], chunks.tokens[owner], ptr)
+def load_flags(
+    entry: Mapping[str, Any], df: pd.DataFrame, rows: np.ndarray, spec: Any
+) -> list[str]:
+    """Why the level did not deliver the load it claims to measure: its achieved load (mean in
+    flight for concurrency, sent req/s for a rate) short of the configured one by more than
+    `[validity] max_load_shortfall` (default 5%), or requests demanded and not sent (e.g.
+    refused by `max_concurrency`; not those peakload stopped: loadgen.reasons). Closed loop
+    with think time is not judged by in-flight (users thinking are not in flight)."""
+    spec = spec if isinstance(spec, Mapping) else {}
+    validity = spec.get("validity") or {}
+    bound = float(validity.get("max_load_shortfall", DEFAULT_MAX_LOAD_SHORTFALL))
+    load = spec.get("load") or {}
+    flags = []
+    kind, value, achieved = entry.get("kind"), entry.get("value"), entry.get("achieved")
+    judged = kind == "rate" or (kind == "concurrency" and not load.get("think_time_s"))
+    if judged and value and achieved is not None and achieved < value * (1.0 - bound):
+        what = "mean in flight" if kind == "concurrency" else "sent req/s"
+        flags.append(
+            f"achieved load short: {what} {achieved:.3g} of {value:g} configured "
+            f"({1 - achieved / value:.1%} short, bound {bound:.0%})"
+        )
+    unsent = rows & (df["outcome"] == "not_sent").to_numpy()
+    unsent &= ~df["error_phase"].isin(tuple(STOPPED_BY_PEAKLOAD)).to_numpy()
+    if unsent.any():
+        why = df.loc[unsent, "error_phase"].fillna("unknown").value_counts().sort_index()
+        flags.append(
+            f"{int(unsent.sum())} requests not sent ("
+            + ", ".join(f"{k}: {v}" for k, v in why.items())
+            + ")"
+        )
+    return flags
 
 
 def level_summary(
@@ -262,14 +288,19 @@ def level_summary(
     "tpot_ms", "itl_ms", "e2e_ms", ...extras}]}` plus "name", "status", "definitions".
     TTFT is from send (first_token_ns - sent_ns); ITL is per token (a chunk of k tokens after a
     gap g counts k samples of g/k). Latencies cover ok requests in the steady phase; counts
-    cover every phase; rates divide by the steady window (duration - warmup - cooldown).
-    Extras per level: "kind", "value" (configured load), "achieved" (req/s sent for open loop;
-    mean in flight by Little's law for concurrency), "failures_by_kind", "goodput" and
-    "slo_attainment" when the run has SLOs, "connections" {"recorded", "new_share", "opened",
-    "connect_ms", "resent"}, "client_vs_server" (analysis.metrics.client_vs_server; None
-    without server timings), "regions" {name: same metrics}. ms throughout. Run-wide:
-    "resent" (re-sends, None when not recorded) and "server_timings" (whether any request
-    has them).
+    cover every phase. Throughput is from arrivals: output tokens/s = tokens that arrived inside
+    the level's stored steady window (a chunk of k tokens counts k at its arrival) / window;
+    req/s = ok requests that completed inside it / window (metrics.output_token_rate,
+    metrics.request_rate), every shard and region pooled in the one window.
+    Extras per level: "kind", "value" (configured load), "achieved" (req/s sent inside the
+    window for open loop; time-weighted mean of the level's own requests in flight for
+    concurrency), "in_flight_mean", "other_levels_in_flight_mean"/"_max" (other levels'
+    requests in flight during the window), "flags" (`load_flags`: the level did not deliver
+    its configured load, and why), "failures_by_kind", "goodput" and "slo_attainment" when
+    the run has SLOs, "connections" {"recorded", "new_share", "opened", "connect_ms",
+    "resent"}, "client_vs_server" (analysis.metrics.client_vs_server; None without server
+    timings), "regions" {name: same metrics}. ms throughout. Run-wide: "resent" (re-sends,
+    None when not recorded) and "server_timings" (whether any request has them).
     """
     run = dict(runs_row)
     spec = run.get("spec") or {}
@@ -278,7 +309,7 @@ def level_summary(
     ch = chunks if chunks is not None else m.ChunkArrays.from_frame(df)
     if ch.n_requests != len(df):
         raise ValueError(f"chunks cover {ch.n_requests} requests, the frame has {len(df)}")
-    vals = _Values(df, ch)
+    vals = _Values(df, ch, slos)
     level_col = df["level"].to_numpy()
     region_col = df["region"].to_numpy()
     levels_out = []
@@ -288,13 +319,16 @@ def level_summary(
             "level": int(level["level"]),
             "kind": level.get("kind"),
             "value": _num(level.get("value")),
+            "between_levels": _str(level.get("between_levels")),
         }
         lv = int(level["level"])
-        entry.update(_block(vals, rows, level, slos, f"{lv}|all"))
+        everyone = np.ones(len(df), dtype=bool)
+        entry.update(_block(vals, rows, everyone, level, f"{lv}|all"))
         entry["regions"] = {
-            str(r): _block(vals, rows & (region_col == r), level, slos, f"{lv}|{r}")
+            str(r): _block(vals, rows & (region_col == r), region_col == r, level, f"{lv}|{r}")
             for r in sorted(set(region_col[rows]))
         }
+        entry["flags"] = load_flags(entry, df, rows, spec)
         levels_out.append(entry)
     reasons = run.get("invalid_reasons") or []
     resent = [lv["connections"]["resent"] for lv in levels_out]
@@ -358,8 +392,9 @@ def render_summary_table(summary: Mapping[str, Any]) -> Table:
         "E2E",
         "new conn",
         "re-sent",
+        "load delivered",
     ):
-        t.add_column(col, justify="right" if col not in ("level",) else "left")
+        t.add_column(col, justify="right" if col not in ("level", "load delivered") else "left")
     for lvl in summary.get("levels", []):
         kind = lvl.get("kind") or ""
         load = f"{kind} {_fmt(lvl.get('value'), 0)} → {_fmt(lvl.get('achieved'), 1)}"
@@ -374,6 +409,7 @@ def render_summary_table(summary: Mapping[str, Any]) -> Table:
             *(_trio(lvl.get(k) or {}) for k in LATENCIES),
             connection_cell(conn),
             "—" if conn.get("resent") is None else str(conn["resent"]),
+            "FLAGGED: " + "; ".join(lvl["flags"]) if lvl.get("flags") else "ok",
         )
     return t
 

@@ -6,16 +6,23 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from loadgen.loadmodels import closed_loop_user, open_loop
+from loadgen.reasons import LEVEL_ENDED
 from loadgen.schedule import Level, load_trace, open_loop_offsets, static_levels, trace_share
 from loadgen.shard import NS, LevelWindow, Shard
 
 
 @dataclass(slots=True)
 class LevelResult:
+    """A level as it ran, on the wall clock (ns since the epoch). `steady_*` is the window its
+    throughput divides by: start + warmup to end - cooldown, cut at the moment the shard
+    stopped if it stopped early; `drained_wall_ns` when its last request ended (None if it did
+    not drain); `search` the saturation search's decision, if any."""
+
     index: int
     kind: str
     value: float
@@ -24,21 +31,65 @@ class LevelResult:
     cooldown_s: float
     started_wall_ns: int
     ended_wall_ns: int
+    steady_start_wall_ns: int = 0
+    steady_end_wall_ns: int = 0
+    drained_wall_ns: int | None = None
+    between_levels: str = "drain"
     met_slos: bool | None = None
+    search: dict[str, Any] | None = None
 
 
 async def run_levels(r: Shard, start: int, done: list[LevelResult]) -> None:
     """The spec's levels one after another from `start` (monotonic ns); each appended to `done`
-    as it ends."""
+    as it ends (or, cut at the stop, when the shard stops during it). Between two levels,
+    `load.between_levels` decides what happens to the first one's requests still running."""
     t0 = start
-    for lvl in static_levels(r.spec.load):
-        w = await run_level(r, lvl, t0)
-        done.append(level_result(r, w))
+    policy = r.spec.load.between_levels
+    levels = static_levels(r.spec.load)
+    for i, lvl in enumerate(levels):
+        try:
+            w = await run_level(r, lvl, t0)
+        except asyncio.CancelledError:
+            if r.window is not None and r.window.level is lvl:
+                done.append(level_result(r, r.window, stopped=r.clock(), policy=policy))
+            raise
+        res = level_result(r, w, policy=policy)
+        done.append(res)
         t0 = w.end
+        if i == len(levels) - 1:
+            break  # the shard's own end drains or cancels the last level
+        if policy == "drain":
+            if await drain(r, w.end + int(r.spec.target.deadline_s * NS)):
+                res.drained_wall_ns = r.wall(r.clock())
+            else:
+                await cancel_in_flight(r, LEVEL_ENDED)
+            t0 = max(w.end, r.clock())
+        elif policy == "cancel":
+            await cancel_in_flight(r, LEVEL_ENDED)
+            res.drained_wall_ns = r.wall(r.clock())
+            t0 = max(w.end, r.clock())
+
+
+async def cancel_in_flight(r: Shard, reason: str) -> None:
+    """End every request (and closed-loop user) still running: each gets its `cancelled` record
+    with the tokens it had received, `error_phase` = `reason`."""
+    tasks = list(r.in_flight)
+    if not tasks:
+        return
+    before = r.stop_reason
+    r.stop_reason = reason
+    try:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        if r.stop_reason == reason:  # unless the shard began to stop meanwhile
+            r.stop_reason = before
 
 
 async def run_level(shard: Shard, level: Level, start: int) -> LevelWindow:
     window = LevelWindow(level, start, start + int(level.duration_s * NS))
+    shard.window = window
     if shard.spec.load.saturation is not None:
         window.samples = {
             "ttft_ms": [],
@@ -76,8 +127,17 @@ async def run_level(shard: Shard, level: Level, start: int) -> LevelWindow:
     return window
 
 
-def level_result(r: Shard, w: LevelWindow) -> LevelResult:
+def level_result(
+    r: Shard, w: LevelWindow, *, stopped: int | None = None, policy: str = "drain"
+) -> LevelResult:
+    """`w` as run; `stopped` (monotonic ns) cuts its span and steady window where the shard
+    stopped, so an aborted level's rates divide by the time it really ran."""
     lv = w.level
+    end = w.end if stopped is None else min(w.end, stopped)
+    s0 = w.start + int(lv.warmup_s * NS)
+    s1 = w.end - int(lv.cooldown_s * NS)
+    if stopped is not None:
+        s1 = min(s1, stopped)
     return LevelResult(
         lv.index,
         lv.kind,
@@ -86,7 +146,10 @@ def level_result(r: Shard, w: LevelWindow) -> LevelResult:
         lv.warmup_s,
         lv.cooldown_s,
         r.wall(w.start),
-        r.wall(w.end),
+        r.wall(end),
+        r.wall(s0),
+        r.wall(max(s0, s1)),
+        between_levels=policy,
     )
 
 

@@ -93,6 +93,8 @@ async def run_shard(
         drained = await _drain_or_abort(r, grace, abort)
         if not drained:
             status = "aborted" if abort.is_set() else "timed_out"
+        elif levels_done and levels_done[-1].drained_wall_ns is None:
+            levels_done[-1].drained_wall_ns = r.wall(clock())
     else:
         status = "aborted" if stop_abort in done else "timed_out"
         r.stopping = True

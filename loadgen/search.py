@@ -4,6 +4,8 @@ samples its requests gave, and lets `schedule.saturation_levels` pick the next l
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 
 from loadgen.levels import LevelResult, drain, level_result, run_level
@@ -35,12 +37,19 @@ async def run_search(r: Shard, start: int, done: list[LevelResult]) -> None:
         lvl = Level(
             i, "rate", value, spec.load.duration_s, spec.load.warmup_s, spec.load.cooldown_s
         )
-        w = await run_level(r, lvl, t0)
-        await drain(r, w.end + int(spec.target.deadline_s * NS))
+        try:
+            w = await run_level(r, lvl, t0)
+        except asyncio.CancelledError:
+            if r.window is not None and r.window.level is lvl:
+                done.append(level_result(r, r.window, stopped=r.clock()))
+            raise
+        drained = await drain(r, w.end + int(spec.target.deadline_s * NS))
         assert w.samples is not None
         met = meets_slos(spec, w.samples)
         history.append((value, met))
         res = level_result(r, w)
+        if drained:
+            res.drained_wall_ns = r.wall(r.clock())
         res.met_slos = met
         done.append(res)
         t0 = max(w.end, r.clock())

@@ -65,6 +65,7 @@ class Shard:
         self.pending_ticks: list[Tick] = []
         self.outcomes: dict[str, int] = {}
         self.level_index = 0
+        self.window: LevelWindow | None = None  # the level running now
         # per-second counters
         self.started = self.completed = self.errors = self.tokens = 0
         self.chunks_seen = 0  # chunk arrivals stamped so far (weights the lag probe)

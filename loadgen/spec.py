@@ -215,6 +215,11 @@ class LoadSpec(_Strict):
     think_time_s: float = Field(default=0.0, ge=0)
     max_requests: int = Field(default=DEFAULT_MAX_REQUESTS, ge=1)
     max_concurrency: int = Field(default=4096, ge=1)  # cap on in-flight requests, open loop
+    # What happens to a level's requests still running when its window ends: "drain" waits for
+    # them (bounded by target.deadline_s) before the next level starts, so each level is
+    # measured alone; "cancel" ends them as `cancelled` (partial tokens kept); "overlap" starts
+    # the next level at once, its load inflated by the stragglers.
+    between_levels: Literal["drain", "cancel", "overlap"] = "drain"
     seed: int = 0
 
     @field_validator("concurrency")
@@ -304,6 +309,7 @@ DEFAULT_REGION = "local"
 DEFAULT_MAX_ERROR_RATE = 0.01
 # of every verdict on a run's criteria and SLA claims (analysis.sla uses it too)
 DEFAULT_VERDICT_CONFIDENCE = 0.99
+DEFAULT_MAX_LOAD_SHORTFALL = 0.05  # see ValiditySpec.max_load_shortfall
 
 
 class ValiditySpec(_Strict):
@@ -314,6 +320,9 @@ class ValiditySpec(_Strict):
     max_loop_lag_p99_ms: float = Field(default=2.0, gt=0)
     max_dispatch_delay_p99_ms: float = Field(default=5.0, gt=0)
     max_cpu_percent: float = Field(default=90.0, gt=0)
+    # a level whose achieved load (mean in flight, or sent req/s) falls short of the configured
+    # load by more than this fraction did not deliver the load it claims to measure
+    max_load_shortfall: float = Field(default=DEFAULT_MAX_LOAD_SHORTFALL, ge=0, lt=1)
 
 
 class RunSpec(_Strict):

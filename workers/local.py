@@ -192,11 +192,10 @@ def _finish(
             requests_scheduled=r.requests_scheduled,
         )
     if any(r.levels for r in results):
-        lv0 = max(results, key=lambda r: len(r.levels)).levels
         store_runs.upsert_levels(
             conn,
             run_id,
-            [level_row(lv) for lv in lv0],
+            store_runs.merge_levels([[level_row(lv) for lv in r.levels] for r in results]),
         )
     reasons = [f"{r.shard_id}: {why}" for r in results for why in r.invalid_reasons]
     statuses = {r.status for r in results}

@@ -155,17 +155,16 @@ def finalize_run(conn: psycopg.Connection[Any], run_id: str) -> str | None:
 
 
 def _merge_levels(conn: psycopg.Connection[Any], run_id: str) -> None:
-    """The run's levels from its shards' own: earliest start and latest end of each level
-    (wall clock), so a level's window covers every region."""
+    """The run's levels from its shards' own (`store_runs.merge_levels`): a level's span covers
+    every region; its steady window is where all of them were steady."""
     from workers.store import runs as store_runs
 
-    merged: dict[int, dict[str, Any]] = {}
-    for (levels,) in conn.execute(
-        "SELECT extra->'levels' FROM shards WHERE run_id = %s AND extra ? 'levels'", (run_id,)
-    ).fetchall():
-        for lv in levels or []:
-            m = merged.setdefault(int(lv["level"]), dict(lv))
-            m["started_at_ns"] = min(m["started_at_ns"], lv["started_at_ns"])
-            m["ended_at_ns"] = max(m["ended_at_ns"], lv["ended_at_ns"])
+    per_shard = [
+        list(levels or [])
+        for (levels,) in conn.execute(
+            "SELECT extra->'levels' FROM shards WHERE run_id = %s AND extra ? 'levels'", (run_id,)
+        ).fetchall()
+    ]
+    merged = store_runs.merge_levels(per_shard)
     if merged:
-        store_runs.upsert_levels(conn, run_id, [merged[k] for k in sorted(merged)])
+        store_runs.upsert_levels(conn, run_id, merged)

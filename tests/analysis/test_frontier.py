@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pandas as pd
 import pytest
 
 from analysis import frontier as fr
-from tests.analysis.storedata import frame, level_row, streamed
+from tests.analysis.storedata import T0, frame, level_row, streamed
 
 RUN = "00000000-0000-0000-0000-0000000000a7"
 
@@ -45,11 +47,24 @@ def _sweep() -> tuple[pd.DataFrame, pd.DataFrame]:
                     offsets_us=[first, first + 20_000],
                     tokens=[1, 1],
                     level=level,
+                    scheduled_at=T0 + dt.timedelta(seconds=60 * level + 0.1 * j),
                 )
             )
             i += 1
+    # each level's steady window [origin + 0.1 s, origin + 50.1 s): 50 s holding every fast
+    # request's completion (0.12 + 0.1 j s) and both its tokens
     levels = pd.DataFrame(
-        [level_row(RUN, lv, value=v, duration_s=50.0) for lv, v in ((0, 5.0), (1, 10.0), (2, 20.0))]
+        [
+            level_row(
+                RUN,
+                lv,
+                value=v,
+                duration_s=50.1,
+                warmup_s=0.1,
+                started_at=T0 + dt.timedelta(seconds=60 * lv),
+            )
+            for lv, v in ((0, 5.0), (1, 10.0), (2, 20.0))
+        ]
     )
     return frame(rows), levels
 
@@ -57,8 +72,10 @@ def _sweep() -> tuple[pd.DataFrame, pd.DataFrame]:
 def test_points_and_max_load() -> None:
     df, levels = _sweep()
     pts = fr.frontier_points(df, levels, metric="ttft_ms", percentile=99, resamples=200)
-    assert pts["request_rate"].tolist() == [10.0, 10.0, 10.0]  # 500 ok steady / 50 s
-    assert pts["output_tokens_per_s"].tolist() == [20.0, 20.0, 20.0]
+    # 500 completions / 50 s; at level 2 the slow requests 485, 490 and 495 end (and send both
+    # tokens) after the window, at 2.02 + 0.1 j s: 497 and 994 inside
+    assert pts["request_rate"].tolist() == pytest.approx([10.0, 10.0, 497 / 50])
+    assert pts["output_tokens_per_s"].tolist() == pytest.approx([20.0, 20.0, 994 / 50])
     assert pts["latency"].tolist()[:2] == [100.0, 100.0]
     assert pts["latency"].iloc[2] == 2000.0  # 20% slow: p99 is slow
     slos = [{"metric": "ttft_ms", "percentile": 99, "threshold": 800}]

@@ -62,10 +62,25 @@ def _store_run(conn: psycopg.Connection[Any], run_id: str = RUN) -> None:
         ),
     ]
     levels = [
+        # steady windows [T0, T0 + 0.5 s) and [T0 + 0.5 s, T0 + 5.5 s)
         level_row(
-            run_id, 0, kind="rate", value=10.0, duration_s=10.0, warmup_s=1.0, cooldown_s=1.0
+            run_id,
+            0,
+            kind="rate",
+            value=10.0,
+            duration_s=2.5,
+            warmup_s=1.0,
+            cooldown_s=1.0,
+            started_at=T0 - dt.timedelta(seconds=1),
         ),
-        level_row(run_id, 1, kind="concurrency", value=4.0, duration_s=5.0),
+        level_row(
+            run_id,
+            1,
+            kind="concurrency",
+            value=4.0,
+            duration_s=5.0,
+            started_at=T0 + dt.timedelta(milliseconds=500),
+        ),
     ]
     ticks = [
         tick_row(
@@ -116,23 +131,30 @@ def test_load_and_summarise(pg_conn: psycopg.Connection[Any]) -> None:
     assert s["invalid_reasons"] == ["loop lag p99 3.1 ms > 2 ms"]
     l0, l1 = s["levels"]
     assert (l0["requests_ok"], l0["requests_failed"]) == (4, 1)
-    # steady window 10 - 1 - 1 = 8 s; ok steady A, B, E = 3; tokens 5 + 3 + 1 (+0 for the 429)
-    assert l0["request_rate"] == pytest.approx(3 / 8)
-    assert l0["output_tokens_per_s"] == pytest.approx(9 / 8)
+    # window [T0, T0 + 0.5 s): tokens arrived A 5 (51..251 ms), B 2 (200, 400; not 500), the
+    # warm-up request 2 (310, 320), E 1 (420) = 10; completed ok inside: A, warm-up, E = 3
+    assert l0["steady_window_s"] == pytest.approx(0.5)
+    assert l0["request_rate"] == pytest.approx(3 / 0.5)
+    assert l0["output_tokens_per_s"] == pytest.approx(10 / 0.5)
     # TTFT from send: 50, 100, 20 -> p50 50; ITL per token 10 10 30 150 200 100 -> p50 65
     assert l0["ttft_ms"]["p50"] == 50.0 and l0["itl_ms"]["p50"] == 65.0
     assert l0["tpot_ms"]["p50"] == pytest.approx(100.0)  # 50 and 150; E has one token
     assert l0["e2e_ms"]["p90"] == pytest.approx(250 + 0.8 * 150)  # 20 250 400
     assert l0["ttfat_ms"]["p99"] == pytest.approx(50 + 0.98 * 250)  # 20 50 300
     assert l0["failures_by_kind"] == {"http_429": 1}
-    # SLO TTFT <= 80: A and E meet, B does not -> 2 / 8 s; attainment over steady rows 2 / 4
-    assert l0["goodput"] == pytest.approx(0.25) and l0["slo_attainment"] == 0.5
-    assert l0["achieved"] == pytest.approx(4 / 8)  # sent steady requests / window
+    # SLO TTFT <= 80: completed inside and meeting it: A, warm-up (10 ms), E -> 3 / 0.5 s;
+    # attainment over the level's steady rows: A and E of A, B, the 429, E -> 2 / 4
+    assert l0["goodput"] == pytest.approx(6.0) and l0["slo_attainment"] == 0.5
+    assert l0["achieved"] == pytest.approx(5 / 0.5)  # level 0 requests sent inside / window
+    assert l0["other_levels_in_flight_max"] == 0
     assert set(l0["regions"]) == {"eu", "us"}
     assert l0["regions"]["us"]["ttft_ms"]["p99"] == 20.0
     assert l0["regions"]["eu"]["requests_failed"] == 1
-    # level 1: one request, 40 ms in flight over 5 s -> mean concurrency 0.008
+    # level 1: one request, 40 ms in flight over 5 s -> mean concurrency 0.008; B's last token
+    # (500 ms) and its two arrived inside [0.5, 5.5) s; B and it completed there
     assert l1["kind"] == "concurrency" and l1["achieved"] == pytest.approx(0.04 / 5)
+    assert l1["output_tokens_per_s"] == pytest.approx(3 / 5)
+    assert l1["request_rate"] == pytest.approx(2 / 5)
     assert l1["itl_ms"] == {"p50": 10.0, "p90": 10.0, "p99": 10.0}
 
     text = _render(s)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from analysis import metrics as m
-from tests.analysis.storedata import MS, frame, request_row, streamed
+from tests.analysis.storedata import MS, T0, frame, request_row, streamed
 
 RUN = "00000000-0000-0000-0000-000000000001"
 
@@ -74,25 +74,53 @@ def test_itl_conventions() -> None:
     assert mx[0] == 150.0 and mx[1] == 200.0 and np.isnan(mx[2:]).all()
 
 
-def test_throughput_goodput_and_errors() -> None:
+def _window(start_ms: int, end_ms: int) -> m.Window:
+    t0 = int(T0.timestamp()) * 1_000_000_000
+    return m.Window(t0 + start_ms * MS, t0 + end_ms * MS)
+
+
+def test_throughput_counts_arrivals_and_completions_inside_the_window() -> None:
     rows = _rows()
     rows.append(
         streamed(RUN, 6, sent_ns=0, offsets_us=[10_000, 20_000], tokens=[1, 1], phase="warmup")
     )
     df = frame(rows)
-    window = m.steady_window_s({"duration_s": 12.0, "warmup_s": 1.0, "cooldown_s": 1.0})
-    assert window == 10.0
-    # ok steady requests: A, B, E = 3 in 10 s; tokens 5 + 3 + 1 (warmup's 2 excluded)
-    assert m.request_rate(df, window) == pytest.approx(0.3)
-    assert m.output_token_rate(df, window) == pytest.approx(0.9)
+    ch = m.ChunkArrays.from_frame(df)
+    times = m.Timeline.from_frame(df)
+    win = _window(60, 450)  # 0.39 s
+    assert win.seconds == pytest.approx(0.39)
+    # arrivals from T0 (ms): A 41(0) 51(1) 71(2) 101(1) 251(1); B 200 400 500; E 420; G 610 620.
+    # inside [60, 450): A 2 + 1 + 1, B 1 + 1, E 1 = 7; the 2-token chunk counts both at 71 ms
+    assert m.tokens_arrived(ch, times, win) == 7
+    assert m.output_token_rate(ch, times, win) == pytest.approx(7 / 0.39)
+    # a window's edge inside a chunk's arrival instant: [71, 101) has only the 2-token chunk
+    assert m.tokens_arrived(ch, times, _window(71, 101)) == 2
+    only_b = np.zeros(len(df), dtype=bool)
+    only_b[1] = True
+    assert m.tokens_arrived(ch, times, win, only_b) == 2
+    # completed ok inside: A (ends 251) and E (420); B ends at 500, after the window
+    assert m.request_rate(times, win) == pytest.approx(2 / 0.39)
     slos = [
         {"metric": "ttft_ms", "percentile": 99, "threshold": 80},
         {"metric": "itl_ms", "percentile": 99, "threshold": 160},
     ]
     # A meets both (TTFT 50, max ITL 150); B fails TTFT; E meets (no ITL value)
     assert m.meets_slos(df, slos)[:5].tolist() == [True, False, False, False, True]
-    assert m.goodput(df, slos, window) == pytest.approx(0.2)
-    assert m.goodput(df, [], window) == pytest.approx(m.request_rate(df, window))
+    assert m.goodput(df, slos, times, win) == pytest.approx(2 / 0.39)
+    assert m.goodput(df, [], times, win) == pytest.approx(m.request_rate(times, win))
+    # in flight, [sent, end] overlaps with [60, 450) ms: A 60..251, B 100..450, E 400..420, and
+    # the failures: #2 at 200..205, #3 from 300 on (a 60 s timeout): 191+350+20+5+150 ms
+    assert m.in_flight_mean(times, win) == pytest.approx((191 + 350 + 20 + 5 + 150) / 390)
+    assert m.in_flight_max(times, win) == 3  # at 400 ms: B, #3 and E
+    assert m.request_rate(times, m.Window(5, 5)) != m.request_rate(times, m.Window(5, 5))  # NaN
+
+
+def test_throughput_goodput_and_errors() -> None:
+    rows = _rows()
+    rows.append(
+        streamed(RUN, 6, sent_ns=0, offsets_us=[10_000, 20_000], tokens=[1, 1], phase="warmup")
+    )
+    df = frame(rows)
     rates = m.error_rates(df)
     assert rates == {
         "http_429": {"count": 1, "rate": 1 / 7},

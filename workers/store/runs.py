@@ -128,7 +128,8 @@ def finish_run(
 
 def level_row(level: Any) -> dict[str, Any]:
     """The `upsert_levels` row of a load level: `loadgen.schedule.Level` (planned) or
-    `loadgen.runner.LevelResult` (as run, with its wall-clock span)."""
+    `loadgen.levels.LevelResult` (as run, with its wall-clock span, steady window, drain time,
+    between-levels policy and search decision)."""
     row = {
         "level": level.index,
         "kind": level.kind,
@@ -140,12 +141,50 @@ def level_row(level: Any) -> dict[str, Any]:
     if hasattr(level, "started_wall_ns"):
         row["started_at_ns"] = level.started_wall_ns
         row["ended_at_ns"] = level.ended_wall_ns
+        row["steady_start_ns"] = level.steady_start_wall_ns
+        row["steady_end_ns"] = level.steady_end_wall_ns
+        row["drained_at_ns"] = level.drained_wall_ns
+        row["between_levels"] = level.between_levels
+        row["search"] = level.search
     return row
+
+
+def merge_levels(per_shard: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One run's levels from its shards' `level_row`s: earliest start and latest end of each
+    level; its steady window the span in which every shard that ran it was steady (latest
+    steady start to earliest steady end), so throughput pooled over shards divides by a window
+    in which all of them were loading; the latest drain."""
+    merged: dict[int, dict[str, Any]] = {}
+    for levels in per_shard:
+        for lv in levels:
+            k = int(lv["level"])
+            if k not in merged:
+                merged[k] = dict(lv)
+                continue
+            m = merged[k]
+            for key, pick in (
+                ("started_at_ns", min),
+                ("ended_at_ns", max),
+                ("steady_start_ns", max),
+                ("steady_end_ns", min),
+                ("drained_at_ns", max),
+            ):
+                vals = [x for x in (m.get(key), lv.get(key)) if x is not None]
+                m[key] = pick(vals) if vals else None
+            if m.get("search") is None:
+                m["search"] = lv.get("search")
+    out = [merged[k] for k in sorted(merged)]
+    for m in out:
+        s, e = m.get("steady_start_ns"), m.get("steady_end_ns")
+        if s is not None and e is not None and e < s:
+            m["steady_end_ns"] = s  # never steady together: an empty window, not a negative one
+    return out
 
 
 def upsert_levels(conn: psycopg.Connection[Any], run_id: str, levels: list[dict[str, Any]]) -> None:
     """Insert or update load levels. Keys: level, kind, value, duration_s, and optionally
-    warmup_s, cooldown_s, started_at_ns, ended_at_ns (wall ns; None keeps what is stored)."""
+    warmup_s, cooldown_s, started_at_ns, ended_at_ns, steady_start_ns, steady_end_ns,
+    drained_at_ns (wall ns), between_levels, search (None keeps what is stored)."""
     rows = []
     for i, lv in enumerate(levels):
         try:
@@ -153,21 +192,32 @@ def upsert_levels(conn: psycopg.Connection[Any], run_id: str, levels: list[dict[
                 run_id, int(lv["level"]), str(lv["kind"]), float(lv["value"]),
                 float(lv["duration_s"]), float(lv.get("warmup_s", 0.0)),
                 float(lv.get("cooldown_s", 0.0)), _wall(lv.get("started_at_ns")),
-                _wall(lv.get("ended_at_ns")),
+                _wall(lv.get("ended_at_ns")), _wall(lv.get("steady_start_ns")),
+                _wall(lv.get("steady_end_ns")), _wall(lv.get("drained_at_ns")),
+                lv.get("between_levels"),
+                None if lv.get("search") is None else Jsonb(lv["search"]),
             ))  # fmt: skip
         except (KeyError, TypeError, ValueError) as e:
             raise StoreError(f"upsert_levels: level entry [{i}] is malformed: {e!r}") from e
     with _tx(conn) as cur:
         cur.executemany(
             """INSERT INTO run_levels (run_id, level, kind, value, duration_s, warmup_s,
-                                       cooldown_s, started_at, ended_at)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, to_timestamp(%s), to_timestamp(%s))
+                                       cooldown_s, started_at, ended_at, steady_start,
+                                       steady_end, drained_at, between_levels, search)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, to_timestamp(%s), to_timestamp(%s),
+                       to_timestamp(%s), to_timestamp(%s), to_timestamp(%s), %s, %s)
                ON CONFLICT (run_id, level) DO UPDATE SET
                    kind = EXCLUDED.kind, value = EXCLUDED.value,
                    duration_s = EXCLUDED.duration_s, warmup_s = EXCLUDED.warmup_s,
                    cooldown_s = EXCLUDED.cooldown_s,
                    started_at = COALESCE(EXCLUDED.started_at, run_levels.started_at),
-                   ended_at = COALESCE(EXCLUDED.ended_at, run_levels.ended_at)""",
+                   ended_at = COALESCE(EXCLUDED.ended_at, run_levels.ended_at),
+                   steady_start = COALESCE(EXCLUDED.steady_start, run_levels.steady_start),
+                   steady_end = COALESCE(EXCLUDED.steady_end, run_levels.steady_end),
+                   drained_at = COALESCE(EXCLUDED.drained_at, run_levels.drained_at),
+                   between_levels = COALESCE(EXCLUDED.between_levels,
+                                             run_levels.between_levels),
+                   search = COALESCE(EXCLUDED.search, run_levels.search)""",
             rows,
         )
 
