@@ -118,7 +118,8 @@ def load_runs(
     limit: int | None = 100,
 ) -> pd.DataFrame:
     """One row per run, newest first: id, name, target, model, labels, start, duration (s),
-    status, validity, requests (recorded), errors (not ok), plus the stored spec and reasons."""
+    status, validity, requests (recorded), errors (not ok), plus the stored spec and reasons, and
+    a saturation search's answer (`search`, JSON; None for other runs)."""
     where: list[sql.Composable] = []
     params: list[Any] = []
     if run_ids is not None:
@@ -144,7 +145,7 @@ def load_runs(
         """
         SELECT r.run_id::text AS run_id, r.name, r.mode, r.status, r.valid, r.invalid_reasons,
                r.status_reason, r.api, r.target_url, r.model, r.labels, r.spec, r.schedule_name,
-               r.created_at, r.started_at, r.ended_at,
+               r.created_at, r.started_at, r.ended_at, r.search,
                EXTRACT(EPOCH FROM (r.ended_at - r.started_at))::float8 AS duration_s,
                r.requests_scheduled,
                (SELECT count(*) FROM requests q WHERE q.run_id = r.run_id) AS requests,

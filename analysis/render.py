@@ -17,6 +17,7 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from analysis.summary import CLIENT_VS_SERVER, client_vs_server_rows, connection_cell
+from analysis.summary import search_line
 
 TICKS = [
     (0.0, "p0"),
@@ -273,6 +274,9 @@ def _summary_rows(report: Mapping[str, Any]) -> list[list[Any]]:
                 ),
                 connection_cell(lv.get("connections") or {}),
                 (lv.get("connections") or {}).get("resent"),
+                lv.get("between_levels") or "—",
+                lv.get("other_levels_in_flight_max"),
+                "FLAGGED: " + "; ".join(lv["flags"]) if lv.get("flags") else "ok",
             ]
         )
     return rows
@@ -358,7 +362,12 @@ def render_html(report: Mapping[str, Any]) -> str:
         "the steady phase; TTFT from send; ITL per token; new conn: share of sent requests "
         "that opened a new connection · its set-up ms p50 / p99; re-sent: requests sent again "
         f"on a new connection after a reused one died (run total: "
-        f"{_fmt(report['summary'].get('resent'))})</p>"
+        f"{_fmt(report['summary'].get('resent'))}). Throughput from arrivals: output "
+        "tokens that arrived inside the level's steady window (a chunk of k tokens counts k at "
+        "its arrival) and ok requests that completed inside it, / window, every shard and "
+        "region pooled. Between levels: drain (the level's requests ended before the next "
+        "began), cancel (cut at its end, partial tokens kept) or overlap (the next level ran "
+        "beside them: see other levels' requests in flight)</p>"
     )
     parts.append(
         _table(
@@ -377,10 +386,16 @@ def render_html(report: Mapping[str, Any]) -> str:
                 "E2E",
                 "new conn",
                 "re-sent",
+                "between levels",
+                "other levels in flight (max)",
+                "load delivered",
             ],
         )
     )
     parts.append(_client_vs_server(report))
+    search = search_line(report["summary"])
+    if search:
+        parts.append(f"<p><b>{html.escape(search)}</b></p>")
     if report["sla"]:
         parts.append(
             "<h2>SLA verdicts</h2>"

@@ -31,6 +31,10 @@ from scipy import stats
 
 from analysis import metrics as m
 from analysis.exitcodes import Exit
+from loadgen.binomial import Verdict as Verdict
+from loadgen.binomial import decide as decide
+from loadgen.binomial import fail_p_value as fail_p_value
+from loadgen.binomial import pass_p_value as pass_p_value
 from loadgen.errors import SpecError
 from loadgen.reasons import STOPPED_BY_PEAKLOAD
 from loadgen.spec import DEFAULT_VERDICT_CONFIDENCE
@@ -45,7 +49,6 @@ CLAIM_METRICS = (
     "e2e_ms",
     "e2e_sched_ms",
 )
-Verdict = Literal["pass", "fail", "insufficient samples"]
 
 
 class PromptRange(BaseModel):
@@ -136,18 +139,8 @@ def load_claims(path: str | Path) -> ClaimsFile:
 
 
 # ---------------------------------------------------------------- statistics
-
-
-def pass_p_value(n: int, k: int, allowed: float) -> float:
-    """P(Binomial(n, allowed) <= k): small means few exceedances are unlikely under the claim's
-    boundary, evidence that the true exceedance fraction is below `allowed`."""
-    return float(stats.binom.cdf(k, n, allowed)) if n > 0 else 1.0
-
-
-def fail_p_value(n: int, k: int, allowed: float) -> float:
-    """P(Binomial(n, allowed) >= k): small means this many exceedances are unlikely if the
-    true fraction were `allowed` (or less)."""
-    return float(stats.binom.sf(k - 1, n, allowed)) if n > 0 else 1.0
+# pass_p_value, fail_p_value and decide live in loadgen/binomial.py: the saturation search in
+# the runner decides its levels with the same rule.
 
 
 def clopper_pearson(n: int, k: int, confidence: float) -> tuple[float, float]:
@@ -205,16 +198,6 @@ class ClaimVerdict:
         return {
             k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()
         }
-
-
-def decide(n: int, k: int, percentile: float, confidence: float) -> Verdict:
-    allowed = 1.0 - percentile / 100.0
-    alpha = 1.0 - confidence
-    if n > 0 and pass_p_value(n, k, allowed) <= alpha:
-        return "pass"
-    if n > 0 and fail_p_value(n, k, allowed) <= alpha:
-        return "fail"
-    return "insufficient samples"
 
 
 def claim_samples(

@@ -4,6 +4,7 @@ Numbers come from analysis.metrics; this module only selects rows and shapes the
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -346,7 +347,39 @@ def level_summary(
         "resent": None if all(r is None for r in resent) else sum(r or 0 for r in resent),
         "server_timings": vals.has_server,
         "levels": levels_out,
+        "search": _search(run.get("search")),
     }
+
+
+def _search(x: Any) -> dict[str, Any] | None:
+    if isinstance(x, str):
+        x = json.loads(x)
+    return dict(x) if isinstance(x, Mapping) else None
+
+
+def search_line(summary: Mapping[str, Any]) -> str | None:
+    """The saturation search's answer in one sentence (run table, report, UI); None without one."""
+    sr = summary.get("search")
+    if not sr:
+        return None
+    if sr.get("per_shard"):
+        per = "; ".join(
+            f"{k}: {_fmt(v.get('highest_passing'), 3)}" for k, v in sorted(sr["per_shard"].items())
+        )
+        return (
+            "saturation search, each shard on its own samples (not pooled): highest load "
+            f"meeting the SLOs {per}; all of them: {_fmt(sr.get('highest_passing'), 3)} req/s"
+        )
+    best, nxt = sr.get("highest_passing"), sr.get("next_failing")
+    conf = sr.get("confidence")
+    text = "saturation search: highest load meeting the SLOs " + (
+        f"{best:g} req/s" if best is not None else "none (no tried load passed)"
+    )
+    if nxt is not None:
+        text += f"; next tried {nxt:g} req/s: {sr.get('next_verdict')}"
+    if conf is not None:
+        text += f" (exact binomial, {conf:.0%} confidence)"
+    return text
 
 
 def summarize_run(conn: Any, run_id: str) -> dict[str, Any]:
@@ -378,6 +411,9 @@ def render_summary_table(summary: Mapping[str, Any]) -> Table:
         caption += f"; re-sent on a new connection: {summary['resent']} in the run"
     if reasons:
         caption = "INVALID: " + "; ".join(str(r) for r in reasons) + "\n" + caption
+    search = search_line(summary)
+    if search:
+        caption = search + "\n" + caption
     t = Table(title=title, caption=caption)
     for col in (
         "level",

@@ -34,6 +34,7 @@ class ShardResult:
     ended_wall_ns: int
     levels: list[LevelResult] = field(default_factory=list)
     health: dict[str, float] = field(default_factory=dict)
+    search: dict[str, Any] | None = None  # loadgen.search.search_answer, saturation runs only
 
 
 async def run_shard(
@@ -121,6 +122,7 @@ async def run_shard(
         r.wall(clock()),
         levels_done,
         health,
+        r.search,
     )
 
 

@@ -1,56 +1,122 @@
-"""The saturation search: runs levels one at a time, judges each against the SLOs from the
-samples its requests gave, and lets `schedule.saturation_levels` pick the next load.
+"""The saturation search: runs levels one at a time, decides each against the SLOs with the exact
+binomial rule of `peakload sla` (loadgen/binomial.py) from the samples its steady requests gave
+(a failed or unsent request is a miss of every SLO), runs a level not yet decided again (samples
+pooled) up to a bound, and lets `schedule.saturation_levels` pick the next load.
+
+The answer (`search_answer`): the highest load whose verdict is "pass", the next load above it
+that did not pass (with its verdict), and the confidence they were decided at.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import numpy as np
 
+from loadgen.binomial import Verdict, decide
 from loadgen.levels import LevelResult, drain, level_result, run_level
 from loadgen.schedule import Level, saturation_levels
 from loadgen.shard import NS, Shard
 from loadgen.spec import RunSpec
 
+SAMPLED = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfat_ms")
 
-def meets_slos(spec: RunSpec, samples: dict[str, list[float]]) -> bool:
+
+def judge(
+    spec: RunSpec, samples: dict[str, list[float]], confidence: float
+) -> tuple[Verdict, list[dict[str, Any]]]:
+    """The level's verdict and one entry per SLO: n samples, k exceedances (samples >= the
+    threshold, as `peakload sla` counts them), its verdict. The level fails if any SLO fails,
+    passes if every SLO passes, else is not yet decided ("insufficient samples")."""
+    per: list[dict[str, Any]] = []
     for slo in spec.slos:
-        vals = samples.get(slo.metric) or []
-        if not vals or float(np.percentile(vals, slo.percentile)) > slo.threshold:
-            return False
-    return True
+        vals = np.asarray(samples.get(slo.metric) or [], dtype=np.float64)
+        n, k = int(vals.size), int((vals >= slo.threshold).sum())
+        per.append(
+            {
+                "metric": slo.metric,
+                "percentile": slo.percentile,
+                "threshold": slo.threshold,
+                "n": n,
+                "exceedances": k,
+                "verdict": decide(n, k, slo.percentile, confidence),
+            }
+        )
+    verdicts = {p["verdict"] for p in per}
+    if "fail" in verdicts:
+        return "fail", per
+    if verdicts == {"pass"}:
+        return "pass", per
+    return "insufficient samples", per
 
 
-async def run_search(r: Shard, start: int, done: list[LevelResult]) -> None:
+def meets_slos(spec: RunSpec, samples: dict[str, list[float]], confidence: float) -> bool:
+    return judge(spec, samples, confidence)[0] == "pass"
+
+
+def search_answer(decided: list[tuple[float, Verdict]], confidence: float) -> dict[str, Any]:
+    """From each tried load's final verdict: {"highest_passing", "next_failing", "next_verdict",
+    "confidence", "rule", "tried": [{"value", "verdict"}]}. Loads in the search's units (req/s
+    for the whole run)."""
+    passing = [v for v, d in decided if d == "pass"]
+    best = max(passing) if passing else None
+    above = sorted((v, d) for v, d in decided if d != "pass" and (best is None or v > best))
+    nxt = above[0] if above else None
+    return {
+        "highest_passing": best,
+        "next_failing": nxt[0] if nxt else None,
+        "next_verdict": nxt[1] if nxt else None,
+        "confidence": confidence,
+        "rule": "exact binomial, as peakload sla (loadgen/binomial.py)",
+        "tried": [{"value": v, "verdict": d} for v, d in decided],
+    }
+
+
+async def run_search(r: Shard, start: int, done: list[LevelResult]) -> dict[str, Any]:
     """Levels chosen one at a time from `start` (monotonic ns): each drains (bounded by the
-    request deadline) before it is judged, so its verdict has all its samples."""
+    request deadline) before it is judged, so its verdict has all its samples; a load not yet
+    decided runs again as the next level, up to `saturation.max_extensions` times. Returns the
+    answer (`search_answer`), also kept in `r.search` as it grows, so a stopped search keeps it."""
     spec = r.spec
     sat = spec.load.saturation
     assert sat is not None
     t0 = start
     history: list[tuple[float, bool]] = []
+    decided: list[tuple[float, Verdict]] = []
+    r.search = search_answer(decided, sat.confidence)
     i = 0
     while (
         value := saturation_levels(sat.start, sat.max, history, sat.max_steps, sat.tolerance)
     ) is not None:
-        lvl = Level(
-            i, "rate", value, spec.load.duration_s, spec.load.warmup_s, spec.load.cooldown_s
-        )
-        try:
-            w = await run_level(r, lvl, t0)
-        except asyncio.CancelledError:
-            if r.window is not None and r.window.level is lvl:
-                done.append(level_result(r, r.window, stopped=r.clock()))
-            raise
-        drained = await drain(r, w.end + int(spec.target.deadline_s * NS))
-        assert w.samples is not None
-        met = meets_slos(spec, w.samples)
-        history.append((value, met))
-        res = level_result(r, w)
-        if drained:
-            res.drained_wall_ns = r.wall(r.clock())
-        res.met_slos = met
-        done.append(res)
-        t0 = max(w.end, r.clock())
-        i += 1
+        pooled: dict[str, list[float]] = {name: [] for name in SAMPLED}
+        verdict: Verdict = "insufficient samples"
+        for run in range(1 + sat.max_extensions):
+            lvl = Level(
+                i, "rate", value, spec.load.duration_s, spec.load.warmup_s, spec.load.cooldown_s
+            )
+            i += 1
+            try:
+                w = await run_level(r, lvl, t0)
+            except asyncio.CancelledError:
+                if r.window is not None and r.window.level is lvl:
+                    done.append(level_result(r, r.window, stopped=r.clock()))
+                raise
+            drained = await drain(r, w.end + int(spec.target.deadline_s * NS))
+            res = level_result(r, w)
+            if drained:
+                res.drained_wall_ns = r.wall(r.clock())
+            assert w.samples is not None
+            for name, vals in w.samples.items():
+                pooled.setdefault(name, []).extend(vals)
+            verdict, per = judge(spec, pooled, sat.confidence)
+            res.met_slos = verdict == "pass"
+            res.search = {"value": value, "run": run, "verdict": verdict, "slos": per}
+            done.append(res)
+            t0 = max(w.end, r.clock())
+            if verdict != "insufficient samples":
+                break
+        history.append((value, verdict == "pass"))
+        decided.append((value, verdict))
+        r.search = search_answer(decided, sat.confidence)
+    return r.search

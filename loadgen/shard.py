@@ -13,6 +13,7 @@ from typing import Any
 
 from loadgen.health import SelfCheck, rss_bytes
 from loadgen.plan import ShardPlan, Sink
+from loadgen.reasons import STOPPED_BY_PEAKLOAD
 from loadgen.records import Batch, Outcome, Phase, RequestRecord, Tick, make_request_id
 from loadgen.schedule import Level
 from loadgen.spec import RunSpec
@@ -66,6 +67,7 @@ class Shard:
         self.outcomes: dict[str, int] = {}
         self.level_index = 0
         self.window: LevelWindow | None = None  # the level running now
+        self.search: dict[str, Any] | None = None  # the saturation search's answer so far
         # per-second counters
         self.started = self.completed = self.errors = self.tokens = 0
         self.chunks_seen = 0  # chunk arrivals stamped so far (weights the lag probe)
@@ -139,6 +141,10 @@ class Shard:
 
     def not_sent(self, index: int, window: LevelWindow, sched: int, reason: str) -> None:
         rec = self.new_record(index, window, sched, outcome=Outcome.NOT_SENT, error_phase=reason)
+        steady = rec.phase is Phase.STEADY
+        if window.samples is not None and steady and reason not in STOPPED_BY_PEAKLOAD:
+            for v in window.samples.values():  # demanded and not served: a miss of every SLO
+                v.append(float("inf"))
         self.emit(rec)
 
     async def ticker(self, start: int) -> None:

@@ -27,6 +27,9 @@ DEFAULT_DEADLINE_S = 300.0
 DEFAULT_IDLE_TIMEOUT_S = 60.0
 MAX_DEADLINE_S = 1800.0  # chunk offsets are stored as int32 µs: 35 minutes at most
 DEFAULT_MAX_REQUESTS = 1_000_000
+# of every verdict on a run's criteria, SLA claims and a saturation search's levels
+# (analysis.sla uses it too)
+DEFAULT_VERDICT_CONFIDENCE = 0.99
 _SECRET_PARAM = re.compile(r"key|token|secret|passw|auth|sig|credential", re.IGNORECASE)
 
 
@@ -192,6 +195,10 @@ class SaturationSpec(_Strict):
     max: float = Field(gt=0)
     max_steps: int = Field(default=8, ge=1, le=32)
     tolerance: float = Field(default=0.1, gt=0, lt=1)  # relative width at which the search stops
+    # each level is decided by the exact binomial rule of `peakload sla` at this confidence; a
+    # level not yet decided runs again (its samples pooled) up to `max_extensions` more times
+    confidence: float = Field(default=DEFAULT_VERDICT_CONFIDENCE, gt=0.5, lt=1)
+    max_extensions: int = Field(default=2, ge=0, le=16)
 
 
 class RampSpec(_Strict):
@@ -307,8 +314,6 @@ class Labels(BaseModel):
 DEFAULT_REGION = "local"
 # a run that lost more than 1% of its requests is not a pass unless its spec says so
 DEFAULT_MAX_ERROR_RATE = 0.01
-# of every verdict on a run's criteria and SLA claims (analysis.sla uses it too)
-DEFAULT_VERDICT_CONFIDENCE = 0.99
 DEFAULT_MAX_LOAD_SHORTFALL = 0.05  # see ValiditySpec.max_load_shortfall
 
 

@@ -30,6 +30,7 @@ from analysis import render as arender
 from analysis import report as areport
 from analysis.export import write_requests
 from analysis.summary import CLIENT_VS_SERVER, client_vs_server_rows, level_summary
+from analysis.summary import search_line as search_line
 from ui import derive
 
 RUNS_TTL_S = 5
@@ -260,6 +261,9 @@ def level_table(s: dict[str, Any]) -> pd.DataFrame:
         row["connect p50 ms"] = (conn.get("connect_ms") or {}).get("p50")
         row["connect p99 ms"] = (conn.get("connect_ms") or {}).get("p99")
         row["re-sent"] = conn.get("resent")
+        row["between levels"] = x.get("between_levels")
+        row["other levels in flight (max)"] = x.get("other_levels_in_flight_max")
+        row["load delivered"] = "FLAGGED: " + "; ".join(x["flags"]) if x.get("flags") else "ok"
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -197,6 +197,9 @@ def _finish(
             run_id,
             store_runs.merge_levels([[level_row(lv) for lv in r.levels] for r in results]),
         )
+    store_runs.set_search(
+        conn, run_id, {r.shard_id: r.search for r in results if r.search is not None}
+    )
     reasons = [f"{r.shard_id}: {why}" for r in results for why in r.invalid_reasons]
     statuses = {r.status for r in results}
     status = (

@@ -168,3 +168,12 @@ def _merge_levels(conn: psycopg.Connection[Any], run_id: str) -> None:
     merged = store_runs.merge_levels(per_shard)
     if merged:
         store_runs.upsert_levels(conn, run_id, merged)
+    searches = {
+        str(shard): dict(search)
+        for shard, search in conn.execute(
+            "SELECT shard_id, extra->'search' FROM shards WHERE run_id = %s "
+            "AND jsonb_typeof(extra->'search') = 'object'",
+            (run_id,),
+        ).fetchall()
+    }
+    store_runs.set_search(conn, run_id, searches)

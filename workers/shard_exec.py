@@ -301,6 +301,7 @@ class _Job:
                     "outcomes": dict(res.outcomes) if res else {},
                     "health": dict(res.health) if res else {},
                     "levels": [level_row(lv) for lv in (res.levels if res else [])],
+                    "search": res.search if res else None,
                 },
                 start_skew_ns=self.skew_ns,
             )

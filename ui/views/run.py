@@ -89,10 +89,16 @@ with tabs["Over time"]:
     )
 
 with tabs["Levels"]:
+    if search := data.search_line(summary):
+        st.info(search)
+    for lv in summary.get("levels") or []:
+        if lv.get("flags"):
+            st.warning(f"Level {lv['level']} did not deliver its load: " + "; ".join(lv["flags"]))
     st.dataframe(data.level_table(summary), hide_index=True)
     st.caption(
         "Latencies in ms (steady phase, ok requests; TTFT from send; ITL per token); "
-        "rates over each level's steady window. New conn: share of sent requests that opened "
+        "throughput from arrivals: tokens that arrived and requests that completed inside "
+        "each level's steady window, / window. New conn: share of sent requests that opened "
         "a connection, with its set-up time; re-sent: sent again on a new connection after a "
         "reused one died before any response byte."
     )

@@ -126,6 +126,29 @@ def finish_run(
         _found(cur, "run", run_id)
 
 
+def set_search(
+    conn: psycopg.Connection[Any], run_id: str, per_shard: dict[str, dict[str, Any]]
+) -> None:
+    """Store a saturation search's answer (loadgen.search.search_answer) on the run. One shard:
+    its answer. Several: each shard searched on its own samples (not pooled), so the run keeps
+    every shard's answer under "per_shard" and its "highest_passing" is the lowest of theirs,
+    the load all of them met."""
+    if not per_shard:
+        return
+    if len(per_shard) == 1:
+        search = dict(next(iter(per_shard.values())))
+    else:
+        best = [a.get("highest_passing") for a in per_shard.values()]
+        search = {
+            "highest_passing": None if None in best else min(best),  # type: ignore[type-var]
+            "pooled": False,
+            "per_shard": per_shard,
+        }
+    with _tx(conn) as cur:
+        cur.execute("UPDATE runs SET search = %s WHERE run_id = %s", (Jsonb(search), run_id))
+        _found(cur, "run", run_id)
+
+
 def level_row(level: Any) -> dict[str, Any]:
     """The `upsert_levels` row of a load level: `loadgen.schedule.Level` (planned) or
     `loadgen.levels.LevelResult` (as run, with its wall-clock span, steady window, drain time,

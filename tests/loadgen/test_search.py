@@ -1,0 +1,122 @@
+"""The saturation search: each level decided by the exact binomial rule of `peakload sla`, a level
+not yet decided extended (samples pooled), and the answer (highest passing load, the next one
+tried, the confidence) returned with the shard and stored with the run."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import AsyncIterator
+from typing import Any
+
+from analysis import sla
+from loadgen.records import Outcome
+from loadgen.search import judge, search_answer
+from loadgen.spec import spec_from_dict
+from loadgen.target import Clock, EventKind, PreparedRequest, StreamEvent
+from tests.loadgen.test_runner import make_plan, run
+
+SLO = {"metric": "ttft_ms", "percentile": 90, "threshold": 100}
+
+
+def _spec() -> Any:
+    return spec_from_dict(
+        {
+            "name": "t",
+            "target": {"api": "openai-chat", "base_url": "http://127.0.0.1:9/v1", "model": "m"},
+            "load": {"saturation": {"start": 1, "max": 2}, "duration_s": 1},
+            "slos": [SLO],
+        }
+    )
+
+
+def test_judge_is_the_sla_rule() -> None:
+    spec = _spec()
+    # p90 with no exceedance passes at 90% once 0.9^n <= 0.1: n = 22 (0.9^21 = 0.109)
+    assert judge(spec, {"ttft_ms": [5.0] * 21}, 0.9)[0] == "insufficient samples"
+    verdict, per = judge(spec, {"ttft_ms": [5.0] * 22}, 0.9)
+    assert verdict == "pass" and per[0]["n"] == 22 and per[0]["exceedances"] == 0
+    # a failure is a miss (inf), and a sample equal to the threshold exceeds it, as in `sla`
+    v, per = judge(spec, {"ttft_ms": [100.0] * 5 + [float("inf")] * 5 + [5.0] * 10}, 0.9)
+    assert v == "fail" and per[0]["exceedances"] == 10
+    for n, k in ((22, 0), (21, 0), (20, 10), (300, 40)):
+        vals = [200.0] * k + [5.0] * (n - k)
+        assert judge(spec, {"ttft_ms": vals}, 0.9)[0] == sla.decide(n, k, 90, 0.9)
+
+
+def test_search_answer_by_hand() -> None:
+    a = search_answer(
+        [(10.0, "pass"), (20.0, "pass"), (40.0, "fail"), (30.0, "insufficient samples")], 0.99
+    )
+    assert a["highest_passing"] == 20.0
+    assert (a["next_failing"], a["next_verdict"]) == (30.0, "insufficient samples")
+    assert a["confidence"] == 0.99
+    none = search_answer([(10.0, "fail")], 0.9)
+    assert none["highest_passing"] is None and none["next_failing"] == 10.0
+
+
+class RateTarget:
+    """TTFT 10 ms, or 200 ms once more than 350 requests arrived in the last second: a server
+    that holds 240 req/s and falls over at 480. Judged by a count over a second, not by the gap
+    between two sends, so the generator's own jitter cannot move the answer."""
+
+    def __init__(self) -> None:
+        self.sent: collections.deque[int] = collections.deque()
+
+    async def stream(self, request: PreparedRequest, clock: Clock) -> AsyncIterator[StreamEvent]:
+        now = clock()
+        self.sent.append(now)
+        while self.sent[0] < now - 1_000_000_000:
+            self.sent.popleft()
+        slow = len(self.sent) > 350
+        yield StreamEvent(EventKind.SENT, now)
+        await asyncio.sleep(0.2 if slow else 0.01)
+        yield StreamEvent(EventKind.HEADERS, clock(), status=200)
+        yield StreamEvent(EventKind.CONTENT, clock(), text="w ", tokens=1)
+        yield StreamEvent(EventKind.DONE, clock())
+
+    async def warm(self, connections: int) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_search_extends_an_undecided_level_and_finds_the_highest_passing_load() -> None:
+    plan = make_plan(
+        {
+            "saturation": {
+                "start": 30,
+                "max": 480,
+                "max_steps": 5,
+                "confidence": 0.9,
+                "max_extensions": 2,
+            },
+            "arrival": "constant",
+            "duration_s": 1.0,
+            "warmup_s": 0.2,
+            "cooldown_s": 0.1,
+        },
+        slos=[SLO],
+    )
+    result, sink = run(plan, RateTarget())
+    assert result.status == "completed"
+    # 30 req/s over a 0.7 s steady window: 21 samples, one short of deciding p90 at 90%; the
+    # level runs again and the pooled 42 pass. Then 60, 120, 240 pass and 480 fails (most of
+    # its steady requests arrive after 350 in a second); max_steps = 5 ends the search there.
+    first, again = result.levels[0].search, result.levels[1].search
+    assert first is not None and again is not None
+    assert (first["value"], first["run"], first["verdict"]) == (30.0, 0, "insufficient samples")
+    assert (again["value"], again["run"], again["verdict"]) == (30.0, 1, "pass")
+    assert again["slos"][0]["n"] == 2 * first["slos"][0]["n"]
+    assert [lv.value for lv in result.levels] == [30.0, 30.0, 60.0, 120.0, 240.0, 480.0]
+    answer = result.search
+    assert answer is not None
+    assert answer["highest_passing"] == 240.0
+    assert (answer["next_failing"], answer["next_verdict"]) == (480.0, "fail")
+    assert answer["confidence"] == 0.9
+    assert [t["value"] for t in answer["tried"]] == [30.0, 60.0, 120.0, 240.0, 480.0]
+    assert all(r.outcome is Outcome.OK for r in sink.records)
+    # every level drained before the next began
+    for a, b in zip(result.levels, result.levels[1:], strict=False):
+        assert a.drained_wall_ns is not None and a.drained_wall_ns <= b.started_wall_ns
