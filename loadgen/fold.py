@@ -73,6 +73,7 @@ async def execute(
                     rec.first_answer_ns = ev.t_ns - sched
                 if k is EventKind.REASONING:
                     rec.reasoning_tokens += ev.tokens
+                shard.tokens += ev.tokens  # the tick's tokens are those that *arrived* in it
                 spread = ev.spread_ns
                 if spread == 0:
                     check.exact_stamped += 1
@@ -129,7 +130,7 @@ async def execute(
             rec.prompt_text = messages_text(messages)
             rec.response_text = "".join(texts)
         shard.completed += 1
-        shard.tokens += rec.output_tokens
+        shard.tokens += rec.output_tokens - rec.client_tokens  # the server's usage, if it differs
         if rec.outcome is not Outcome.OK:
             shard.errors += 1
         if window.samples is not None:

@@ -111,6 +111,8 @@ class Tick:
     """One second of one shard: progress and the generator's own health.
 
     `t_ns` is wall-clock ns since the epoch (anchor + monotonic offset) at the end of the second.
+    `output_tokens` counts the tokens that arrived in the second (plus, at a request's end, the
+    difference its server-reported usage made), so a per-second throughput is from arrivals.
     Lags are ms; `cpu_percent` is this process's CPU over the second (100 = one core).
     """
 

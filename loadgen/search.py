@@ -5,12 +5,17 @@ pooled) up to a bound, and lets `schedule.saturation_levels` pick the next load.
 
 The answer (`search_answer`): the highest load whose verdict is "pass", the next load above it
 that did not pass (with its verdict), and the confidence they were decided at.
+
+Several shards make one search when they share a `SamplePool`: after each level every shard
+hands in its samples and gets back everyone's, so all of them judge the same pooled samples,
+reach the same verdict and run the same next level. `LocalPool` does this for shards in one
+event loop (local mode); without a pool a shard searches on its own samples.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -55,6 +60,41 @@ def meets_slos(spec: RunSpec, samples: dict[str, list[float]], confidence: float
     return judge(spec, samples, confidence)[0] == "pass"
 
 
+class SamplePool(Protocol):
+    """Where the shards of one search meet after each level run (`run` counts from 0)."""
+
+    async def pool(
+        self, run: int, shard_id: str, samples: dict[str, list[float]]
+    ) -> dict[str, list[float]]:
+        """Hand in this shard's samples of level run `run`; wait for every shard's; return them
+        all, pooled (concatenated in shard-id order, the same for every shard)."""
+        ...
+
+
+class LocalPool:
+    """A `SamplePool` for `shards` shards running in one event loop."""
+
+    def __init__(self, shards: int) -> None:
+        self.shards = shards
+        self._got: dict[int, dict[str, dict[str, list[float]]]] = {}
+        self._full: dict[int, asyncio.Event] = {}
+
+    async def pool(
+        self, run: int, shard_id: str, samples: dict[str, list[float]]
+    ) -> dict[str, list[float]]:
+        got = self._got.setdefault(run, {})
+        full = self._full.setdefault(run, asyncio.Event())
+        got[shard_id] = samples
+        if len(got) >= self.shards:
+            full.set()
+        await full.wait()
+        out: dict[str, list[float]] = {}
+        for sid in sorted(got):
+            for name, vals in got[sid].items():
+                out.setdefault(name, []).extend(vals)
+        return out
+
+
 def search_answer(decided: list[tuple[float, Verdict]], confidence: float) -> dict[str, Any]:
     """From each tried load's final verdict: {"highest_passing", "next_failing", "next_verdict",
     "confidence", "rule", "tried": [{"value", "verdict"}]}. Loads in the search's units (req/s
@@ -73,11 +113,14 @@ def search_answer(decided: list[tuple[float, Verdict]], confidence: float) -> di
     }
 
 
-async def run_search(r: Shard, start: int, done: list[LevelResult]) -> dict[str, Any]:
+async def run_search(
+    r: Shard, start: int, done: list[LevelResult], pool: SamplePool | None = None
+) -> dict[str, Any]:
     """Levels chosen one at a time from `start` (monotonic ns): each drains (bounded by the
-    request deadline) before it is judged, so its verdict has all its samples; a load not yet
-    decided runs again as the next level, up to `saturation.max_extensions` times. Returns the
-    answer (`search_answer`), also kept in `r.search` as it grows, so a stopped search keeps it."""
+    request deadline) before it is judged, so its verdict has all its samples (with `pool`,
+    every shard's); a load not yet decided runs again as the next level, up to
+    `saturation.max_extensions` times. Returns the answer (`search_answer`), also kept in
+    `r.search` as it grows, so a stopped search keeps it."""
     spec = r.spec
     sat = spec.load.saturation
     assert sat is not None
@@ -107,7 +150,8 @@ async def run_search(r: Shard, start: int, done: list[LevelResult]) -> dict[str,
             if drained:
                 res.drained_wall_ns = r.wall(r.clock())
             assert w.samples is not None
-            for name, vals in w.samples.items():
+            mine = w.samples if pool is None else await pool.pool(i - 1, r.plan.shard_id, w.samples)
+            for name, vals in mine.items():
                 pooled.setdefault(name, []).extend(vals)
             verdict, per = judge(spec, pooled, sat.confidence)
             res.met_slos = verdict == "pass"
@@ -119,4 +163,5 @@ async def run_search(r: Shard, start: int, done: list[LevelResult]) -> dict[str,
         history.append((value, verdict == "pass"))
         decided.append((value, verdict))
         r.search = search_answer(decided, sat.confidence)
+        r.search["pooled"] = pool is not None
     return r.search

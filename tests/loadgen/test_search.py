@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from analysis import sla
-from loadgen.records import Outcome
-from loadgen.search import judge, search_answer
+from loadgen.records import Outcome, Phase
+from loadgen.runner import ShardResult, run_shard
+from loadgen.search import LocalPool, judge, search_answer
 from loadgen.spec import spec_from_dict
 from loadgen.target import Clock, EventKind, PreparedRequest, StreamEvent
-from tests.loadgen.test_runner import make_plan, run
+from tests.loadgen.test_runner import make_plan, ms, run
+from tests.support.memsink import MemorySink
 
 SLO = {"metric": "ttft_ms", "percentile": 90, "threshold": 100}
 
@@ -60,7 +64,8 @@ class RateTarget:
     that holds 240 req/s and falls over at 480. Judged by a count over a second, not by the gap
     between two sends, so the generator's own jitter cannot move the answer."""
 
-    def __init__(self) -> None:
+    def __init__(self, per_second: int = 350) -> None:
+        self.per_second = per_second
         self.sent: collections.deque[int] = collections.deque()
 
     async def stream(self, request: PreparedRequest, clock: Clock) -> AsyncIterator[StreamEvent]:
@@ -68,7 +73,7 @@ class RateTarget:
         self.sent.append(now)
         while self.sent[0] < now - 1_000_000_000:
             self.sent.popleft()
-        slow = len(self.sent) > 350
+        slow = len(self.sent) > self.per_second
         yield StreamEvent(EventKind.SENT, now)
         await asyncio.sleep(0.2 if slow else 0.01)
         yield StreamEvent(EventKind.HEADERS, clock(), status=200)
@@ -120,3 +125,57 @@ def test_search_extends_an_undecided_level_and_finds_the_highest_passing_load() 
     # every level drained before the next began
     for a, b in zip(result.levels, result.levels[1:], strict=False):
         assert a.drained_wall_ns is not None and a.drained_wall_ns <= b.started_wall_ns
+
+
+def test_two_regions_make_one_search_decided_on_pooled_samples() -> None:
+    """Two shards (half the load each) share a LocalPool: region "a" is always fast, region
+    "b" slows down past 150 of its own requests a second (300 req/s for the run). Both run the
+    same levels, and the verdict at each is the one worked out by hand from both regions'
+    records together, not from either alone."""
+    load = {
+        "saturation": {"start": 30, "max": 960, "max_steps": 5, "confidence": 0.9},
+        "arrival": "constant",
+        "duration_s": 1.0,
+        "warmup_s": 0.2,
+        "cooldown_s": 0.1,
+    }
+    base = make_plan(load, slos=[SLO])
+    plans = [
+        dataclasses.replace(base, shard_id=f"{region}-0", region=region, fraction=0.5, seed=k)
+        for k, region in enumerate(("a", "b"))
+    ]
+    targets = [RateTarget(per_second=10**9), RateTarget(per_second=150)]
+    pool = LocalPool(2)
+    sinks = [MemorySink(), MemorySink()]
+
+    async def both() -> list[ShardResult]:
+        start = time.perf_counter_ns() + 50_000_000
+        return list(
+            await asyncio.gather(
+                *(
+                    run_shard(p, t, s, start_at_mono_ns=start, search_pool=pool)
+                    for p, t, s in zip(plans, targets, sinks, strict=True)
+                )
+            )
+        )
+
+    ra, rb = asyncio.run(both())
+    assert [lv.value for lv in ra.levels] == [lv.value for lv in rb.levels]
+    assert ra.search == rb.search and ra.search is not None and ra.search["pooled"]
+    for k, lv in enumerate(ra.levels):
+        steady = [
+            r for sink in sinks for r in sink.records if r.level == k and r.phase is Phase.STEADY
+        ]
+        n = len(steady)
+        slow = sum(1 for r in steady if ms(r.first_token_ns) - ms(r.sent_ns) >= 100.0)
+        assert lv.search is not None
+        assert (lv.search["slos"][0]["n"], lv.search["slos"][0]["exceedances"]) == (n, slow)
+        assert lv.search["verdict"] == sla.decide(n, slow, 90, 0.9)
+    # 30, 60, 120, 240 pass; at 480 region b (240/s) slows: the pooled samples fail, while
+    # region a's alone would pass
+    assert ra.search["highest_passing"] == 240.0 and ra.search["next_failing"] == 480.0
+    last = [
+        r for r in sinks[0].records if r.level == len(ra.levels) - 1 and r.phase is Phase.STEADY
+    ]
+    fast_a = sum(1 for r in last if ms(r.first_token_ns) - ms(r.sent_ns) >= 100.0)
+    assert sla.decide(len(last), fast_a, 90, 0.9) == "pass"

@@ -129,14 +129,17 @@ def finish_run(
 def set_search(
     conn: psycopg.Connection[Any], run_id: str, per_shard: dict[str, dict[str, Any]]
 ) -> None:
-    """Store a saturation search's answer (loadgen.search.search_answer) on the run. One shard:
-    its answer. Several: each shard searched on its own samples (not pooled), so the run keeps
-    every shard's answer under "per_shard" and its "highest_passing" is the lowest of theirs,
-    the load all of them met."""
+    """Store a saturation search's answer (loadgen.search.search_answer) on the run. One shard,
+    or shards that searched together on pooled samples (all answers the same): that answer.
+    Otherwise each shard searched on its own samples, so the run keeps every shard's answer
+    under "per_shard" and its "highest_passing" is the lowest of theirs, the load all met."""
     if not per_shard:
         return
-    if len(per_shard) == 1:
-        search = dict(next(iter(per_shard.values())))
+    answers = list(per_shard.values())
+    if len(per_shard) == 1 or (
+        all(a.get("pooled") for a in answers) and all(a == answers[0] for a in answers)
+    ):
+        search = dict(answers[0])
     else:
         best = [a.get("highest_passing") for a in per_shard.values()]
         search = {
