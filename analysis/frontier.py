@@ -38,6 +38,7 @@ def frontier_points(
     level_col = df["level"].to_numpy()
     ch = chunks if chunks is not None else m.ChunkArrays.from_frame(df)
     times = m.Timeline.from_frame(df)
+    arrivals = m.Arrivals.of(ch, times)
     if metric != "itl_ms":
         per_req = m.per_request_values(df, metric)
     known = {int(r["level"]): dict(r) for _, r in levels_df.iterrows()}
@@ -55,7 +56,7 @@ def frontier_points(
                 "kind": level.get("kind"),
                 "value": level.get("value"),
                 "request_rate": m.request_rate(times, window),
-                "output_tokens_per_s": m.output_token_rate(ch, times, window),
+                "output_tokens_per_s": m.output_token_rate(arrivals, window),
                 "latency": float(s["value"].iloc[0]),
                 "latency_lower": float(s["lower"].iloc[0]),
                 "latency_upper": float(s["upper"].iloc[0]),

@@ -266,45 +266,63 @@ def epoch_ns(ts: pd.Series) -> IntArray:
     )
 
 
-def tokens_arrived(
-    chunks: ChunkArrays, times: Timeline, window: Window, rows: BoolArray | None = None
-) -> int:
+@dataclass(frozen=True, slots=True)
+class Arrivals:
+    """What a window needs to count tokens by arrival, computed once per frame: per request the
+    arrival of its first and last chunk (ns since the epoch; `has` where it was sent and has
+    chunks), and the cumulative tokens over every chunk (`cum[ptr[i]]` = tokens before request
+    i's first chunk). A chunk's arrival is sent_at + chunk_offsets_us * 1000."""
+
+    chunks: ChunkArrays
+    times: Timeline
+    cum: IntArray
+    first: IntArray
+    last: IntArray
+    has: BoolArray
+
+    @classmethod
+    def of(cls, chunks: ChunkArrays, times: Timeline) -> Arrivals:
+        lengths = np.diff(chunks.ptr)
+        has = times.sent & (lengths > 0)
+        lo = np.minimum(chunks.ptr[:-1], max(chunks.offsets_us.size - 1, 0))
+        hi = np.maximum(chunks.ptr[1:] - 1, 0)
+        if chunks.offsets_us.size:
+            first = times.sent_at + chunks.offsets_us[lo].astype(np.int64) * 1000
+            last = times.sent_at + chunks.offsets_us[hi].astype(np.int64) * 1000
+        else:
+            first = last = np.zeros(chunks.n_requests, dtype=np.int64)
+        cum = np.concatenate(([0], np.cumsum(chunks.tokens, dtype=np.int64)))
+        return cls(chunks, times, cum, first, last, has)
+
+
+def tokens_arrived(arr: Arrivals, window: Window, rows: BoolArray | None = None) -> int:
     """Output tokens whose arrival fell inside `window`, over the selected requests (any outcome:
-    a failed stream's partial tokens were produced too). A chunk's arrival is
-    sent_at + chunk_offsets_us * 1000; a chunk carrying k tokens (after fold.finish_tokens has
-    reconciled them with the server's usage) counts all k at its arrival. Exact to the µs of the
-    stored offsets: no request is counted whole or left out because of when it was scheduled."""
-    lengths = np.diff(chunks.ptr)
-    sel = times.sent & (lengths > 0)
-    if rows is not None:
-        sel &= np.asarray(rows, dtype=bool)
-    idx = np.flatnonzero(sel)
-    if idx.size == 0:
-        return 0
-    cum = np.concatenate(([0], np.cumsum(chunks.tokens, dtype=np.int64)))
-    lo, hi = chunks.ptr[idx], chunks.ptr[idx + 1]
-    base = times.sent_at[idx]
-    first = base + chunks.offsets_us[lo].astype(np.int64) * 1000
-    last = base + chunks.offsets_us[hi - 1].astype(np.int64) * 1000
-    inside = (first >= window.start_ns) & (last < window.end_ns)
-    total = int((cum[hi[inside]] - cum[lo[inside]]).sum())
-    cross = ~inside & (last >= window.start_ns) & (first < window.end_ns)
+    a failed stream's partial tokens were produced too). A chunk carrying k tokens (after
+    fold.finish_tokens has reconciled them with the server's usage) counts all k at its arrival
+    (see `Arrivals`). Exact to the µs of the stored offsets: no request is counted whole or left
+    out because of when it was scheduled."""
+    sel = arr.has if rows is None else arr.has & np.asarray(rows, dtype=bool)
+    first, last = arr.first, arr.last
+    ptr, cum = arr.chunks.ptr, arr.cum
+    inside = sel & (first >= window.start_ns) & (last < window.end_ns)
+    total = int(cum[ptr[1:][inside]].sum() - cum[ptr[:-1][inside]].sum())
+    cross = sel & ~inside & (last >= window.start_ns) & (first < window.end_ns)
+    offsets, base = arr.chunks.offsets_us, arr.times.sent_at
     for j in np.flatnonzero(cross):  # a few per level: the requests the window's edges cut
-        offs = chunks.offsets_us[lo[j] : hi[j]].astype(np.int64) * 1000 + base[j]
-        a = int(np.searchsorted(offs, window.start_ns, side="left"))
-        b = int(np.searchsorted(offs, window.end_ns, side="left"))
-        total += int(cum[lo[j] + b] - cum[lo[j] + a])
+        lo, hi = int(ptr[j]), int(ptr[j + 1])
+        at = offsets[lo:hi].astype(np.int64) * 1000 + base[j]
+        a = int(np.searchsorted(at, window.start_ns, side="left"))
+        b = int(np.searchsorted(at, window.end_ns, side="left"))
+        total += int(cum[lo + b] - cum[lo + a])
     return total
 
 
-def output_token_rate(
-    chunks: ChunkArrays, times: Timeline, window: Window, rows: BoolArray | None = None
-) -> float:
-    """Output throughput (tokens/s): `tokens_arrived(chunks, times, window, rows)` /
-    window.seconds. Pooled: the selected requests of every shard and region count in the one
-    window. NaN for an empty window."""
+def output_token_rate(arr: Arrivals, window: Window, rows: BoolArray | None = None) -> float:
+    """Output throughput (tokens/s): `tokens_arrived(arr, window, rows)` / window.seconds.
+    Pooled: the selected requests of every shard and region count in the one window. NaN for
+    an empty window."""
     s = window.seconds
-    return tokens_arrived(chunks, times, window, rows) / s if s > 0 else float("nan")
+    return tokens_arrived(arr, window, rows) / s if s > 0 else float("nan")
 
 
 def completed_in(times: Timeline, window: Window, rows: BoolArray | None = None) -> BoolArray:

@@ -123,6 +123,7 @@ class _Values:
         }
         self.kinds = m.failure_kind(df).to_numpy()
         self.times = m.Timeline.from_frame(df)
+        self.arrivals = m.Arrivals.of(chunks, self.times)
         self.level = df["level"].to_numpy()
         self.good = m.meets_slos(df, slos, chunks) if slos else None
         # ITL p50/p90/p99 of every level and (level, region), in a few passes over the chunks
@@ -175,7 +176,7 @@ def _block(
         "requests_ok": int((rows & v.ok).sum()),
         "requests_failed": int((rows & ~v.ok).sum()),
         "request_rate": _num(m.request_rate(v.times, win, scope)),
-        "output_tokens_per_s": _num(m.output_token_rate(v.chunks, v.times, win, scope)),
+        "output_tokens_per_s": _num(m.output_token_rate(v.arrivals, win, scope)),
     }
     samples: dict[str, int] = {}
     for name in ("ttft_ms", "tpot_ms"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from analysis import metrics as m
@@ -87,17 +88,18 @@ def test_throughput_counts_arrivals_and_completions_inside_the_window() -> None:
     df = frame(rows)
     ch = m.ChunkArrays.from_frame(df)
     times = m.Timeline.from_frame(df)
+    arr = m.Arrivals.of(ch, times)
     win = _window(60, 450)  # 0.39 s
     assert win.seconds == pytest.approx(0.39)
     # arrivals from T0 (ms): A 41(0) 51(1) 71(2) 101(1) 251(1); B 200 400 500; E 420; G 610 620.
     # inside [60, 450): A 2 + 1 + 1, B 1 + 1, E 1 = 7; the 2-token chunk counts both at 71 ms
-    assert m.tokens_arrived(ch, times, win) == 7
-    assert m.output_token_rate(ch, times, win) == pytest.approx(7 / 0.39)
+    assert m.tokens_arrived(arr, win) == 7
+    assert m.output_token_rate(arr, win) == pytest.approx(7 / 0.39)
     # a window's edge inside a chunk's arrival instant: [71, 101) has only the 2-token chunk
-    assert m.tokens_arrived(ch, times, _window(71, 101)) == 2
+    assert m.tokens_arrived(arr, _window(71, 101)) == 2
     only_b = np.zeros(len(df), dtype=bool)
     only_b[1] = True
-    assert m.tokens_arrived(ch, times, win, only_b) == 2
+    assert m.tokens_arrived(arr, win, only_b) == 2
     # completed ok inside: A (ends 251) and E (420); B ends at 500, after the window
     assert m.request_rate(times, win) == pytest.approx(2 / 0.39)
     slos = [
@@ -172,3 +174,35 @@ def test_itl_paths_match_brute_force(zero_token_chunks: bool) -> None:
     assert got.tolist() == pytest.approx(_brute_itl(offs, toks, rows), rel=1e-12)
     g = m.chunk_gaps(ch, np.array(rows), labels=np.arange(300) % 7)
     assert set(np.unique(g.label).tolist()) <= set(range(7))
+
+
+def test_tokens_arrived_equals_a_count_token_by_token() -> None:
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(200):
+        n = int(rng.integers(0, 12))
+        offs = np.sort(rng.integers(0, 3_000_000, size=n)).tolist()  # µs from send
+        toks = rng.integers(0, 4, size=n).tolist()
+        if n and sum(toks) == 0:
+            toks[-1] = 1
+        if n:
+            rows.append(
+                streamed(RUN, i, sent_ns=int(rng.integers(0, 5 * MS)), offsets_us=offs, tokens=toks)
+            )
+        else:
+            rows.append(request_row(RUN, i, outcome="not_sent", sent_ns=None))
+    df = frame(rows)
+    arr = m.Arrivals.of(m.ChunkArrays.from_frame(df), m.Timeline.from_frame(df))
+    t0 = int(T0.timestamp()) * 1_000_000_000
+    sched = m.epoch_ns(df["scheduled_at"])
+    for _ in range(30):
+        a, b = np.sort(rng.integers(0, 25_000, size=2))
+        w = m.Window(t0 + int(a) * MS, t0 + int(b) * MS)
+        want = 0
+        for i, r in df.iterrows():
+            if pd.isna(r["sent_ns"]):
+                continue
+            for off, k in zip(r["chunk_offsets_us"], r["chunk_tokens"], strict=True):
+                at = int(sched[i]) + int(r["sent_ns"]) + int(off) * 1000
+                want += int(k) if w.start_ns <= at < w.end_ns else 0
+        assert m.tokens_arrived(arr, w) == want

@@ -62,11 +62,11 @@ def measured_and_true(
 ) -> list[tuple[float, float]]:
     truth = [r for r in sim.wait_truth(len(records), timeout_s=20.0) if "chunk_ns" in r]
     df = frame_of(records)
-    ch, times = m.ChunkArrays.from_frame(df), m.Timeline.from_frame(df)
+    arr = m.Arrivals.of(m.ChunkArrays.from_frame(df), m.Timeline.from_frame(df))
     out = []
     for lv in levels:
         w = window_of(lv)
-        out.append((m.output_token_rate(ch, times, w), engine_tokens_in(truth, w) / w.seconds))
+        out.append((m.output_token_rate(arr, w), engine_tokens_in(truth, w) / w.seconds))
     return out
 
 
