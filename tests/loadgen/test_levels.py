@@ -1,0 +1,65 @@
+"""The level loop alone, against a scripted target: an aborted level's span and steady window
+end where the shard stopped (so its rates divide by the time it ran), and the between-levels
+policies leave each level's requests where the spec says."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from analysis import metrics as m
+from loadgen.records import Outcome
+from loadgen.runner import ShardResult, run_shard
+from tests.loadgen.test_runner import ScriptedTarget, make_plan, run
+from tests.support.memsink import MemorySink, ledger
+
+
+def test_an_aborted_level_is_cut_where_the_run_stopped() -> None:
+    target = ScriptedTarget(ttft_s=0.01, itl_s=0.01, tokens=5)
+    plan = make_plan({"concurrency": [2, 2], "duration_s": 30.0, "warmup_s": 0.2})
+
+    async def main() -> tuple[ShardResult, MemorySink, int]:
+        sink = MemorySink()
+        abort = asyncio.Event()
+        asyncio.get_running_loop().call_later(1.0, abort.set)
+        t0 = time.time_ns()
+        return await run_shard(plan, target, sink, abort=abort), sink, t0
+
+    result, sink, t0 = asyncio.run(main())
+    ledger(sink.records, result.requests_scheduled)
+    assert result.status == "aborted"
+    (lv,) = result.levels  # level 1 never began
+    ran_s = (lv.ended_wall_ns - lv.started_wall_ns) / 1e9
+    assert 0.5 < ran_s < 5.0  # stopped ~1 s in, not the planned 30 s
+    assert lv.steady_end_wall_ns == lv.ended_wall_ns
+    steady_s = (lv.steady_end_wall_ns - lv.steady_start_wall_ns) / 1e9
+    assert steady_s == pytest.approx(ran_s - 0.2, abs=1e-6)
+    assert lv.drained_wall_ns is None
+    assert lv.started_wall_ns >= t0
+
+
+def test_drain_cancel_and_overlap_between_two_levels() -> None:
+    # each answer lasts ~1 s; levels of 0.5 s: every first request runs past the end
+    load = {"concurrency": [2, 2], "duration_s": 0.5}
+    got = {}
+    for policy in ("drain", "cancel", "overlap"):
+        plan = make_plan({**load, "between_levels": policy})
+        result, sink = run(plan, ScriptedTarget(ttft_s=0.02, itl_s=0.05, tokens=20))
+        l0, l1 = result.levels
+        level0 = [r for r in sink.records if r.level == 0]
+        last_end = max(r.scheduled_at_ns + (r.end_ns or 0) for r in level0)
+        got[policy] = (l0, l1, level0, last_end)
+    l0, l1, level0, last_end = got["drain"]
+    assert last_end <= l1.started_wall_ns and l0.drained_wall_ns is not None
+    assert all(r.outcome is Outcome.OK for r in level0)
+    l0, l1, level0, last_end = got["cancel"]
+    cut = [r for r in level0 if r.outcome is Outcome.CANCELLED]
+    assert len(cut) == 2 and all(r.error_phase == "level_ended" for r in cut)
+    assert all(0 < sum(r.chunk_tokens) < 20 for r in cut)  # partial tokens kept
+    assert last_end <= l1.started_wall_ns
+    l0, l1, level0, last_end = got["overlap"]
+    assert l1.started_wall_ns == l0.ended_wall_ns < last_end
+    assert {lv.between_levels for lv in (l0, l1)} == {"overlap"}
+    assert m.Window(l1.steady_start_wall_ns, l1.steady_end_wall_ns).seconds == pytest.approx(0.5)
