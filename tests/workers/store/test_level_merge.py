@@ -28,8 +28,9 @@ def _lv(level: int, start: int, steady: tuple[int, int], drained: int | None) ->
 
 def test_merged_window_is_where_every_shard_was_steady() -> None:
     a = [_lv(0, 0, (1 * S, 9 * S), 11 * S), _lv(1, 11 * S, (12 * S, 20 * S), 22 * S)]
+    h = S // 2
     b = [
-        _lv(0, S // 2, (S + S // 2, 9 * S + S // 2), 12 * S),
+        _lv(0, h, (S + h, 9 * S + h), 12 * S),
         _lv(1, 12 * S, (13 * S, 21 * S), None),
     ]
     l0, l1 = merge_levels([a, b])
