@@ -65,11 +65,14 @@ def planned_duration_s(plan: ShardPlan) -> float:
     """Seconds the shard's runner may take: every level (warm-up and cool-down included), plus
     one request deadline to drain stragglers after each level that waits for them."""
     spec = plan.run_spec()
-    if spec.load.saturation is not None:
-        steps = spec.load.saturation.max_steps
-        return steps * (spec.load.duration_s + spec.target.deadline_s)
-    levels = int(plan.extra.get("levels", 1))
-    return max(1, levels) * spec.load.duration_s + spec.target.deadline_s
+    if spec.load.saturation is not None:  # each tried load may run 1 + max_extensions times
+        sat = spec.load.saturation
+        runs = sat.max_steps * (1 + sat.max_extensions)
+        return runs * (spec.load.duration_s + spec.target.deadline_s)
+    levels = max(1, int(plan.extra.get("levels", 1)))
+    if spec.load.between_levels == "overlap":
+        return levels * spec.load.duration_s + spec.target.deadline_s
+    return levels * (spec.load.duration_s + spec.target.deadline_s)  # drain waits after each
 
 
 def warm_connections(plan: ShardPlan) -> int:
