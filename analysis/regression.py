@@ -28,6 +28,7 @@ from analysis import compare as cmp
 from analysis import metrics as m
 from analysis.exitcodes import Exit, run_state_code
 from analysis.sla import CLAIM_METRICS
+from analysis.summary import level_window
 
 LATENCY_METRICS = CLAIM_METRICS  # every per-request latency the store can give
 THROUGHPUT_METRICS = ("request_rate", "output_tokens_per_s")
@@ -109,17 +110,24 @@ def throughput_rows(
     threshold_pct: float,
     confidence: float,
 ) -> list[dict[str, Any]]:
-    """Request and output-token throughput of one level pair (a fall is the regression)."""
-    wb, wc = m.steady_window_s(b_level), m.steady_window_s(c_level)
+    """Request and output-token throughput of one level pair (a fall is the regression), by the
+    one definition the summary shows (analysis.metrics.request_rate / output_token_rate: from
+    arrivals inside each level's stored steady window)."""
+    win_b = level_window(b_level, b, np.ones(len(b), dtype=bool))
+    win_c = level_window(c_level, c, np.ones(len(c), dtype=bool))
+    wb, wc = win_b.seconds, win_c.seconds
+    tb, tc = m.Timeline.from_frame(b), m.Timeline.from_frame(c)
     rows = []
     z_crit = float(stats.norm.ppf(confidence))
     for metric in THROUGHPUT_METRICS:
         if metric == "request_rate":
-            vb, vc = m.request_rate(b, wb), m.request_rate(c, wc)
-            sb, sc = _ok_steady(b).sum(), _ok_steady(c).sum()  # sum of 1² per request
+            vb, vc = m.request_rate(tb, win_b), m.request_rate(tc, win_c)
+            # sum of 1² per request completed inside the window
+            sb, sc = m.completed_in(tb, win_b).sum(), m.completed_in(tc, win_c).sum()
             varb, varc = sb / wb**2 if wb else math.nan, sc / wc**2 if wc else math.nan
         else:
-            vb, vc = m.output_token_rate(b, wb), m.output_token_rate(c, wc)
+            vb = m.output_token_rate(m.Arrivals.of(m.ChunkArrays.from_frame(b), tb), win_b)
+            vc = m.output_token_rate(m.Arrivals.of(m.ChunkArrays.from_frame(c), tc), win_c)
             varb, varc = _token_var(b, wb), _token_var(c, wc)
         se = math.sqrt(varb + varc) if varb + varc > 0 else math.nan
         z = (vc - vb) / se if se == se and se > 0 else math.nan
@@ -229,7 +237,8 @@ def _ok_steady(df: pd.DataFrame) -> np.ndarray:
 def _token_var(df: pd.DataFrame, window_s: float) -> float:
     if not window_s:
         return math.nan
-    # every steady request's tokens, as analysis.metrics.output_token_rate counts them
+    # every steady request's tokens: a compound-Poisson approximation of the variance of the
+    # tokens that arrived inside the window (analysis.metrics.output_token_rate)
     tok = df["output_tokens"].to_numpy(dtype=np.float64)[(df["phase"] == "steady").to_numpy()]
     return float(np.sum(tok**2)) / window_s**2
 

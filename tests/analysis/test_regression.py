@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from analysis.exitcodes import Exit
 from analysis.regression import compare_stored, pair_levels
@@ -91,7 +92,10 @@ def test_the_same_server_is_no_regression() -> None:
 def test_a_throughput_fall_is_a_regression() -> None:
     res = judge(reqs(B, 600, 0), reqs(C, 300, 0, seed=1))
     rate = res.rows[res.rows["metric"] == "request_rate"].iloc[0]
-    assert res.code is Exit.FAILED and rate["regression"] and rate["delta_pct"] == -50.0
+    # requests completed inside the 60 s window: the baseline's last two (scheduled at 59.8 and
+    # 59.9 s, 0.2 s long) end at or after its end, so 598 against the candidate's 300
+    assert res.code is Exit.FAILED and rate["regression"]
+    assert rate["delta_pct"] == pytest.approx(100 * (300 / 598 - 1))
 
 
 def test_levels_are_paired_by_configured_load_not_index() -> None:
