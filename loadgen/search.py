@@ -56,10 +56,6 @@ def judge(
     return "insufficient samples", per
 
 
-def meets_slos(spec: RunSpec, samples: dict[str, list[float]], confidence: float) -> bool:
-    return judge(spec, samples, confidence)[0] == "pass"
-
-
 class SamplePool(Protocol):
     """Where the shards of one search meet after each level run (`run` counts from 0)."""
 
