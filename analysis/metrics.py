@@ -270,12 +270,13 @@ def epoch_ns(ts: pd.Series) -> IntArray:
 class Arrivals:
     """What a window needs to count tokens by arrival, computed once per frame: per request the
     arrival of its first and last chunk (ns since the epoch; `has` where it was sent and has
-    chunks), and the cumulative tokens over every chunk (`cum[ptr[i]]` = tokens before request
-    i's first chunk). A chunk's arrival is sent_at + chunk_offsets_us * 1000."""
+    chunks) and its tokens (`total`). A chunk's arrival is sent_at + chunk_offsets_us * 1000.
+    Per request only (8 bytes each), never per chunk: a million-request run's chunk arrays are
+    not copied."""
 
     chunks: ChunkArrays
     times: Timeline
-    cum: IntArray
+    total: IntArray
     first: IntArray
     last: IntArray
     has: BoolArray
@@ -291,8 +292,12 @@ class Arrivals:
             last = times.sent_at + chunks.offsets_us[hi].astype(np.int64) * 1000
         else:
             first = last = np.zeros(chunks.n_requests, dtype=np.int64)
-        cum = np.concatenate(([0], np.cumsum(chunks.tokens, dtype=np.int64)))
-        return cls(chunks, times, cum, first, last, has)
+        total = np.zeros(chunks.n_requests, dtype=np.int64)
+        nonempty = np.flatnonzero(lengths > 0)
+        if nonempty.size:
+            sums = np.add.reduceat(chunks.tokens, chunks.ptr[:-1][nonempty], dtype=np.int64)
+            total[nonempty] = sums
+        return cls(chunks, times, total, first, last, has)
 
 
 def tokens_arrived(arr: Arrivals, window: Window, rows: BoolArray | None = None) -> int:
@@ -303,17 +308,17 @@ def tokens_arrived(arr: Arrivals, window: Window, rows: BoolArray | None = None)
     out because of when it was scheduled."""
     sel = arr.has if rows is None else arr.has & np.asarray(rows, dtype=bool)
     first, last = arr.first, arr.last
-    ptr, cum = arr.chunks.ptr, arr.cum
     inside = sel & (first >= window.start_ns) & (last < window.end_ns)
-    total = int(cum[ptr[1:][inside]].sum() - cum[ptr[:-1][inside]].sum())
+    total = int(arr.total[inside].sum())
     cross = sel & ~inside & (last >= window.start_ns) & (first < window.end_ns)
-    offsets, base = arr.chunks.offsets_us, arr.times.sent_at
+    ptr, offsets, tokens = arr.chunks.ptr, arr.chunks.offsets_us, arr.chunks.tokens
+    base = arr.times.sent_at
     for j in np.flatnonzero(cross):  # a few per level: the requests the window's edges cut
         lo, hi = int(ptr[j]), int(ptr[j + 1])
         at = offsets[lo:hi].astype(np.int64) * 1000 + base[j]
         a = int(np.searchsorted(at, window.start_ns, side="left"))
         b = int(np.searchsorted(at, window.end_ns, side="left"))
-        total += int(cum[lo + b] - cum[lo + a])
+        total += int(tokens[lo + a : lo + b].sum(dtype=np.int64))
     return total
 
 
