@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from loadgen.loadmodels import closed_loop_user, open_loop
+from loadgen.pool import SamplePool
 from loadgen.reasons import LEVEL_ENDED
 from loadgen.schedule import Level, load_trace, open_loop_offsets, static_levels, trace_share
 from loadgen.shard import NS, LevelWindow, Shard
@@ -39,10 +40,14 @@ class LevelResult:
     search: dict[str, Any] | None = None
 
 
-async def run_levels(r: Shard, start: int, done: list[LevelResult]) -> None:
+async def run_levels(
+    r: Shard, start: int, done: list[LevelResult], pool: SamplePool | None = None
+) -> None:
     """The spec's levels one after another from `start` (monotonic ns); each appended to `done`
     as it ends (or, cut at the stop, when the shard stops during it). Between two levels,
-    `load.between_levels` decides what happens to the first one's requests still running."""
+    `load.between_levels` decides what happens to the first one's requests still running; with
+    `pool` (the other shards of the run) a drained shard waits for the others before its next
+    level, so no shard's level overlaps another's."""
     t0 = start
     policy = r.spec.load.between_levels
     levels = static_levels(r.spec.load)
@@ -67,6 +72,9 @@ async def run_levels(r: Shard, start: int, done: list[LevelResult]) -> None:
         elif policy == "cancel":
             await cancel_in_flight(r, LEVEL_ENDED)
             res.drained_wall_ns = r.wall(r.clock())
+            t0 = max(w.end, r.clock())
+        if pool is not None and policy != "overlap":
+            await pool.pool(lvl.index, r.plan.shard_id, {})
             t0 = max(w.end, r.clock())
 
 

@@ -16,8 +16,9 @@ from typing import Any
 from loadgen.levels import LevelResult, run_levels
 from loadgen.levels import drain as drain_in_flight
 from loadgen.plan import ShardPlan, Sink
+from loadgen.pool import SamplePool
 from loadgen.records import Tick
-from loadgen.search import SamplePool, run_search
+from loadgen.search import run_search
 from loadgen.shard import NS, Shard
 from loadgen.target import Clock, Target
 
@@ -49,14 +50,16 @@ async def run_shard(
     clock: Clock = time.perf_counter_ns,
     wall_clock: Callable[[], int] = time.time_ns,
     tokens_per_word: float = 1.0,
-    search_pool: SamplePool | None = None,
+    pool: SamplePool | None = None,
 ) -> ShardResult:
     """Run one shard to the end. Never raises for failed requests: each is a record.
 
     `start_at_mono_ns` (monotonic ns) is when the first level begins; `deadline_mono_ns` a hard
     end (soft time limit) after which in-flight requests are cancelled and the shard is
     `timed_out`; setting `abort` cancels in-flight requests and ends it as `aborted`.
-    `search_pool` makes a saturation search one search with the other shards sharing it.
+    `pool`, shared by the shards of one run: they meet after each level (so under `drain` and
+    `cancel` every shard's next level starts once all have drained), and a saturation search is
+    one search, decided on their pooled samples.
     """
     abort = abort or asyncio.Event()
     r = Shard(
@@ -79,9 +82,9 @@ async def run_shard(
 
     async def body() -> None:
         if spec.load.saturation is None:
-            await run_levels(r, start, levels_done)
+            await run_levels(r, start, levels_done, pool)
         else:
-            await run_search(r, start, levels_done, search_pool)
+            await run_search(r, start, levels_done, pool)
 
     main = asyncio.create_task(body())
     stop_abort = asyncio.create_task(abort.wait())

@@ -8,19 +8,20 @@ that did not pass (with its verdict), and the confidence they were decided at.
 
 Several shards make one search when they share a `SamplePool`: after each level every shard
 hands in its samples and gets back everyone's, so all of them judge the same pooled samples,
-reach the same verdict and run the same next level. `LocalPool` does this for shards in one
-event loop (local mode); without a pool a shard searches on its own samples.
+reach the same verdict and run the same next level (loadgen/pool.py). Without a pool a shard
+searches on its own samples.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from loadgen.binomial import Verdict, decide
 from loadgen.levels import LevelResult, drain, level_result, run_level
+from loadgen.pool import SamplePool
 from loadgen.schedule import Level, saturation_levels
 from loadgen.shard import NS, Shard
 from loadgen.spec import RunSpec
@@ -54,41 +55,6 @@ def judge(
     if verdicts == {"pass"}:
         return "pass", per
     return "insufficient samples", per
-
-
-class SamplePool(Protocol):
-    """Where the shards of one search meet after each level run (`run` counts from 0)."""
-
-    async def pool(
-        self, run: int, shard_id: str, samples: dict[str, list[float]]
-    ) -> dict[str, list[float]]:
-        """Hand in this shard's samples of level run `run`; wait for every shard's; return them
-        all, pooled (concatenated in shard-id order, the same for every shard)."""
-        ...
-
-
-class LocalPool:
-    """A `SamplePool` for `shards` shards running in one event loop."""
-
-    def __init__(self, shards: int) -> None:
-        self.shards = shards
-        self._got: dict[int, dict[str, dict[str, list[float]]]] = {}
-        self._full: dict[int, asyncio.Event] = {}
-
-    async def pool(
-        self, run: int, shard_id: str, samples: dict[str, list[float]]
-    ) -> dict[str, list[float]]:
-        got = self._got.setdefault(run, {})
-        full = self._full.setdefault(run, asyncio.Event())
-        got[shard_id] = samples
-        if len(got) >= self.shards:
-            full.set()
-        await full.wait()
-        out: dict[str, list[float]] = {}
-        for sid in sorted(got):
-            for name, vals in got[sid].items():
-                out.setdefault(name, []).extend(vals)
-        return out
 
 
 def search_answer(decided: list[tuple[float, Verdict]], confidence: float) -> dict[str, Any]:

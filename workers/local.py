@@ -19,11 +19,11 @@ from typing import Any
 
 from loadgen.calibrate import calibrate
 from loadgen.plan import ShardPlan
+from loadgen.pool import LocalPool
 from loadgen.records import Tick
 from loadgen.runner import ShardResult, run_shard
 from loadgen.runtime import run_measurement
 from loadgen.schedule import static_levels
-from loadgen.search import LocalPool
 from loadgen.spec import RunSpec
 from loadgen.targets import OpenAITarget, check_target, policy_from_env, preflight
 from workers.planner import plan_run
@@ -141,7 +141,7 @@ async def _run(
                 url, run_id, spec.target.metrics_url, (time.time_ns(), time.perf_counter_ns())
             )
             recorder.start()
-        pool = LocalPool(len(plans)) if spec.load.saturation is not None else None
+        pool = LocalPool(len(plans)) if len(plans) > 1 else None  # one run: shards meet per level
         try:
             results = await asyncio.gather(
                 *(
@@ -153,7 +153,7 @@ async def _run(
                         abort=abort,
                         on_tick=on_tick,
                         tokens_per_word=tpw,
-                        search_pool=pool,
+                        pool=pool,
                     )
                     for p, t in zip(plans, targets, strict=True)
                 )

@@ -109,3 +109,33 @@ def test_a_saturation_search_answer_is_stored_and_shown(
         ).fetchall()
     assert stored is not None and stored[0]["highest_passing"] == 40.0
     assert levels == [(20.0, "pass", True), (40.0, "pass", True)]
+
+
+def test_a_two_region_local_sweep_keeps_its_levels_apart(
+    sim: SimProcess, store_url: str, tmp_path: Path
+) -> None:
+    spec = tmp_path / "regions.toml"
+    spec.write_text(
+        _spec(
+            sim.base_url,
+            "concurrency = [2, 6]\nduration_s = 1.5\nwarmup_s = 0.3",
+            '[[regions]]\nname = "eu"\nshare = 0.5\n[[regions]]\nname = "us"\nshare = 0.5',
+        ).replace("output_tokens = 8", "output_tokens = 120")  # ~1.25 s answers
+    )
+    out = tmp_path / "summary.json"
+    proc = peakload(["run", str(spec), "--json", str(out)], store_url, tmp_path)
+    summary = json.loads(out.read_text())
+    l0, l1 = summary["levels"]
+    assert set(l1["regions"]) == {"eu", "us"}, proc.stderr
+    # both regions drained level 0 before either began level 1
+    assert l1["other_levels_in_flight_max"] == 0 and l0["other_levels_in_flight_max"] == 0
+    assert l1["achieved"] > 5.5 and l1["flags"] == []
+    with psycopg.connect(store_url) as conn:
+        rows = conn.execute(
+            "SELECT level, between_levels, drained_at IS NOT NULL, "
+            "extract(epoch FROM steady_end - steady_start) FROM run_levels "
+            "WHERE run_id = %s ORDER BY level",
+            (summary["run_id"],),
+        ).fetchall()
+    assert [(r[0], r[1], r[2]) for r in rows] == [(0, "drain", True), (1, "drain", True)]
+    assert all(0.9 < float(r[3]) <= 1.2 for r in rows)  # 1.2 s planned, shards within 0.3 s

@@ -5,11 +5,13 @@ policies leave each level's requests where the spec says."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import pytest
 
 from analysis import metrics as m
+from loadgen.pool import LocalPool
 from loadgen.records import Outcome
 from loadgen.runner import ShardResult, run_shard
 from tests.loadgen.test_runner import ScriptedTarget, make_plan, run
@@ -63,3 +65,36 @@ def test_drain_cancel_and_overlap_between_two_levels() -> None:
     assert l1.started_wall_ns == l0.ended_wall_ns < last_end
     assert {lv.between_levels for lv in (l0, l1)} == {"overlap"}
     assert m.Window(l1.steady_start_wall_ns, l1.steady_end_wall_ns).seconds == pytest.approx(0.5)
+
+
+def test_shards_of_one_run_start_each_level_together_after_all_drained() -> None:
+    """Two shards sharing a LocalPool: shard b's answers take three times longer, so it drains
+    later; shard a waits for it, and no level-0 request of either shard is in flight once
+    either shard's level 1 has begun."""
+    base = make_plan({"concurrency": [2, 2], "duration_s": 0.5})
+    plans = [dataclasses.replace(base, shard_id=f"{x}-0", region=x) for x in ("a", "b")]
+    targets = [
+        ScriptedTarget(ttft_s=0.02, itl_s=0.03, tokens=10),
+        ScriptedTarget(ttft_s=0.02, itl_s=0.09, tokens=10),
+    ]
+    sinks = [MemorySink(), MemorySink()]
+    pool = LocalPool(2)
+
+    async def both() -> list[ShardResult]:
+        start = time.perf_counter_ns() + 50_000_000
+        return list(
+            await asyncio.gather(
+                *(
+                    run_shard(p, t, s, start_at_mono_ns=start, pool=pool)
+                    for p, t, s in zip(plans, targets, sinks, strict=True)
+                )
+            )
+        )
+
+    ra, rb = asyncio.run(both())
+    first_start = min(ra.levels[1].started_wall_ns, rb.levels[1].started_wall_ns)
+    ends0 = [r.scheduled_at_ns + (r.end_ns or 0) for s in sinks for r in s.records if r.level == 0]
+    assert max(ends0) <= first_start
+    assert abs(ra.levels[1].started_wall_ns - rb.levels[1].started_wall_ns) < 50_000_000
+    assert ra.levels[0].drained_wall_ns is not None and rb.levels[0].drained_wall_ns is not None
+    assert ra.levels[0].drained_wall_ns < rb.levels[0].drained_wall_ns  # a waited for b

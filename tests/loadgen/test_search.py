@@ -12,9 +12,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from analysis import sla
+from loadgen.pool import LocalPool
 from loadgen.records import Outcome, Phase
 from loadgen.runner import ShardResult, run_shard
-from loadgen.search import LocalPool, judge, search_answer
+from loadgen.search import judge, search_answer
 from loadgen.spec import spec_from_dict
 from loadgen.target import Clock, EventKind, PreparedRequest, StreamEvent
 from tests.loadgen.test_runner import make_plan, ms, run
@@ -153,7 +154,7 @@ def test_two_regions_make_one_search_decided_on_pooled_samples() -> None:
         return list(
             await asyncio.gather(
                 *(
-                    run_shard(p, t, s, start_at_mono_ns=start, search_pool=pool)
+                    run_shard(p, t, s, start_at_mono_ns=start, pool=pool)
                     for p, t, s in zip(plans, targets, sinks, strict=True)
                 )
             )
