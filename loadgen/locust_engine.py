@@ -22,11 +22,12 @@ from typing import Any, Protocol
 
 from loadgen.calibrate import calibrate
 from loadgen.errors import PeakloadError
+from loadgen.fold import execute
 from loadgen.locust_wire import HEADER, WireError, frame_length, pack, unpack
 from loadgen.plan import ShardPlan, Sink
 from loadgen.records import Outcome, RequestRecord
-from loadgen.runner import ShardRunner, _LevelWindow
 from loadgen.schedule import Level
+from loadgen.shard import LevelWindow, Shard
 from loadgen.spec import spec_from_dict
 from loadgen.target import Clock
 from loadgen.targets import OpenAITarget, check_target, policy_from_env, preflight
@@ -93,7 +94,7 @@ def request_metrics(rec: RequestRecord) -> dict[str, Any]:
     return out
 
 
-class _LocustShard(ShardRunner):
+class _LocustShard(Shard):
     """The runner's shard state, telling the engine about each record it emits."""
 
     def __init__(self, *args: Any, on_record: Callable[[RequestRecord], None], **kw: Any) -> None:
@@ -124,11 +125,11 @@ class _Session:
         )
         self.store, self.send = store, send
         self.emitted: dict[int, RequestRecord] = {}
-        self.taken: dict[int, tuple[_LevelWindow, int]] = {}  # indices without a record yet
+        self.taken: dict[int, tuple[LevelWindow, int]] = {}  # indices without a record yet
         self.background: list[asyncio.Task[Any]] = []
         self.target: OpenAITarget | None = None
         self.shard: _LocustShard | None = None
-        self.window: _LevelWindow | None = None
+        self.window: LevelWindow | None = None
         self.sink: Sink | None = None
         self.level0 = start.get("level") or {"index": 0, "users": 0, "steady": False}
 
@@ -169,7 +170,7 @@ class _Session:
         w = self.window
         if w is None or w.level.index != index:
             lvl = Level(index, "concurrency", users, OPEN_S, OPEN_S, 0.0)
-            w = self.window = _LevelWindow(lvl, now, now + int(OPEN_S * _NS))
+            w = self.window = LevelWindow(lvl, now, now + int(OPEN_S * _NS))
             shard.level_index = index
         if msg.get("steady"):
             w.level = dataclasses.replace(w.level, warmup_s=(now - w.start) / _NS)
@@ -201,7 +202,7 @@ class _Session:
         self,
         req_id: int,
         index: int,
-        window: _LevelWindow,
+        window: LevelWindow,
         sched: int,
         prompt: Prompt,
         messages: list[dict[str, str]] | None,
@@ -215,7 +216,7 @@ class _Session:
             if session
             else None
         )
-        text = await self.shard.execute(index, window, sched, prompt, sess, messages)
+        text = await execute(self.shard, index, window, sched, prompt, sess, messages)
         rec = self.emitted.pop(index)
         reply = {"op": "done", "id": req_id, **request_metrics(rec)}
         if sess is not None:
