@@ -16,8 +16,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from analysis.summary import CLIENT_VS_SERVER, client_vs_server_rows, connection_cell
-from analysis.summary import search_line
+from analysis.summary import CLIENT_VS_SERVER, client_vs_server_rows, connection_cell, search_line
 
 TICKS = [
     (0.0, "p0"),
