@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from loadgen.sim.config import SimConfig
+from loadgen.sim.histograms import Histogram
 
 Action = Callable[[int], None]
 """Called with the due time (monotonic ns) it was scheduled for."""
@@ -128,6 +129,8 @@ class Engine(Protocol):
     running: int
     waiting: int
     kv_used: int
+    queue_time: Histogram  # arrival -> admission into the batch
+    ttft: Histogram  # arrival -> first token
 
     def submit(self, seq: Sequence, arrival_ns: int) -> None: ...
 
@@ -135,14 +138,18 @@ class Engine(Protocol):
 
 
 class _FixedSeq:
-    __slots__ = ("engine", "fire", "seq")
+    __slots__ = ("arrival_ns", "engine", "fire", "seq")
 
-    def __init__(self, seq: Sequence, engine: FixedEngine) -> None:
+    def __init__(self, seq: Sequence, engine: FixedEngine, arrival_ns: int) -> None:
+        self.arrival_ns: int | None = arrival_ns
         self.seq = seq
         self.engine = engine
         self.fire: Action = self._fire
 
     def _fire(self, due_ns: int) -> None:
+        if self.arrival_ns is not None:
+            self.engine.ttft.observe_ns(due_ns - self.arrival_ns)
+            self.arrival_ns = None
         if self.seq.on_token(due_ns):
             self.engine.running -= 1
         else:
@@ -160,10 +167,13 @@ class FixedEngine:
         self.ttft_ns = int(cfg.ttft_ms * 1e6)
         self.itl_ns = int(cfg.itl_ms * 1e6)
         self.running = 0  # sequences submitted and not yet finished (incl. cancelled ones)
+        self.queue_time = Histogram()
+        self.ttft = Histogram()
 
     def submit(self, seq: Sequence, arrival_ns: int) -> None:
         self.running += 1
-        self.sched.at(arrival_ns + self.ttft_ns, _FixedSeq(seq, self).fire)
+        self.queue_time.observe_ns(0)  # admitted at once: no queue in this model
+        self.sched.at(arrival_ns + self.ttft_ns, _FixedSeq(seq, self, arrival_ns).fire)
 
     def cancel(self, seq: Sequence) -> None:
         """Nothing to free now: a cancelled sequence's next `on_token` returns True."""
@@ -188,6 +198,10 @@ class BatchEngine:
         self._busy = False
         self.kv_used = 0
         self.steps = 0
+        self.queue_time = Histogram()
+        self.ttft = Histogram()
+        # arrival (ns) of each sequence until its first token, by id (for the two histograms)
+        self._arrival: dict[int, int] = {}
 
     @property
     def running(self) -> int:  # type: ignore[override]
@@ -203,10 +217,12 @@ class BatchEngine:
 
     def submit(self, seq: Sequence, arrival_ns: int) -> None:
         self._waiting.append(seq)
+        self._arrival[id(seq)] = arrival_ns
         if not self._busy:
             self._start_step(arrival_ns)
 
     def cancel(self, seq: Sequence) -> None:
+        self._arrival.pop(id(seq), None)
         if seq in self._running:
             self._running.remove(seq)
             self.kv_used -= self.kv_need(seq)
@@ -221,6 +237,9 @@ class BatchEngine:
             if self.kv_used + need > self._capacity:
                 break
             seq = waiting.popleft()
+            arrived = self._arrival.get(id(seq))
+            if arrived is not None:
+                self.queue_time.observe_ns(t_ns - arrived)
             self.kv_used += need
             prefill += seq.prompt_tokens
             running.append(seq)
@@ -235,6 +254,9 @@ class BatchEngine:
     def _step_end(self, due_ns: int) -> None:
         still: list[Sequence] = []
         for seq in self._running:
+            arrived = self._arrival.pop(id(seq), None)
+            if arrived is not None:
+                self.ttft.observe_ns(due_ns - arrived)
             if seq.on_token(due_ns):
                 self.kv_used -= self.kv_need(seq)
             else:

@@ -85,6 +85,13 @@ class SimState:
             for labels, value in samples:
                 lab = "{" + labels + "}" if labels else ""
                 out.append(f"peakload_sim:{name}{lab} {value:g}")
+        for name, help_text, hist in (
+            ("time_to_first_token_seconds", "Arrival to first token (s).", eng.ttft),
+            ("request_queue_time_seconds", "Arrival to admission (s).", eng.queue_time),
+        ):
+            out.append(f"# HELP peakload_sim:{name} {help_text}")
+            out.append(f"# TYPE peakload_sim:{name} histogram")
+            out.extend(hist.lines(f"peakload_sim:{name}"))
         return ("\n".join(out) + "\n").encode()
 
 

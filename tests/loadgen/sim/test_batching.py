@@ -152,15 +152,16 @@ def test_kv_capacity_queues_and_shows_in_metrics(tmp_path: Path) -> None:
         url = sp.base_url + "/chat/completions"
         metrics_url = sp.base_url.removesuffix("/v1") + "/metrics"
 
-        async def run() -> str:
+        async def run() -> tuple[str, str]:
             task = asyncio.ensure_future(_burst(url, 4, max_tokens=16))
             await asyncio.sleep(0.3)
             async with httpx.AsyncClient() as c:
                 text = (await c.get(metrics_url)).text
-            await task
-            return text
+                await task
+                after = (await c.get(metrics_url)).text
+            return text, after
 
-        metrics = asyncio.run(run())
+        metrics, after = asyncio.run(run())
         rows = sorted(sp.wait_truth(4), key=lambda r: r["chunk_due_ns"][0])
         big = httpx.post(url, json=chat_body(max_tokens=100, stream=False))
     # each request needs 4 prompt + 16 output = 20 tokens of KV: three fit in 60, one waits
@@ -172,3 +173,15 @@ def test_kv_capacity_queues_and_shows_in_metrics(tmp_path: Path) -> None:
     assert rows[3]["chunk_due_ns"][0] == first_free + 40_200_000
     assert rows[3]["chunk_due_ns"][0] - rows[3]["request_ns"] > 500_000_000  # it waited
     assert big.status_code == 400 and "KV capacity" in big.json()["error"]["message"]
+    # the server's own histograms: four admissions, one of them after a wait of over 0.5 s
+    hist = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in after.splitlines()
+        if line.startswith("peakload_sim:request_queue_time_seconds")
+        or line.startswith("peakload_sim:time_to_first_token_seconds")
+    }
+    assert hist["peakload_sim:request_queue_time_seconds_count"] == 4
+    assert hist['peakload_sim:request_queue_time_seconds_bucket{le="0.25"}'] == 3
+    assert hist["peakload_sim:request_queue_time_seconds_sum"] > 0.5
+    assert hist["peakload_sim:time_to_first_token_seconds_count"] == 4
+    assert hist['peakload_sim:time_to_first_token_seconds_bucket{le="+Inf"}'] == 4
