@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from analysis.render_server import server_fig, server_html
 from analysis.summary import CLIENT_VS_SERVER, client_vs_server_rows, connection_cell, search_line
 
 TICKS = [
@@ -421,10 +422,13 @@ def render_html(report: Mapping[str, Any]) -> str:
                 ["kind", "count", "rate"],
             )
         )
+    if "server" in report:
+        parts.append(server_html(report))
     figs = [
         *_curve_figs(report),
         _frontier_fig(report),
         _timeseries_fig(report),
+        server_fig(report) if "server" in report else None,
         _timeline_fig(report),
     ]
     for fig in figs:

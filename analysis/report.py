@@ -18,6 +18,7 @@ from analysis import fastload, load, sla, verdict
 from analysis import frontier as fr
 from analysis import metrics as m
 from analysis import percentiles as pc
+from analysis import server_metrics as srv
 from analysis.summary import level_summary
 
 REPORT_VERSION = 1
@@ -170,6 +171,7 @@ def build_report(
         span = float(duration) if duration and np.isfinite(duration) else 60.0
         bucket_s = max(1.0, math.ceil(span / 120.0))
     ts = load.timeseries(conn, run_id, bucket_s)
+    server = srv.server_section(conn, run, df, summary["levels"], bucket_s)
     judged = verdict.judge_claims(run, df, claims, chunks=chunks) if claims else None
     verdicts = judged.verdicts if judged else []
     labels = run.get("labels") or {}
@@ -210,6 +212,15 @@ def build_report(
                 else None,
             },
             "timeseries": {"bucket_s": bucket_s, "rows": _records(ts)},
+            # the server's own series on the same buckets, the client TTFT beside them, and
+            # the diagnosis they support (analysis.server_metrics)
+            "server": {
+                "metrics": server["metrics"],
+                "rows": _records(server["rows"]),
+                "client_ttft": _records(server["client_ttft"]),
+                "levels": {str(k): v for k, v in server["levels"].items()},
+                "diagnosis": server["diagnosis"],
+            },
             "timeline": timeline_sample(df, chunks, run.get("started_at"), seed=seed),
             "sla": [v.to_json() for v in verdicts],
             # the run's state first, as `peakload sla` exits (analysis.verdict.judge_claims)

@@ -34,7 +34,7 @@ BUCKETS_S: tuple[float, ...] = (
 class Histogram:
     """Observations in seconds; `lines(name)` renders the exposition (bucket, sum, count)."""
 
-    __slots__ = ("counts", "sum_s", "count")
+    __slots__ = ("count", "counts", "sum_s")
 
     def __init__(self) -> None:
         self.counts = [0] * (len(BUCKETS_S) + 1)  # the last one is +Inf

@@ -1,0 +1,125 @@
+"""The report's server section as HTML and one plotly figure: client throughput, in-flight and
+TTFT above the server's queue, running requests, KV use and own TTFT/queue time, on one shared
+time axis (the report's buckets), with the diagnosis sentence and a per-level table.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+_PANELS = (
+    "client output tokens/s",
+    "client in flight",
+    "client TTFT from send (ms)",
+    "server queue / running",
+    "server KV-cache use (0-1)",
+    "server TTFT / queue time, mean (ms)",
+)
+
+
+def _client_totals(report: Mapping[str, Any]) -> pd.DataFrame:
+    ts = pd.DataFrame(report["timeseries"]["rows"])
+    if ts.empty:
+        return pd.DataFrame(columns=["bucket", "output_tokens_per_s", "in_flight"])
+    ts["bucket"] = pd.to_datetime(ts["bucket"], utc=True)
+    return ts.groupby("bucket")[["output_tokens_per_s", "in_flight"]].sum(min_count=1).reset_index()
+
+
+def server_fig(report: Mapping[str, Any]) -> go.Figure | None:
+    srv = report.get("server") or {}
+    rows = pd.DataFrame(srv.get("rows") or [])
+    ttft = pd.DataFrame(srv.get("client_ttft") or [])
+    if rows.empty:
+        return None
+    client = _client_totals(report)
+    for frame in (rows, ttft):
+        if not frame.empty:
+            frame["bucket"] = pd.to_datetime(frame["bucket"], utc=True)
+    fig = make_subplots(rows=len(_PANELS), cols=1, shared_xaxes=True, subplot_titles=_PANELS)
+    traces: list[tuple[int, pd.DataFrame, str, str]] = [
+        (1, client, "output_tokens_per_s", "output tok/s"),
+        (2, client, "in_flight", "in flight"),
+        (3, ttft, "ttft_p50_ms", "client TTFT p50"),
+        (3, ttft, "ttft_p90_ms", "client TTFT p90"),
+        (4, rows, "queue", "queue"),
+        (4, rows, "running", "running"),
+        (5, rows, "kv_cache", "KV use"),
+        (6, rows, "server_ttft_ms", "server TTFT"),
+        (6, rows, "server_queue_ms", "server queue time"),
+    ]
+    for row, frame, col, name in traces:
+        if frame.empty or col not in frame or not frame[col].notna().any():
+            continue
+        fig.add_trace(
+            go.Scatter(x=frame["bucket"], y=frame[col], mode="lines", name=name), row=row, col=1
+        )
+    fig.update_layout(
+        title=f"Client and server over time ({report['timeseries']['bucket_s']:g} s buckets)",
+        height=900,
+    )
+    return fig
+
+
+def _fmt(x: Any, digits: int = 1) -> str:
+    return "—" if x is None else f"{float(x):.{digits}f}"
+
+
+def server_html(report: Mapping[str, Any]) -> str:
+    """Diagnosis and per-level server table; a note when the run scraped nothing."""
+    srv = report.get("server") or {}
+    diag = srv.get("diagnosis") or {}
+    parts = ["<h2>Where the time went</h2>"]
+    parts.append(f"<p><b>{html.escape(str(diag.get('verdict', 'unknown')))}</b>: ")
+    parts.append(html.escape(str(diag.get("sentence", ""))) + "</p>")
+    found = srv.get("metrics") or {}
+    if found:
+        parts.append(
+            "<p>server series: "
+            + ", ".join(
+                f"{html.escape(k)} = <code>{html.escape(v)}</code>" for k, v in found.items()
+            )
+            + "</p>"
+        )
+    levels = srv.get("levels") or {}
+    if levels:
+        head = [
+            "level",
+            "queue mean",
+            "queue max",
+            "running mean",
+            "KV use",
+            "server TTFT ms",
+            "server queue ms",
+            "server prefill+first step ms",
+        ]
+        body = "".join(
+            "<tr>"
+            + "".join(
+                f"<td>{c}</td>"
+                for c in (
+                    lv,
+                    _fmt(s.get("queue_mean")),
+                    _fmt(s.get("queue_max"), 0),
+                    _fmt(s.get("running_mean")),
+                    _fmt(s.get("kv_cache_mean"), 2),
+                    _fmt(s.get("server_ttft_ms")),
+                    _fmt(s.get("server_queue_ms")),
+                    _fmt(s.get("server_prefill_ms")),
+                )
+            )
+            + "</tr>"
+            for lv, s in sorted(levels.items(), key=lambda kv: int(kv[0]))
+        )
+        parts.append(
+            "<table><tr>"
+            + "".join(f"<th>{h}</th>" for h in head)
+            + f"</tr>{body}</table>"
+            + "<p>means over each level's steady span; server times from its own histograms</p>"
+        )
+    return "".join(parts)

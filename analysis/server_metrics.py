@@ -1,0 +1,375 @@
+"""The server's own view beside the client's: which scraped Prometheus series mean queue length,
+running requests, KV-cache use and the server's TTFT / queue-time histograms (from the run's
+preset, else the engines' well-known names), those series bucketed on the client series' time
+axis, per-level means over each level's steady span, and the diagnosis they support.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import psycopg
+
+from analysis import metrics as m
+
+GAUGES = ("queue", "running", "kv_cache")
+HISTOGRAMS = ("ttft_histogram", "queue_time_histogram")
+# The names engines export when no preset says otherwise (first match wins, per role). The
+# simulated engine's come first: tests and demos run against it without a preset.
+KNOWN_NAMES: dict[str, tuple[str, ...]] = {
+    "queue": (
+        "peakload_sim:num_requests_waiting",
+        "vllm:num_requests_waiting",
+        "sglang:num_queue_reqs",
+        "tgi_queue_size",
+        "llamacpp:requests_deferred",
+    ),
+    "running": (
+        "peakload_sim:num_requests_running",
+        "vllm:num_requests_running",
+        "sglang:num_running_reqs",
+        "tgi_batch_current_size",
+        "llamacpp:requests_processing",
+    ),
+    "kv_cache": (
+        "peakload_sim:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+        "vllm:kv_cache_usage_perc",
+        "sglang:token_usage",
+        "llamacpp:kv_cache_usage_ratio",
+    ),
+    "ttft_histogram": (
+        "peakload_sim:time_to_first_token_seconds",
+        "vllm:time_to_first_token_seconds",
+        "sglang:time_to_first_token_seconds",
+    ),
+    "queue_time_histogram": (
+        "peakload_sim:request_queue_time_seconds",
+        "vllm:request_queue_time_seconds",
+        "tgi_request_queue_duration",
+    ),
+}
+_ORIGIN = pd.Timestamp("1970-01-01", tz="UTC")  # analysis.load.timeseries buckets from here
+
+# Diagnosis thresholds, stated with the numbers they judge: a latency "grows" when its p50 at
+# the busiest level is at least GROWS x its p50 one level below; it is "flat" below FLAT x; a
+# queue "forms" when its mean over the busiest level's steady span reaches QUEUE_FORMS and
+# exceeds the level below's.
+GROWS = 1.5
+FLAT = 1.25
+QUEUE_FORMS = 1.0
+
+
+def _split(selector: str) -> tuple[str, dict[str, str]]:
+    """`name{a="x"}` -> ("name", {"a": "x"}) (a preset's selector syntax)."""
+    name, brace, rest = selector.partition("{")
+    labels: dict[str, str] = {}
+    if brace:
+        for part in rest.rstrip("}").split(","):
+            key, _, value = part.partition("=")
+            if key.strip():
+                labels[key.strip()] = value.strip().strip('"')
+    return name.strip(), labels
+
+
+def metric_names(spec: Mapping[str, Any] | None) -> dict[str, list[str]]:
+    """Candidate selectors per role: the preset's (`[target] preset`) first, then KNOWN_NAMES."""
+    out = {role: list(names) for role, names in KNOWN_NAMES.items()}
+    target = (spec or {}).get("target") or {}
+    name = target.get("preset") if isinstance(target, Mapping) else None
+    if isinstance(name, str):
+        try:
+            from loadgen.presets import load_preset
+        except ImportError:  # presets not installed in this build: the known names stand
+            return out
+        try:
+            mapped = load_preset(name).metrics
+        except Exception:  # an unknown or broken preset is the spec's error, not the report's
+            mapped = None
+        if mapped is not None:
+            for role in out:
+                sel = str(getattr(mapped, role, "") or "")
+                if sel:
+                    out[role] = [sel, *(n for n in out[role] if n != sel)]
+    return out
+
+
+def load_samples(conn: psycopg.Connection[Any], run_id: str, names: Sequence[str]) -> pd.DataFrame:
+    """Raw samples (t UTC, name, labels dict, value) of the given metric names for one run."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT t, name, labels, value FROM server_metrics "
+            "WHERE run_id = %s::uuid AND name = ANY(%s) ORDER BY t",
+            (run_id, list(names)),
+        )
+        rows = cur.fetchall()
+    df = pd.DataFrame(rows, columns=["t", "name", "labels", "value"])
+    df["t"] = pd.to_datetime(df["t"], utc=True)
+    df["value"] = pd.to_numeric(df["value"]).astype("float64")
+    return df
+
+
+def _match(samples: pd.DataFrame, selector: str, suffix: str = "") -> pd.DataFrame:
+    name, want = _split(selector)
+    sel = samples[samples["name"] == name + suffix]
+    if want and len(sel):
+        keep = [all(lab.get(k) == v for k, v in want.items()) for lab in sel["labels"]]
+        sel = sel[np.asarray(keep, dtype=bool)]
+    return sel
+
+
+def role_series(samples: pd.DataFrame, names: Mapping[str, Sequence[str]]) -> pd.DataFrame:
+    """One value per scrape and role: gauges summed over label sets (several engines or
+    models behind one endpoint); histograms as cumulative `sum` and `count` (seconds). Columns
+    t, role, value, hist_sum, hist_count, and `metric` (the name that matched)."""
+    parts: list[pd.DataFrame] = []
+    for role in GAUGES:
+        for selector in names.get(role, ()):
+            g = _match(samples, selector)
+            if len(g):
+                gv = g.groupby("t")["value"].sum().reset_index()
+                gv["role"], gv["metric"] = role, selector
+                parts.append(gv)
+                break
+    for role in HISTOGRAMS:
+        for selector in names.get(role, ()):
+            s, c = _match(samples, selector, "_sum"), _match(samples, selector, "_count")
+            if len(s) and len(c):
+                hv = pd.concat(
+                    [
+                        s.groupby("t")["value"].sum().rename("hist_sum"),
+                        c.groupby("t")["value"].sum().rename("hist_count"),
+                    ],
+                    axis=1,
+                    join="inner",
+                ).reset_index()
+                hv["role"], hv["metric"], hv["value"] = role, selector, np.nan
+                parts.append(hv)
+                break
+    cols = ["t", "role", "metric", "value", "hist_sum", "hist_count"]
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    out: pd.DataFrame = pd.concat(parts, ignore_index=True)
+    for col in ("hist_sum", "hist_count"):
+        if col not in out:
+            out[col] = np.nan
+    res: pd.DataFrame = out[cols].sort_values(["role", "t"]).reset_index(drop=True)
+    return res
+
+
+def _bucket(t: pd.Series, bucket_s: float) -> pd.Series:
+    w = pd.Timedelta(seconds=bucket_s)
+    return _ORIGIN + ((t - _ORIGIN) // w) * w
+
+
+def bucketed(series: pd.DataFrame, bucket_s: float) -> pd.DataFrame:
+    """Per time bucket (the buckets of analysis.load.timeseries): mean queue, running and KV
+    use over the bucket's scrapes, and the server's mean TTFT and queue time (ms) of the
+    requests its histograms counted in the bucket (delta sum / delta count)."""
+    cols = ["bucket", "queue", "running", "kv_cache", "server_ttft_ms", "server_queue_ms"]
+    if series.empty:
+        return pd.DataFrame(columns=cols)
+    frames = []
+    gauges = series[series["role"].isin(GAUGES)]
+    if len(gauges):
+        g = gauges.assign(bucket=_bucket(gauges["t"], bucket_s))
+        frames.append(g.pivot_table(index="bucket", columns="role", values="value", aggfunc="mean"))
+    for role, col in (
+        ("ttft_histogram", "server_ttft_ms"),
+        ("queue_time_histogram", "server_queue_ms"),
+    ):
+        h = series[series["role"] == role].sort_values("t")
+        if len(h) < 2:
+            continue
+        d = h.assign(
+            bucket=_bucket(h["t"], bucket_s),
+            ds=h["hist_sum"].diff().clip(lower=0),
+            dc=h["hist_count"].diff().clip(lower=0),
+        ).iloc[1:]
+        agg = d.groupby("bucket")[["ds", "dc"]].sum()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frames.append((agg["ds"] / agg["dc"] * 1e3).where(agg["dc"] > 0).rename(col).to_frame())
+    out = pd.concat(frames, axis=1) if frames else pd.DataFrame()
+    out = out.reset_index().rename(columns={"index": "bucket"})
+    for c in cols:
+        if c not in out:
+            out[c] = np.nan
+    return out[cols].sort_values("bucket").reset_index(drop=True)
+
+
+def client_ttft_series(df: pd.DataFrame, bucket_s: float) -> pd.DataFrame:
+    """Client TTFT from send (ms) p50 and p90 per bucket of first-token arrival (wall clock:
+    scheduled_at + first_token_ns), ok requests, on the same buckets as the server series."""
+    cols = ["bucket", "ttft_p50_ms", "ttft_p90_ms"]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    ok = df[(df["outcome"] == "ok") & df["first_token_ns"].notna()]
+    if ok.empty:
+        return pd.DataFrame(columns=cols)
+    arrived = ok["scheduled_at"] + pd.to_timedelta(ok["first_token_ns"].astype("float64"), "ns")
+    t = pd.DataFrame({"bucket": _bucket(arrived, bucket_s), "ttft": m.ttft_ms(ok)})
+    g = t.groupby("bucket")["ttft"]
+    out = pd.DataFrame({"ttft_p50_ms": g.quantile(0.5), "ttft_p90_ms": g.quantile(0.9)})
+    return out.reset_index()[cols]
+
+
+def level_spans(df: pd.DataFrame) -> dict[int, tuple[pd.Timestamp, pd.Timestamp]]:
+    """Each level's steady span on the wall clock: first steady schedule to last steady end."""
+    out: dict[int, tuple[pd.Timestamp, pd.Timestamp]] = {}
+    if df.empty:
+        return out
+    st = df[df["phase"] == "steady"]
+    ends = st["scheduled_at"] + pd.to_timedelta(st["end_ns"].fillna(0).astype("float64"), "ns")
+    for lv, idx in st.groupby("level").groups.items():
+        out[int(str(lv))] = (st.loc[idx, "scheduled_at"].min(), ends.loc[idx].max())
+    return out
+
+
+def level_server_stats(
+    series: pd.DataFrame, spans: Mapping[int, tuple[pd.Timestamp, pd.Timestamp]]
+) -> dict[int, dict[str, float | None]]:
+    """Per level, over its steady span: mean and max queue, mean running, mean KV use, and the
+    server's mean TTFT and queue time (ms) from the histogram deltas across the span."""
+    out: dict[int, dict[str, float | None]] = {}
+    for lv, (t0, t1) in spans.items():
+        inside = series[(series["t"] >= t0) & (series["t"] <= t1)]
+        row: dict[str, float | None] = {}
+        for role in GAUGES:
+            v = inside.loc[inside["role"] == role, "value"]
+            row[f"{role}_mean"] = float(v.mean()) if len(v) else None
+            if role == "queue":
+                row["queue_max"] = float(v.max()) if len(v) else None
+        for role, key in (
+            ("ttft_histogram", "server_ttft_ms"),
+            ("queue_time_histogram", "server_queue_ms"),
+        ):
+            h = inside[inside["role"] == role].sort_values("t")
+            dc = float(h["hist_count"].iloc[-1] - h["hist_count"].iloc[0]) if len(h) > 1 else 0.0
+            ds = float(h["hist_sum"].iloc[-1] - h["hist_sum"].iloc[0]) if len(h) > 1 else 0.0
+            row[key] = ds / dc * 1e3 if dc > 0 else None
+        ttft, queue = row["server_ttft_ms"], row["server_queue_ms"]
+        # the server's TTFT split: waiting for a slot, then prefill and the first step
+        row["server_prefill_ms"] = ttft - queue if ttft is not None and queue is not None else None
+        out[lv] = row
+    return out
+
+
+def _p50(entry: Mapping[str, Any], metric: str) -> float | None:
+    v = (entry.get(metric) or {}).get("p50")
+    return float(v) if v is not None and math.isfinite(float(v)) else None
+
+
+def diagnose(
+    levels: Sequence[Mapping[str, Any]], server: Mapping[int, Mapping[str, float | None]]
+) -> dict[str, Any]:
+    """Where the time went, from the summary's levels (client TTFT and TPOT p50) and the
+    server's mean queue per level: "admission" (TTFT grows with the queue while time per token
+    stays flat), "decoding" (time per token grows while no queue forms), "both", "neither", or
+    "unknown" (no server queue series, or fewer than two levels with latencies). It compares
+    the busiest level with the one below it (by configured load): what the last step up in
+    load did. Returns verdict, sentence and the numbers behind it."""
+    rows = []
+    for e in levels:
+        lv = int(e["level"])
+        q = (server.get(lv) or {}).get("queue_mean")
+        ttft, tpot = _p50(e, "ttft_ms"), _p50(e, "tpot_ms")
+        if ttft is not None and tpot is not None:
+            rows.append((lv, e.get("value"), ttft, tpot, q))
+    if len(rows) < 2 or all(r[4] is None for r in rows):
+        why = "no server queue series" if rows else "no level with latencies"
+        if len(rows) == 1:
+            why = "one level only: nothing to compare"
+        return {"verdict": "unknown", "sentence": f"No diagnosis: {why}.", "numbers": {}}
+    # by configured load where it is known, else level order
+    rows.sort(key=lambda r: (float(r[1]) if r[1] is not None else float(r[0]), r[0]))
+    lo, hi = rows[-2], rows[-1]
+    ttft_x, tpot_x = hi[2] / lo[2], hi[3] / lo[3]
+    q_lo, q_hi = lo[4] or 0.0, hi[4] or 0.0
+    queue_formed = q_hi >= QUEUE_FORMS and q_hi > q_lo
+    numbers = {
+        "baseline_level": lo[0],
+        "busiest_level": hi[0],
+        "ttft_p50_ms": [lo[2], hi[2]],
+        "tpot_p50_ms": [lo[3], hi[3]],
+        "queue_mean": [q_lo, q_hi],
+        "ttft_ratio": ttft_x,
+        "tpot_ratio": tpot_x,
+        "thresholds": {"grows": GROWS, "flat": FLAT, "queue_forms": QUEUE_FORMS},
+    }
+    facts = (
+        f"from level {lo[0]} to {hi[0]}, p50 TTFT {lo[2]:.0f} -> {hi[2]:.0f} ms (x{ttft_x:.2f}), "
+        f"p50 TPOT {lo[3]:.1f} -> {hi[3]:.1f} ms (x{tpot_x:.2f}), server queue mean "
+        f"{q_lo:.1f} -> {q_hi:.1f}"
+    )
+    if ttft_x >= GROWS and queue_formed and tpot_x < FLAT:
+        verdict = "admission"
+        sentence = (
+            f"TTFT grows with the server's queue while time per token stays flat: the "
+            f"bottleneck is admission, not decoding ({facts})."
+        )
+    elif tpot_x >= GROWS and not queue_formed:
+        verdict = "decoding"
+        sentence = (
+            f"Time per token grows while no queue forms: the bottleneck is decoding, not "
+            f"admission ({facts})."
+        )
+    elif ttft_x >= GROWS and queue_formed and tpot_x >= FLAT:
+        verdict = "both"
+        sentence = f"TTFT grows with the queue and time per token grows too: both ({facts})."
+    elif ttft_x < FLAT and tpot_x < FLAT:
+        verdict = "neither"
+        sentence = (
+            f"Neither TTFT nor time per token grows with load: no bottleneck reached ({facts})."
+        )
+    else:
+        verdict = "unclear"
+        sentence = f"The data support no single bottleneck ({facts})."
+    return {"verdict": verdict, "sentence": sentence, "numbers": numbers}
+
+
+def server_section(
+    conn: psycopg.Connection[Any],
+    run: Mapping[str, Any],
+    df: pd.DataFrame,
+    summary_levels: Sequence[Mapping[str, Any]],
+    bucket_s: float,
+) -> dict[str, Any]:
+    """The report's `server` block: which series were found, bucketed rows (with client TTFT),
+    per-level stats and the diagnosis. Empty `rows` when the run scraped nothing."""
+    names = metric_names(run.get("spec"))
+    wanted = sorted(
+        {
+            _split(s)[0] + suffix
+            for role, sels in names.items()
+            for s in sels
+            for suffix in (("_sum", "_count") if role in HISTOGRAMS else ("",))
+        }
+    )
+    samples = load_samples(conn, str(run["run_id"]), wanted)
+    series = role_series(samples, names)
+    rows = bucketed(series, bucket_s)
+    ttft = client_ttft_series(df, bucket_s)
+    if len(rows):
+        rows = rows.merge(ttft, on="bucket", how="left")
+    per_level = level_server_stats(series, level_spans(df))
+    found = (
+        {str(r): str(g["metric"].iloc[0]) for r, g in series.groupby("role")} if len(series) else {}
+    )
+    return {
+        "metrics": found,
+        "rows": rows,
+        "client_ttft": ttft,
+        "levels": per_level,
+        "diagnosis": diagnose(summary_levels, per_level)
+        if "queue" in found
+        else {
+            "verdict": "unknown",
+            "sentence": "No diagnosis: the run stored no server queue series "
+            "(set target.metrics_url to the engine's Prometheus endpoint).",
+            "numbers": {},
+        },
+    }

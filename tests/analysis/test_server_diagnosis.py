@@ -1,0 +1,70 @@
+"""Server metrics beside client timings, end to end: a sweep past the simulated engine's knee
+(preset small-gpu: 16 slots) scraped into a real store; the stored queue grows, the report
+puts it on the client's time axis and the diagnosis names admission."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from analysis import render
+from analysis.report import build_report
+from loadgen.spec import spec_from_dict
+from tests.support.sim import start_sim
+from workers.local import run_local
+
+pytestmark = pytest.mark.integration
+
+RELAXED = {
+    "max_loop_lag_p99_ms": 10_000.0,
+    "max_dispatch_delay_p99_ms": 10_000.0,
+    "max_cpu_percent": 10_000.0,
+}  # a shared 2-core test box: validity is not under test
+
+
+def test_sweep_past_the_knee_names_admission(store_url: str, tmp_path: Path) -> None:
+    with start_sim(["--preset", "small-gpu"], tmp_path) as sim:
+        spec = spec_from_dict(
+            {
+                "name": "knee",
+                "target": {
+                    "api": "openai-chat",
+                    "base_url": sim.base_url,
+                    "model": "m",
+                    "metrics_url": sim.base_url.removesuffix("/v1") + "/metrics",
+                },
+                "workload": {"prompt_tokens": 32, "output_tokens": 24},
+                "load": {"concurrency": [4, 16, 48], "duration_s": 4.0, "warmup_s": 1.0},
+                "validity": RELAXED,
+            }
+        )
+        run_id = run_local(spec, database_url=store_url).run_id
+    with psycopg.connect(store_url) as conn:
+        waiting = conn.execute(
+            "SELECT max(value) FROM server_metrics WHERE run_id = %s AND name = %s",
+            (run_id, "peakload_sim:num_requests_waiting"),
+        ).fetchone()
+        rep: dict[str, Any] = build_report(conn, run_id, resamples=50, bucket_s=1.0)
+    # 48 users on 16 slots: 32 wait whenever the batch is full
+    assert waiting is not None and waiting[0] >= 16
+    srv = rep["server"]
+    assert srv["metrics"]["queue"] == "peakload_sim:num_requests_waiting"
+    lv = srv["levels"]
+    assert lv["0"]["queue_mean"] < 1.0  # 4 users, 16 slots
+    assert lv["2"]["queue_mean"] > 16.0 and lv["2"]["queue_mean"] > lv["1"]["queue_mean"]
+    # the server's own split: at 48 users most of its TTFT is waiting for a slot
+    assert lv["2"]["server_queue_ms"] > 0.5 * lv["2"]["server_ttft_ms"]
+    assert lv["2"]["server_queue_ms"] > 10 * lv["0"]["server_queue_ms"]  # 4 users: one step
+    assert lv["2"]["server_prefill_ms"] is not None
+    diag = srv["diagnosis"]
+    assert diag["verdict"] == "admission", diag["sentence"]
+    assert diag["numbers"]["busiest_level"] == 2 and diag["numbers"]["baseline_level"] == 1
+    assert "admission" in diag["sentence"] and "ms" in diag["sentence"]
+    # the server series share the client's buckets: queue and client TTFT in the same rows
+    rows = [r for r in srv["rows"] if r["queue"] is not None and r["ttft_p50_ms"] is not None]
+    assert len(rows) >= 6
+    html = render.render_html(rep)
+    assert "Where the time went" in html and "Client and server over time" in html
