@@ -26,6 +26,7 @@ from workers import leases, runctl
 from workers.app import TASK_RUN_SHARD, region_queue, shard_time_limits
 from workers.clocks import reference_now_ns
 from workers.planner import plan_run
+from workers.server_metrics import with_metrics_scraper
 from workers.shard_exec import planned_duration_s
 
 log = logging.getLogger(__name__)
@@ -99,12 +100,15 @@ class Coordinator:
                 where="target.base_url",
             )
         policy = policy_from_env()
-        check_target(
-            spec.target.base_url, allow_private=policy.allow_private, allowlist=policy.allowlist
-        )
+        for url in (spec.target.base_url, spec.target.metrics_url):
+            if url:
+                check_target(url, allow_private=policy.allow_private, allowlist=policy.allowlist)
         run_id = str(uuid.uuid4())
-        plans = with_fraction_offsets(
-            plan_run(spec, run_id, workers_per_region=opts.workers_per_region)
+        plans = with_metrics_scraper(
+            with_fraction_offsets(
+                plan_run(spec, run_id, workers_per_region=opts.workers_per_region)
+            ),
+            spec.target.metrics_url,
         )
         tpw = _preflight(spec, run_id) if opts.preflight else 1.0
         with self._conn() as conn:
@@ -167,7 +171,9 @@ class Coordinator:
                 return Launch(run_id, False, None, reason)
             from workers.local import with_fraction_offsets
 
-            plans = with_fraction_offsets(plan_run(spec, run_id))
+            plans = with_metrics_scraper(
+                with_fraction_offsets(plan_run(spec, run_id)), spec.target.metrics_url
+            )
             _write_plan(conn, run_id, spec, plans)
         tpw = 1.0
         if opts.preflight:

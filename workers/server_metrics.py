@@ -5,17 +5,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from datetime import UTC, datetime
 
 import psycopg
 from psycopg.types.json import Jsonb
 
+from loadgen.plan import ShardPlan
 from loadgen.prometheus import Sample, scrape_loop
 from workers.store.runs import public_target_url
 
 FLUSH_EVERY_S = 5.0
 SCRAPE_INTERVAL_S = 1.0
+SCRAPER_KEY = "scrape_metrics"  # in ShardPlan.extra: this shard's worker scrapes for the run
+
+
+def with_metrics_scraper(plans: list[ShardPlan], metrics_url: str | None) -> list[ShardPlan]:
+    """Name one shard (the first) the run's scraper: one series per run, not one per shard,
+    so the server is not polled N times and the store holds no duplicates to reconcile."""
+    if not metrics_url or not plans:
+        return plans
+    first = dataclasses.replace(plans[0], extra={**plans[0].extra, SCRAPER_KEY: True})
+    return [first, *plans[1:]]
 
 
 def insert_samples(url: str, run_id: str, source: str, samples: list[Sample]) -> None:
@@ -45,6 +57,8 @@ class MetricsRecorder:
         self.db_url = db_url
         self.run_id = run_id
         self.metrics_url = metrics_url
+        # wall_anchor = (wall ns, perf_counter_ns) read together; a distributed worker passes
+        # the reference clock's wall time, so the series sits on the run's common clock
         self.source = public_target_url(metrics_url)
         self._anchor_wall, self._anchor_mono = wall_anchor
         self._pending: list[Sample] = []

@@ -24,6 +24,7 @@ from workers import leases, runctl
 from workers.clocks import ClockEstimate, measure_offset
 from workers.control import ShardControl
 from workers.probes import probe_network
+from workers.server_metrics import SCRAPER_KEY, MetricsRecorder
 from workers.store.runs import level_row
 
 if TYPE_CHECKING:
@@ -235,6 +236,7 @@ class _Job:
                 # same instant, and pure spinning would preempt the very process that is due
                 time.sleep(0)
             self.skew_ns = time.perf_counter_ns() - start_mono
+            recorder = self._scraper(spec.target.metrics_url, clock)
             task = asyncio.create_task(
                 run_shard(
                     plan,
@@ -253,13 +255,32 @@ class _Job:
                 )
             except psycopg.Error as exc:  # the store is down (D3): recorded again at the end
                 log.warning("shard %s: could not mark running: %s", plan.shard_id, exc)
-            self.result = await task
+            try:
+                self.result = await task
+            finally:
+                if recorder is not None:
+                    await recorder.stop()
             self.status = _STATUS.get(self.result.status, "failed")
             self.reason = None if self.status == "completed" else f"runner: {self.result.status}"
             if self.status == "aborted" and self.control.abort_reason:
                 self.reason = self.control.abort_reason
         finally:
             await target.aclose()
+
+    def _scraper(self, metrics_url: str | None, clock: ClockEstimate) -> MetricsRecorder | None:
+        """The run's one metrics scraper, on the shard the coordinator named (SCRAPER_KEY),
+        stamping samples on the reference clock."""
+        if not metrics_url or not self.plan.extra.get(SCRAPER_KEY):
+            return None
+        mono = time.perf_counter_ns()
+        recorder = MetricsRecorder(
+            self.settings.database_url,
+            self.plan.run_id,
+            metrics_url,
+            (time.time_ns() + clock.offset_wall_ns, mono),
+        )
+        recorder.start()
+        return recorder
 
     def db(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run `fn` on the control connection, reconnecting through a store outage (D3) for up
