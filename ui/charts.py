@@ -119,6 +119,57 @@ def over_time(df: pd.DataFrame, title: str) -> go.Figure:
     return fig
 
 
+def client_and_server(ts: pd.DataFrame, server: pd.DataFrame, title: str) -> go.Figure:
+    """The client's throughput, in-flight and TTFT above the server's queue, running requests,
+    KV use and its own TTFT / queue time, on one time axis (the same UTC buckets)."""
+    panels = (
+        "output tokens/s (all regions)",
+        "in flight (mean)",
+        "client TTFT from send, ms",
+        "server queue / running",
+        "server KV use (0-1)",
+        "server TTFT / queue time, mean ms",
+    )
+    fig = make_subplots(
+        rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.04, subplot_titles=panels
+    )
+    client = (
+        ts.groupby("bucket")[["output_tokens_per_s", "in_flight"]].sum(min_count=1).reset_index()
+        if not ts.empty
+        else pd.DataFrame(columns=["bucket", "output_tokens_per_s", "in_flight"])
+    )
+    traces = [
+        (1, client, "output_tokens_per_s", "output tok/s"),
+        (2, client, "in_flight", "in flight"),
+        (3, server, "ttft_p50_ms", "client TTFT p50"),
+        (3, server, "ttft_p90_ms", "client TTFT p90"),
+        (4, server, "queue", "queue"),
+        (4, server, "running", "running"),
+        (5, server, "kv_cache", "KV use"),
+        (6, server, "server_ttft_ms", "server TTFT"),
+        (6, server, "server_queue_ms", "server queue time"),
+    ]
+    for i, (row, frame, col, name) in enumerate(traces):
+        if frame.empty or col not in frame or not frame[col].notna().any():
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=frame["bucket"],
+                y=frame[col],
+                mode="lines+markers",
+                line={"color": colour(i)},
+                marker={"size": 4},
+                name=name,
+                hovertemplate=f"%{{x|%H:%M:%S}} UTC: %{{y:.3f}}<extra>{name}</extra>",
+            ),
+            row=row,
+            col=1,
+        )
+    fig.update_layout(title=title, height=900, hovermode="x unified")
+    fig.update_xaxes(title_text="time (UTC)", row=len(panels), col=1)
+    return fig
+
+
 def token_timeline(df: pd.DataFrame, title: str) -> go.Figure:
     """One row per sampled request: a bar from scheduled time to end, a mark per chunk arrival
     (seconds from the run's first scheduled request)."""

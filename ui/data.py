@@ -28,6 +28,7 @@ from analysis import load as al
 from analysis import metrics as m
 from analysis import render as arender
 from analysis import report as areport
+from analysis import server_metrics as asrv
 from analysis.export import write_requests
 from analysis.summary import CLIENT_VS_SERVER, client_vs_server_rows, level_summary
 from analysis.summary import search_line as search_line
@@ -304,6 +305,39 @@ def series(run_id: str, bucket_s: float = 1.0) -> pd.DataFrame:
 def _series(run_id: str, version: str, bucket_s: float) -> pd.DataFrame:
     with store().conn() as c:
         return al.timeseries(c, run_id, bucket_s)
+
+
+def server_view(run_id: str, bucket_s: float = 1.0) -> dict[str, Any]:
+    """The server's own series beside the client's (analysis.server_metrics.server_section):
+    `rows` per bucket (queue, running, KV use, server TTFT/queue ms, client TTFT p50/p90),
+    `levels` per-level means, `diagnosis` and the `metrics` names that matched."""
+    return _server_view(run_id, version(run_id), bucket_s)
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def _server_view(run_id: str, version: str, bucket_s: float) -> dict[str, Any]:
+    with store().conn() as c:
+        return asrv.server_section(
+            c, run(run_id), requests(run_id), summary(run_id)["levels"], bucket_s
+        )
+
+
+def server_level_table(view: dict[str, Any]) -> pd.DataFrame:
+    """One row per level of `server_view`'s per-level means, display names as columns."""
+    names = {
+        "queue_mean": "queue mean",
+        "queue_max": "queue max",
+        "running_mean": "running mean",
+        "kv_cache_mean": "KV use mean",
+        "server_ttft_ms": "server TTFT ms",
+        "server_queue_ms": "server queue ms",
+        "server_prefill_ms": "server prefill + first step ms",
+    }
+    rows = [
+        {"level": lv, **{label: stats.get(k) for k, label in names.items()}}
+        for lv, stats in sorted(view["levels"].items())
+    ]
+    return pd.DataFrame(rows, columns=["level", *names.values()])
 
 
 def token_timeline(run_id: str, n: int = TIMELINE_SAMPLE) -> pd.DataFrame:

@@ -66,6 +66,7 @@ def make_runs(database_url: str, workdir: Path) -> dict[str, str]:
             slos=[{"metric": "ttft_ms", "percentile": 90, "threshold": 500}],
         )
         sweep["workload"] = {"dataset": str(dataset), "seed": 3}
+        sweep["target"]["metrics_url"] = sim.base_url.removesuffix("/v1") + "/metrics"
         out["sweep"] = run_local(
             spec_from_dict(sweep), database_url=database_url, schedule_name=SCHEDULE
         ).run_id

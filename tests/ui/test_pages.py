@@ -3,10 +3,12 @@ regions, failures, an invalid run): what it says, and that its numbers are the s
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import psycopg
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -80,6 +82,26 @@ def test_run_page_of_a_sweep(app_page: Page, app_env: UiStore) -> None:
     labels = at.dataframe[1 if len(at.dataframe) > 1 else 0].value
     assert "engine" in set(labels.get("label", []))
     assert at.get("download_button")
+
+
+def test_run_page_puts_server_metrics_beside_client_series(
+    app_page: Page, app_env: UiStore
+) -> None:
+    rid = app_env.ids["sweep"]  # scraped the sim's /metrics
+    at = app_page("run", run=rid)
+    text = page_text(at)
+    assert "Where the time went" in text
+    both = next(f for f in figures(at) if "Client and server" in f["layout"]["title"]["text"])
+    names = trace_names(both)
+    assert {"output tok/s", "in flight", "client TTFT p50", "queue", "running"} <= names
+    y = next(t for t in both["data"] if t["name"] == "running")["y"]
+    if isinstance(y, dict):  # plotly's typed-array encoding
+        y = np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"]).tolist()
+    assert max(v for v in y if v is not None) > 0  # the server's batch, from the store
+    table = at.table[0].value
+    assert [int(v) for v in table["level"]] == [0, 1]
+    # the fixed sim has no queue: TTFT flat from 1 to 4 users, so no bottleneck named
+    assert "neither" in text or "no single bottleneck" in text
 
 
 def test_run_page_of_three_regions(app_page: Page, app_env: UiStore) -> None:

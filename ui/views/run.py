@@ -1,7 +1,8 @@
 """Run: one stored run — its cards and validity, percentile curves, throughput / in-flight /
-errors over time per region, the per-level table (with connection set-up and re-sends), a
-token timeline of sampled requests, failures by kind, the test-matrix labels, client vs server
-(when the server reported its own timings), and exports."""
+errors over time per region with the server's own metrics and the diagnosis beside them, the
+per-level table (with connection set-up and re-sends), a token timeline of sampled requests,
+failures by kind, the test-matrix labels, client vs server (when the server reported its own
+timings), and exports."""
 
 from __future__ import annotations
 
@@ -87,6 +88,21 @@ with tabs["Over time"]:
         ts,
         f"over-time-{run_id[:8]}",
     )
+    srv = data.server_view(run_id)
+    st.subheader("Where the time went")
+    st.info(f"**{srv['diagnosis']['verdict']}**: {srv['diagnosis']['sentence']}")
+    if len(srv["rows"]):
+        chart(
+            charts.client_and_server(ts, srv["rows"], "Client and server on one time axis"),
+            srv["rows"],
+            f"client-server-{run_id[:8]}",
+        )
+        st.table(data.server_level_table(srv))
+        st.caption(
+            "Server series: "
+            + ", ".join(f"{k} = `{v}`" for k, v in srv["metrics"].items())
+            + ". Means over each level's steady span; server times from its own histograms."
+        )
 
 with tabs["Levels"]:
     if search := data.search_line(summary):
