@@ -93,6 +93,8 @@ def _coerce_length(value: Any) -> Any:
 
 
 class TargetSpec(_Strict):
+    # a name from `loadgen/presets/`: its target defaults fill what this table leaves out
+    preset: str | None = None
     api: Literal["openai-chat", "openai-completions"]
     base_url: str
     model: str = Field(min_length=1)
@@ -113,6 +115,8 @@ class TargetSpec(_Strict):
     metrics_url: str | None = None  # Prometheus endpoint to scrape during the run
     # the HTTP client: "raw" (asyncio sockets, kernel receive stamps) or "httpx"; "auto" = raw
     transport: Literal["auto", "raw", "httpx"] = "auto"
+    # the output cap's name in the body: newer OpenAI-style APIs deprecate `max_tokens`
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
 
     @field_validator("base_url")
     @classmethod
@@ -382,6 +386,10 @@ def _format_loc(loc: tuple[int | str, ...]) -> str:
 
 
 def spec_from_dict(data: dict[str, Any], where: str = "spec") -> RunSpec:
+    from loadgen.presets import apply_preset  # presets validate against this module's types
+
+    if isinstance(data.get("target"), dict) and "preset" in data["target"]:
+        data = {**data, "target": apply_preset(data["target"])}
     try:
         return RunSpec.model_validate(data)
     except ValidationError as exc:

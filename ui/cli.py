@@ -22,6 +22,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "nightly_command",
         "A metric across a schedule's runs, with change points.",
     ),
+    "presets": (
+        "ui.commands.presets",
+        "presets_command",
+        "Engine and provider presets: protocol, URL, key, metrics, prices.",
+    ),
     "report": ("ui.commands.report", "report_command", "Report on a run: HTML, JSON, figures."),
     "run": ("ui.commands.run", "run_command", "Run a spec in this process and store everything."),
     "runs": ("ui.commands.runs", "runs_command", "List stored runs, newest first."),
