@@ -15,6 +15,8 @@ import pandas as pd
 import psycopg
 
 from analysis import metrics as m
+from loadgen.errors import SpecError
+from loadgen.presets import load_preset
 
 GAUGES = ("queue", "running", "kv_cache")
 HISTOGRAMS = ("ttft_histogram", "queue_time_histogram")
@@ -83,12 +85,8 @@ def metric_names(spec: Mapping[str, Any] | None) -> dict[str, list[str]]:
     name = target.get("preset") if isinstance(target, Mapping) else None
     if isinstance(name, str):
         try:
-            from loadgen.presets import load_preset
-        except ImportError:  # presets not installed in this build: the known names stand
-            return out
-        try:
             mapped = load_preset(name).metrics
-        except Exception:  # an unknown or broken preset is the spec's error, not the report's
+        except SpecError:  # a preset renamed since the run: the known names stand
             mapped = None
         if mapped is not None:
             for role in out:

@@ -87,3 +87,8 @@ def test_diagnosis_admission_decoding_neither() -> None:
 def test_preset_selector_goes_first() -> None:
     names = sm.metric_names({"target": {}})
     assert names["queue"][0] == "peakload_sim:num_requests_waiting"
+    vllm = sm.metric_names({"target": {"preset": "vllm"}})
+    assert vllm["kv_cache"][0] == "vllm:kv_cache_usage_perc"
+    assert vllm["queue_time_histogram"][0] == "vllm:request_queue_time_seconds"
+    triton = sm.metric_names({"target": {"preset": "triton"}})
+    assert triton["running"][0] == 'nv_trt_llm_request_metrics{request_type="active"}'
