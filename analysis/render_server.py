@@ -1,6 +1,6 @@
-"""The report's server section as HTML and one plotly figure: client throughput, in-flight and
-TTFT above the server's queue, running requests, KV use and own TTFT/queue time, on one shared
-time axis (the report's buckets), with the diagnosis sentence and a per-level table.
+"""The report's server and cost sections as HTML, and one plotly figure: client throughput,
+in-flight and TTFT above the server's queue, running requests, KV use and own TTFT/queue time
+on one shared time axis (the report's buckets); the diagnosis, per-level tables, break-even.
 """
 
 from __future__ import annotations
@@ -122,4 +122,62 @@ def server_html(report: Mapping[str, Any]) -> str:
             + f"</tr>{body}</table>"
             + "<p>means over each level's steady span; server times from its own histograms</p>"
         )
+    return "".join(parts)
+
+
+def _usd(x: Any, digits: int = 4) -> str:
+    return "—" if x is None else f"${float(x):,.{digits}f}"
+
+
+def cost_html(report: Mapping[str, Any]) -> str:
+    """What the run cost, per million tokens per level, and the break-even sentence."""
+    c = report.get("cost") or {}
+    if not c.get("basis"):
+        return (
+            "<h2>Cost</h2><p>No price known: set [cost] input_per_mtok/output_per_mtok, a "
+            "priced preset, or gpu_hourly_usd and gpus.</p>"
+        )
+    p = c["prices"]
+    if c["basis"] == "self-hosted":
+        price = f"{_usd(p['gpu_hourly_usd'], 2)} per GPU-hour x {p['gpus']} GPU(s)"
+    else:
+        price = (
+            f"{_usd(p['input_per_mtok'], 3)} / {_usd(p['output_per_mtok'], 3)} per million "
+            f"input / output tokens"
+        )
+    dated = f" (as of {p['as_of']}, {html.escape(str(p['source']))})" if p.get("as_of") else ""
+    parts = [
+        "<h2>Cost</h2>",
+        f"<p>{html.escape(c['basis'])}: {price}{dated}. This run cost "
+        f"<b>{_usd(c['total_usd'])}</b> for {c['input_tokens']:,.0f} input and "
+        f"{c['output_tokens']:,.0f} output tokens billed ({_usd(c['usd_per_mtok_output_run'], 3)} "
+        "per million output tokens overall).</p>",
+    ]
+    head = ["level", "out tok/s", "in tok/s", "$/M output", "$/M input", "per-token $/M output"]
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{v}</td>"
+            for v in (
+                lv["level"],
+                _fmt(lv["output_tokens_per_s"]),
+                _fmt(lv["input_tokens_per_s"]),
+                _usd(lv.get("usd_per_mtok_output"), 3),
+                _usd(lv.get("usd_per_mtok_input"), 3),
+                _usd(lv.get("per_token_usd_per_mtok_output"), 3),
+            )
+        )
+        + "</tr>"
+        for lv in c["levels"]
+    )
+    parts.append(
+        "<table><tr>"
+        + "".join(f"<th>{h}</th>" for h in head)
+        + f"</tr>{body}</table><p>at each level's measured throughput (steady window); "
+        "self-hosted: the whole hourly price charged to these tokens; per-token $/M output "
+        "includes this load's input tokens</p>"
+    )
+    be = c.get("break_even")
+    if be:
+        parts.append(f"<p><b>Break-even</b>: {html.escape(be['sentence'])}.</p>")
     return "".join(parts)

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import psycopg
 
+from analysis import cost as acost
 from analysis import fastload, load, sla, verdict
 from analysis import frontier as fr
 from analysis import metrics as m
@@ -221,6 +222,7 @@ def build_report(
                 "levels": {str(k): v for k, v in server["levels"].items()},
                 "diagnosis": server["diagnosis"],
             },
+            "cost": acost.run_cost(run, df, summary["levels"]),
             "timeline": timeline_sample(df, chunks, run.get("started_at"), seed=seed),
             "sla": [v.to_json() for v in verdicts],
             # the run's state first, as `peakload sla` exits (analysis.verdict.judge_claims)

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from loadgen.cost import CostSpec, fill_prices
 from loadgen.errors import SpecError
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -349,6 +350,12 @@ class RunSpec(_Strict):
     labels: Labels = Field(default_factory=Labels)
     validity: ValiditySpec = Field(default_factory=ValiditySpec)
     store_content: bool = False  # store prompt and response text (off by default)
+    cost: CostSpec = Field(default_factory=CostSpec)  # prices, dated; see loadgen.cost
+
+    @model_validator(mode="before")
+    @classmethod
+    def _prices_from_preset(cls, data: Any) -> Any:
+        return fill_prices(data)
 
     @model_validator(mode="after")
     def _regions_consistent(self) -> RunSpec:

@@ -39,6 +39,7 @@ def test_sweep_past_the_knee_names_admission(store_url: str, tmp_path: Path) -> 
                 "workload": {"prompt_tokens": 32, "output_tokens": 24},
                 "load": {"concurrency": [4, 16, 48], "duration_s": 4.0, "warmup_s": 1.0},
                 "validity": RELAXED,
+                "cost": {"gpu_hourly_usd": 1.8, "gpus": 2},
             }
         )
         run_id = run_local(spec, database_url=store_url).run_id
@@ -66,5 +67,14 @@ def test_sweep_past_the_knee_names_admission(store_url: str, tmp_path: Path) -> 
     # the server series share the client's buckets: queue and client TTFT in the same rows
     rows = [r for r in srv["rows"] if r["queue"] is not None and r["ttft_p50_ms"] is not None]
     assert len(rows) >= 6
+    # what it cost: 3.6 USD/h for the run's wall time; per level at its measured throughput
+    cost = rep["cost"]
+    assert cost["basis"] == "self-hosted"
+    assert cost["total_usd"] == pytest.approx(3.6 * rep["run"]["duration_s"] / 3600)
+    busiest = rep["summary"]["levels"][2]
+    assert cost["levels"][2]["usd_per_mtok_output"] == pytest.approx(
+        3.6 / (busiest["output_tokens_per_s"] * 3600) * 1e6
+    )
     html = render.render_html(rep)
     assert "Where the time went" in html and "Client and server over time" in html
+    assert "This run cost" in html
