@@ -156,3 +156,57 @@ def _break_even(
         "utilisation_needed": share,
         "sentence": verdict,
     }
+
+
+def level_rates(df: pd.DataFrame, levels: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per stored level its output tokens/s over the steady window (the summary's definition,
+    analysis.metrics.output_token_rate), without the rest of the summary's work."""
+    from analysis.metrics import output_token_rate
+    from analysis.summary import level_window_s
+
+    out = []
+    col = df["level"].to_numpy() if len(df) else np.zeros(0)
+    for _, lv in levels.sort_values("level").iterrows():
+        rows = col == int(lv["level"])
+        window = level_window_s(dict(lv), df, rows)
+        out.append(
+            {"level": int(lv["level"]), "output_tokens_per_s": output_token_rate(df[rows], window)}
+        )
+    return out
+
+
+def cost_change(
+    b_run: Mapping[str, Any],
+    c_run: Mapping[str, Any],
+    b_df: pd.DataFrame,
+    c_df: pd.DataFrame,
+    b_levels: pd.DataFrame,
+    c_levels: pd.DataFrame,
+) -> dict[str, Any]:
+    """The cost side of `compare`: each run's total and basis, and per load both runs ran
+    (levels paired as analysis.regression pairs them) USD per million output tokens at each
+    side's measured throughput, with the relative change. Informational: never a verdict."""
+    from analysis.regression import pair_levels
+
+    b = run_cost(b_run, b_df, level_rates(b_df, b_levels))
+    c = run_cost(c_run, c_df, level_rates(c_df, c_levels))
+    b_by = {lv["level"]: lv for lv in b["levels"]}
+    c_by = {lv["level"]: lv for lv in c["levels"]}
+    pairs, _ = pair_levels(b_levels, c_levels)
+    rows = []
+    for bl, cl, load_label in pairs:
+        bv = b_by.get(bl, {}).get("usd_per_mtok_output")
+        cv = c_by.get(cl, {}).get("usd_per_mtok_output")
+        rows.append(
+            {
+                "load": load_label,
+                "baseline_usd_per_mtok_output": bv,
+                "candidate_usd_per_mtok_output": cv,
+                "change_pct": (cv - bv) / bv * 100 if bv and cv is not None else None,
+            }
+        )
+    return {
+        "baseline": {"basis": b["basis"], "total_usd": b["total_usd"], "prices": b["prices"]},
+        "candidate": {"basis": c["basis"], "total_usd": c["total_usd"], "prices": c["prices"]},
+        "levels": rows,
+    }

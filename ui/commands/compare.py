@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from analysis.compare import label_differences
+from analysis.cost import cost_change
 from analysis.exitcodes import Exit
 from analysis.load import load_levels, load_requests, load_run
 from analysis.regression import LATENCY_METRICS, compare_stored
@@ -95,6 +96,7 @@ def compare_command(
         confidence=confidence,
     )
     diffs = label_differences(b_run, c_run)
+    cost = cost_change(b_run, c_run, b_df, c_df, b_lv, c_lv)
     if as_json:
         out = {
             "baseline": b_id,
@@ -108,6 +110,7 @@ def compare_command(
             "notes": result.notes,
             "regression": result.code is Exit.FAILED,
             "rows": json.loads(result.rows.to_json(orient="records")) if len(result.rows) else [],
+            "cost": json.loads(json.dumps(cost, default=str)),
         }
         sys.stdout.write(json.dumps(out, indent=1) + "\n")
         sys.exit(result.code)
@@ -119,6 +122,8 @@ def compare_command(
         console.print(f"[yellow]note:[/] {note}")
     if len(result.rows):
         console.print(_table(result.rows, b_id, c_id, threshold_pct, confidence))
+    if cost["baseline"]["basis"] or cost["candidate"]["basis"]:
+        console.print(_cost_table(cost))
     style = {Exit.PASSED: "green", Exit.FAILED: "bold red"}.get(result.code, "bold yellow")
     console.print(f"[{style}]{result.reason}[/] (exit {int(result.code)})")
     sys.exit(result.code)
@@ -169,5 +174,28 @@ def _table(rows: pd.DataFrame, b_id: str, c_id: str, threshold_pct: float, conf:
             ci,
             _f(r["p_value"], "{:.2g}"),
             verdict,
+        )
+    return t
+
+
+def _cost_table(cost: dict[str, object]) -> Table:
+    """Cost per million output tokens per load at each side's measured throughput (no
+    verdict: prices and hardware are inputs, not measurements)."""
+    b, c = cost["baseline"], cost["candidate"]
+    assert isinstance(b, dict) and isinstance(c, dict)
+    t = Table(
+        title=f"Cost: baseline {b['basis'] or 'no price'} {_f(b['total_usd'], '${:,.4f}')}, "
+        f"candidate {c['basis'] or 'no price'} {_f(c['total_usd'], '${:,.4f}')}"
+    )
+    for col in ("load", "baseline $/M out", "candidate $/M out", "change"):
+        t.add_column(col, justify="left" if col == "load" else "right")
+    levels = cost["levels"]
+    assert isinstance(levels, list)
+    for r in levels:
+        t.add_row(
+            str(r["load"]),
+            _f(r["baseline_usd_per_mtok_output"], "${:,.3f}"),
+            _f(r["candidate_usd_per_mtok_output"], "${:,.3f}"),
+            _f(r["change_pct"], "{:+.1f}%"),
         )
     return t
