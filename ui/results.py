@@ -10,8 +10,10 @@ from typing import Any
 from rich.console import Console
 
 from analysis import sla
+from analysis.cost import run_cost
 from analysis.exitcodes import Exit
 from analysis.load import load_levels, load_requests, load_run
+from analysis.server_metrics import server_section
 from analysis.summary import level_summary, render_client_vs_server_table, render_summary_table
 from analysis.verdict import judge_run
 from workers.store.connect import connect_store
@@ -24,7 +26,12 @@ def summarize_run(run_id: str, database_url: str | None = None) -> dict[str, Any
         run = load_run(conn, run_id)
         requests = load_requests(conn, run_id)
         levels = load_levels(conn, run_id)
-    summary = level_summary(requests, levels, run)
+        summary = level_summary(requests, levels, run)
+        # where the time went (the server's own metrics, when scraped) and what it cost
+        server = server_section(conn, run, requests, summary["levels"], 1.0)
+    summary["diagnosis"] = server["diagnosis"]
+    summary["server_levels"] = {str(k): v for k, v in server["levels"].items()}
+    summary["cost"] = run_cost(run, requests, summary["levels"])
     summary["verdict"] = judge_run(run, requests, levels).to_json()
     return summary
 
@@ -59,8 +66,31 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
         )
         for why in summary.get("invalid_reasons") or []:
             console.print(f"  - {why}")
+    diag = summary.get("diagnosis")
+    if diag and diag.get("verdict") != "unknown":
+        console.print(f"[bold]where the time went[/]: {diag['sentence']}")
+    cost = summary.get("cost")
+    if cost and cost.get("basis"):
+        console.print(f"[bold]cost[/]: {cost_line(cost)}")
     if "verdict" in summary:
         print_verdict(summary, console)
+
+
+def cost_line(cost: dict[str, Any]) -> str:
+    """One line: the run's cost, per million output tokens at the best level, break-even."""
+    p = cost["prices"]
+    dated = f", prices as of {p['as_of']}" if p.get("as_of") else ""
+    rated = [lv for lv in cost["levels"] if lv.get("usd_per_mtok_output") is not None]
+    best = max(rated, key=lambda lv: lv["output_tokens_per_s"] or 0.0, default=None)
+    parts = [f"{cost['basis']}{dated}: this run cost ${cost['total_usd'] or 0:,.4f}"]
+    if best is not None:
+        parts.append(
+            f"${best['usd_per_mtok_output']:,.3f} per million output tokens at level "
+            f"{best['level']} ({best['output_tokens_per_s']:,.0f} tokens/s)"
+        )
+    if cost.get("break_even"):
+        parts.append(f"break-even: {cost['break_even']['sentence']}")
+    return "; ".join(parts)
 
 
 def write_json(summary: dict[str, Any], path: str) -> None:
