@@ -22,6 +22,7 @@ from pydantic import (
 
 from loadgen.cost import CostSpec, fill_prices
 from loadgen.errors import SpecError
+from loadgen.pacing import PacingSpec
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_DEADLINE_S = 300.0
@@ -351,6 +352,7 @@ class RunSpec(_Strict):
     validity: ValiditySpec = Field(default_factory=ValiditySpec)
     store_content: bool = False  # store prompt and response text (off by default)
     cost: CostSpec = Field(default_factory=CostSpec)  # prices, dated; see loadgen.cost
+    pacing: PacingSpec = Field(default_factory=PacingSpec)  # provider limits; loadgen.pacing
 
     @model_validator(mode="before")
     @classmethod

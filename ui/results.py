@@ -16,6 +16,8 @@ from analysis.load import load_levels, load_requests, load_run
 from analysis.server_metrics import server_section
 from analysis.summary import level_summary, render_client_vs_server_table, render_summary_table
 from analysis.verdict import judge_run
+from loadgen import hosted
+from loadgen.spec import RunSpec
 from workers.store.connect import connect_store
 
 
@@ -74,6 +76,27 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
         console.print(f"[bold]cost[/]: {cost_line(cost)}")
     if "verdict" in summary:
         print_verdict(summary, console)
+
+
+def print_estimate(spec: RunSpec, console: Console) -> None:
+    """Before a run against a hosted preset (or one that paces or caps its cost): the requests,
+    tokens and cost it will send, on stderr-free stdout. Refusals come from loadgen.hosted's
+    guard, which the run itself calls."""
+    from loadgen.presets import load_preset
+
+    preset = load_preset(spec.target.preset) if spec.target.preset else None
+    hosted_target = preset is not None and preset.kind == "hosted"
+    if not (hosted_target or spec.pacing.enabled or spec.cost.max_cost_usd is not None):
+        return
+    est = hosted.check(spec)
+    where = f"{preset.title} ({preset.name})" if preset is not None else spec.target.base_url
+    console.print(f"[bold]before the run[/] against {where}:")
+    for line in est.lines():
+        console.print(f"  {line}")
+    if est.problems:
+        state = "confirmed by the spec" if spec.cost.confirm_over_limits else "refused"
+        for why in est.problems:
+            console.print(f"  [bold red]over a limit[/] ({state}): {why}")
 
 
 def cost_line(cost: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ import psycopg
 import redis
 from celery import Celery
 
+from loadgen import hosted
 from loadgen.errors import CoordinationError, SpecError
 from loadgen.plan import ShardPlan
 from loadgen.spec import RunSpec, spec_from_dict
@@ -99,6 +100,7 @@ class Coordinator:
                 "with the spec; name keys by api_key_env (headers) instead",
                 where="target.base_url",
             )
+        hosted.guard(spec)  # over a provider's limits or max_cost_usd: refused before any work
         policy = policy_from_env()
         for url in (spec.target.base_url, spec.target.metrics_url):
             if url:

@@ -17,7 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from loadgen import hosted
 from loadgen.calibrate import calibrate
+from loadgen.pacing import PacedTarget, paced_by
 from loadgen.plan import ShardPlan
 from loadgen.pool import LocalPool
 from loadgen.records import Tick
@@ -78,6 +80,7 @@ def run_local(
 ) -> LocalRun:
     """Run `spec` in this process and store everything. Raises PeakloadError subclasses for
     bad input (policy, preflight, store) before anything is written."""
+    hosted.guard(spec)  # over a provider's limits or max_cost_usd: refused before any work
     policy = policy_from_env()
     check_target(
         spec.target.base_url,
@@ -106,9 +109,13 @@ async def _run(
     on_started: Callable[[str], None] | None,
     schedule_name: str | None,
 ) -> LocalRun:
+    # one pacer for the process: the shards of a local run share the provider's limits
+    pacer = paced_by(spec, 1.0)
     targets = [
         OpenAITarget(spec.target, max_connections=warm_connections(spec, p) * 2 + 8) for p in plans
     ]
+    # the runners send through the pacer; preflight and calibration are not the run's load
+    senders: list[Any] = targets if pacer is None else [PacedTarget(t, pacer) for t in targets]
     try:
         await preflight(targets[0])
         tpw = await calibrate(spec, targets[0], run_id)
@@ -155,7 +162,7 @@ async def _run(
                         tokens_per_word=tpw,
                         pool=pool,
                     )
-                    for p, t in zip(plans, targets, strict=True)
+                    for p, t in zip(plans, senders, strict=True)
                 )
             )
         finally:

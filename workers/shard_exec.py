@@ -181,6 +181,7 @@ class _Job:
         return self._finish()
 
     async def _main(self, sink: Any) -> None:
+        from loadgen.pacing import PacedTarget, paced_by
         from loadgen.runner import run_shard
         from loadgen.targets import OpenAITarget
 
@@ -191,7 +192,10 @@ class _Job:
                 update={"base_url": self.settings.target_override.rstrip("/")}
             )
         n_conn = warm_connections(plan)
-        target = OpenAITarget(target_spec, max_connections=n_conn * 2 + 8)
+        target: Any = OpenAITarget(target_spec, max_connections=n_conn * 2 + 8)
+        pacer = paced_by(spec, plan.fraction)  # this shard's share of the provider's limits
+        if pacer is not None:
+            target = PacedTarget(target, pacer)
         try:
             await target.warm(n_conn)
             net = await asyncio.to_thread(probe_network, target_spec.base_url)

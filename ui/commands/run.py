@@ -18,7 +18,13 @@ from analysis.exitcodes import Exit
 from loadgen.errors import PeakloadError
 from loadgen.records import Tick
 from loadgen.spec import RunSpec, load_spec
-from ui.results import print_summary, summarize_run, summary_exit_code, write_json
+from ui.results import (
+    print_estimate,
+    print_summary,
+    summarize_run,
+    summary_exit_code,
+    write_json,
+)
 from workers.local import LocalRun, run_local
 
 EXIT_ERROR = Exit.BAD_INPUT
@@ -110,6 +116,7 @@ def run_command(spec_path: str, json_out: str | None, quiet: bool) -> None:
     console = terminal_console()
     try:
         spec = load_spec(spec_path)
+        print_estimate(spec, console)
         code = execute(spec, console, json_out, quiet=quiet)
     except PeakloadError as exc:
         click.echo(f"peakload run: {exc}", err=True)

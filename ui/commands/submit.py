@@ -68,6 +68,7 @@ def submit_command(
     quiet: bool,
 ) -> None:
     """Run SPEC across the region workers (PEAKLOAD_REDIS_URL, PEAKLOAD_DATABASE_URL)."""
+    from ui.results import print_estimate
     from workers.coordinator import Coordinator, SubmitOptions
 
     console = Console()
@@ -75,6 +76,7 @@ def submit_command(
         raise click.UsageError("--json needs --wait (the summary exists once the run ends)")
     try:
         spec = load_spec(spec_path)
+        print_estimate(spec, console)
         coord = Coordinator.from_env()
         opts = SubmitOptions(
             workers_per_region=_workers_option(workers),
