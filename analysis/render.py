@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from analysis.render_server import cost_html, server_fig, server_html
+from analysis.render_server import cost_html, regions_html, server_fig, server_html
 from analysis.summary import CLIENT_VS_SERVER, client_vs_server_rows, connection_cell, search_line
 
 TICKS = [
@@ -426,6 +426,8 @@ def render_html(report: Mapping[str, Any]) -> str:
         parts.append(server_html(report))
     if "cost" in report:
         parts.append(cost_html(report))
+    if "regions_network" in report:
+        parts.append(regions_html(report))
     figs = [
         *_curve_figs(report),
         _frontier_fig(report),

@@ -181,3 +181,58 @@ def cost_html(report: Mapping[str, Any]) -> str:
     if be:
         parts.append(f"<p><b>Break-even</b>: {html.escape(be['sentence'])}.</p>")
     return "".join(parts)
+
+
+def regions_html(report: Mapping[str, Any]) -> str:
+    """Per region: TTFT, network round trip, server time and connection set-up, and clocks."""
+    rows = report.get("regions_network") or []
+    if not rows:
+        return ""
+
+    def trio(d: Mapping[str, Any] | None) -> str:
+        d = d or {}
+        return " / ".join(_fmt(d.get(k)) for k in ("p50", "p90", "p99"))
+
+    head = [
+        "region",
+        "ok",
+        "TTFT p50/p90/p99",
+        "network RTT",
+        "server time p50/p90/p99",
+        "conn set-up (probe)",
+        "conn set-up per request p50/p90/p99",
+        "clock offset ms",
+        "clock ± ms",
+    ]
+    body = []
+    for r in rows:
+        off = r.get("clock_offset_ms")
+        marked = r.get("clock_suspect_shards") or []
+        body.append(
+            "<tr>"
+            + "".join(
+                f"<td>{c}</td>"
+                for c in (
+                    html.escape(str(r["region"])),
+                    r["requests_ok"],
+                    trio(r["ttft_ms"]),
+                    _fmt(r["network_rtt_ms"], 2),
+                    trio(r["server_time_ms"]),
+                    _fmt(r["connection_setup_ms"], 2),
+                    trio(r["connection_setup_per_request_ms"]),
+                    "—" if not off else f"{off[0]:+.2f} … {off[1]:+.2f}",
+                    _fmt(r["clock_uncertainty_ms"], 3)
+                    + (f" <b>uncertain: {html.escape(', '.join(marked))}</b>" if marked else ""),
+                )
+            )
+            + "</tr>"
+        )
+    return (
+        "<h2>Network and server time per region</h2><table><tr>"
+        + "".join(f"<th>{h}</th>" for h in head)
+        + "</tr>"
+        + "".join(body)
+        + "</table><p>ms; steady-phase ok requests; server time = TTFT from send - the "
+        "region's probe round trip; times across regions are on the reference clock, each "
+        "shard to within its clock uncertainty</p>"
+    )

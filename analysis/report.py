@@ -19,6 +19,7 @@ from analysis import fastload, load, sla, verdict
 from analysis import frontier as fr
 from analysis import metrics as m
 from analysis import percentiles as pc
+from analysis import regions as rg
 from analysis import server_metrics as srv
 from analysis.summary import level_summary
 
@@ -223,6 +224,7 @@ def build_report(
                 "diagnosis": server["diagnosis"],
             },
             "cost": acost.run_cost(run, df, summary["levels"]),
+            "regions_network": rg.region_breakdown(df, rg.shard_probes(conn, run_id)),
             "timeline": timeline_sample(df, chunks, run.get("started_at"), seed=seed),
             "sla": [v.to_json() for v in verdicts],
             # the run's state first, as `peakload sla` exits (analysis.verdict.judge_claims)

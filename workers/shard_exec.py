@@ -250,6 +250,10 @@ class _Job:
                     abort=abort,
                     deadline_mono_ns=self.deadline_mono,
                     tokens_per_word=self.tpw,
+                    # wall times (scheduled_at, ticks) on the reference clock, through this
+                    # host's measured offset: every region's timeline on one clock, to within
+                    # the shard's clock_uncertainty_ns (stored with it)
+                    wall_clock=lambda: clock.mono_to_ref(time.perf_counter_ns()),
                 )
             )
             skew = self.skew_ns
@@ -281,7 +285,7 @@ class _Job:
             self.settings.database_url,
             self.plan.run_id,
             metrics_url,
-            (time.time_ns() + clock.offset_wall_ns, mono),
+            (clock.mono_to_ref(mono), mono),
         )
         recorder.start()
         return recorder

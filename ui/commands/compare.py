@@ -21,6 +21,7 @@ from analysis.compare import label_differences
 from analysis.cost import cost_change
 from analysis.exitcodes import Exit
 from analysis.load import load_levels, load_requests, load_run
+from analysis.regions import compare_regions, region_breakdown, shard_probes
 from analysis.regression import LATENCY_METRICS, compare_stored
 from loadgen.errors import StoreError
 from ui.commands.runs import analysis_store, fail, resolve_or_fail
@@ -81,6 +82,7 @@ def compare_command(
             b_run, c_run = load_run(conn, b_id), load_run(conn, c_id)
             b_df, c_df = load_requests(conn, b_id), load_requests(conn, c_id)
             b_lv, c_lv = load_levels(conn, b_id), load_levels(conn, c_id)
+            b_sh, c_sh = shard_probes(conn, b_id), shard_probes(conn, c_id)
     except (StoreError, psycopg.Error) as e:
         fail(str(e), Exit.BAD_INPUT)
     result = compare_stored(
@@ -97,6 +99,7 @@ def compare_command(
     )
     diffs = label_differences(b_run, c_run)
     cost = cost_change(b_run, c_run, b_df, c_df, b_lv, c_lv)
+    regions = compare_regions(region_breakdown(b_df, b_sh), region_breakdown(c_df, c_sh))
     if as_json:
         out = {
             "baseline": b_id,
@@ -111,6 +114,7 @@ def compare_command(
             "regression": result.code is Exit.FAILED,
             "rows": json.loads(result.rows.to_json(orient="records")) if len(result.rows) else [],
             "cost": json.loads(json.dumps(cost, default=str)),
+            "regions": regions,
         }
         sys.stdout.write(json.dumps(out, indent=1) + "\n")
         sys.exit(result.code)
@@ -124,6 +128,8 @@ def compare_command(
         console.print(_table(result.rows, b_id, c_id, threshold_pct, confidence))
     if cost["baseline"]["basis"] or cost["candidate"]["basis"]:
         console.print(_cost_table(cost))
+    if regions:
+        console.print(_regions_table(regions))
     style = {Exit.PASSED: "green", Exit.FAILED: "bold red"}.get(result.code, "bold yellow")
     console.print(f"[{style}]{result.reason}[/] (exit {int(result.code)})")
     sys.exit(result.code)
@@ -196,6 +202,22 @@ def _cost_table(cost: dict[str, object]) -> Table:
             str(r["load"]),
             _f(r["baseline_usd_per_mtok_output"], "${:,.3f}"),
             _f(r["candidate_usd_per_mtok_output"], "${:,.3f}"),
+            _f(r["change_pct"], "{:+.1f}%"),
+        )
+    return t
+
+
+def _regions_table(rows: list[dict[str, object]]) -> Table:
+    """Network round trip, connection set-up and server time per region, both runs (ms)."""
+    t = Table(title="Network and server time per region (ms)")
+    for col in ("region", "metric", "baseline", "candidate", "change"):
+        t.add_column(col, justify="left" if col in ("region", "metric") else "right")
+    for r in rows:
+        t.add_row(
+            str(r["region"]),
+            str(r["metric"]),
+            _f(r["baseline"]),
+            _f(r["candidate"]),
             _f(r["change_pct"], "{:+.1f}%"),
         )
     return t

@@ -1,0 +1,144 @@
+"""Per region, where TTFT went: connection set-up, the network round trip and the server's
+time at p50/p90/p99, and how well the region's clocks lined up. From what each run stores:
+every shard's warm-up probes (network_rtt_ns: fastest round trip on a warm connection;
+connect_ns: the first probe's extra time to open one), each request's TTFT, and where the
+store has them (migration 0120) each request's own connection set-up.
+
+Server time = TTFT from send - the region's network round trip: shifting a distribution by a
+constant shifts every percentile by it, so server p99 = TTFT p99 - RTT. ms throughout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import psycopg
+
+from analysis import metrics as m
+
+PCTS = (50.0, 90.0, 99.0)
+# a shard less sure of its clock offset than this is marked (workers.clocks' bound, restated:
+# analysis reads the store, never the workers package)
+MAX_CLOCK_UNCERTAINTY_MS = 5.0
+
+
+def shard_probes(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
+    """Per shard: region, probe round trip and connection set-up, clock offset and uncertainty
+    (ns), suspect flag."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT shard_id, region, network_rtt_ns, connect_ns, clock_offset_ns, "
+            "clock_uncertainty_ns, clock_suspect FROM shards WHERE run_id = %s::uuid "
+            "ORDER BY region, shard_id",
+            (run_id,),
+        )
+        rows = cur.fetchall()
+    cols = [
+        "shard_id",
+        "region",
+        "network_rtt_ns",
+        "connect_ns",
+        "clock_offset_ns",
+        "clock_uncertainty_ns",
+        "clock_suspect",
+    ]
+    df = pd.DataFrame(rows, columns=cols)
+    for c in cols[2:6]:
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
+    return df
+
+
+def _pcts(values: np.ndarray) -> dict[str, float | None]:
+    v = values[np.isfinite(values)]
+    if not len(v):
+        return {f"p{q:g}": None for q in PCTS}
+    return {f"p{q:g}": float(x) for q, x in zip(PCTS, m.percentile(v, list(PCTS)), strict=True)}
+
+
+def _median(x: pd.Series) -> float | None:
+    v = x.dropna()
+    return float(v.median()) if len(v) else None
+
+
+def region_breakdown(df: pd.DataFrame, shards: pd.DataFrame) -> list[dict[str, Any]]:
+    """One entry per region (steady-phase ok requests): TTFT, server time and (per request,
+    where stored) connection set-up at p50/p90/p99; the probes' round trip and set-up (median
+    over the region's shards); the clock offset range and the largest uncertainty, with the
+    shards whose offset is uncertain beyond the bound."""
+    out = []
+    regions = sorted(set(shards["region"]) | (set(df["region"]) if len(df) else set()))
+    ok = (df["outcome"] == "ok") & (df["phase"] == "steady") if len(df) else pd.Series(dtype=bool)
+    for region in regions:
+        sh = shards[shards["region"] == region]
+        sub = df[ok & (df["region"] == region)] if len(df) else df
+        ttft = m.ttft_ms(sub) if len(sub) else np.zeros(0)
+        rtt_ns = _median(sh["network_rtt_ns"])
+        rtt = rtt_ns / 1e6 if rtt_ns is not None else None
+        ttft_p = _pcts(ttft)
+        server = {
+            k: (max(0.0, v - rtt) if v is not None and rtt is not None else None)
+            for k, v in ttft_p.items()
+        }
+        per_req_connect = (
+            _pcts(sub["connect_ns"].to_numpy(dtype="float64") / 1e6)
+            if "connect_ns" in sub
+            else {f"p{q:g}": None for q in PCTS}
+        )
+        unc = sh["clock_uncertainty_ns"].dropna() / 1e6
+        off = sh["clock_offset_ns"].dropna() / 1e6
+        suspect = [
+            str(s)
+            for s, flag, u in zip(
+                sh["shard_id"], sh["clock_suspect"], sh["clock_uncertainty_ns"], strict=True
+            )
+            if bool(flag) or (pd.notna(u) and u / 1e6 > MAX_CLOCK_UNCERTAINTY_MS)
+        ]
+        conn_probe = _median(sh["connect_ns"])
+        out.append(
+            {
+                "region": str(region),
+                "requests_ok": len(sub),
+                "ttft_ms": ttft_p,
+                "network_rtt_ms": rtt,
+                "server_time_ms": server,
+                "connection_setup_ms": conn_probe / 1e6 if conn_probe is not None else None,
+                "connection_setup_per_request_ms": per_req_connect,
+                "clock_offset_ms": [float(off.min()), float(off.max())] if len(off) else None,
+                "clock_uncertainty_ms": float(unc.max()) if len(unc) else None,
+                "clock_suspect_shards": suspect,
+            }
+        )
+    return out
+
+
+def compare_regions(
+    base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Regions both runs have: network round trip, server time p50/p99 and connection set-up,
+    baseline vs candidate (informational; compare's verdict stays analysis.regression's)."""
+    b_by = {r["region"]: r for r in base}
+    rows = []
+    for c in cand:
+        b = b_by.get(c["region"])
+        if b is None:
+            continue
+        for name, key, sub in (
+            ("network_rtt_ms", "network_rtt_ms", None),
+            ("connection_setup_ms", "connection_setup_ms", None),
+            ("server_time_p50_ms", "server_time_ms", "p50"),
+            ("server_time_p99_ms", "server_time_ms", "p99"),
+        ):
+            bv, cv = (r[key] if sub is None else (r[key] or {}).get(sub) for r in (b, c))
+            rows.append(
+                {
+                    "region": c["region"],
+                    "metric": name,
+                    "baseline": bv,
+                    "candidate": cv,
+                    "change_pct": (cv - bv) / bv * 100 if bv and cv is not None else None,
+                }
+            )
+    return rows
