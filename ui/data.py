@@ -26,6 +26,7 @@ import streamlit as st
 from analysis import cache as acache
 from analysis import load as al
 from analysis import metrics as m
+from analysis import regions as aregions
 from analysis import render as arender
 from analysis import report as areport
 from analysis import server_metrics as asrv
@@ -320,6 +321,33 @@ def _server_view(run_id: str, version: str, bucket_s: float) -> dict[str, Any]:
         return asrv.server_section(
             c, run(run_id), requests(run_id), summary(run_id)["levels"], bucket_s
         )
+
+
+def region_network(run_id: str) -> pd.DataFrame:
+    """Per region (analysis.regions): TTFT, network round trip, server time, connection
+    set-up and clock offset / uncertainty, one row each, display names as columns (ms)."""
+    return _region_network(run_id, version(run_id))
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def _region_network(run_id: str, version: str) -> pd.DataFrame:
+    with store().conn() as c:
+        rows = aregions.region_breakdown(requests(run_id), aregions.shard_probes(c, run_id))
+    out = []
+    for r in rows:
+        out.append(
+            {
+                "region": r["region"],
+                "ok": r["requests_ok"],
+                **{f"TTFT {k}": v for k, v in r["ttft_ms"].items()},
+                "network RTT": r["network_rtt_ms"],
+                **{f"server {k}": v for k, v in r["server_time_ms"].items()},
+                "conn set-up (probe)": r["connection_setup_ms"],
+                "clock ± ms": r["clock_uncertainty_ms"],
+                "clock uncertain": ", ".join(r["clock_suspect_shards"]),
+            }
+        )
+    return pd.DataFrame(out)
 
 
 def server_level_table(view: dict[str, Any]) -> pd.DataFrame:

@@ -98,7 +98,7 @@ def test_run_page_puts_server_metrics_beside_client_series(
     if isinstance(y, dict):  # plotly's typed-array encoding
         y = np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"]).tolist()
     assert max(v for v in y if v is not None) > 0  # the server's batch, from the store
-    table = at.table[0].value
+    table = next(t.value for t in at.table if "queue mean" in t.value.columns)
     assert [int(v) for v in table["level"]] == [0, 1]
     # the fixed sim has no queue: TTFT flat from 1 to 4 users, so no bottleneck named
     assert "neither" in text or "no single bottleneck" in text
@@ -109,6 +109,8 @@ def test_run_page_of_three_regions(app_page: Page, app_env: UiStore) -> None:
     regions = {"eu-west", "us-east", "ap-south"}
     over_time = next(f for f in figures(at) if "per region" in f["layout"]["title"]["text"])
     assert trace_names(over_time) == regions
+    net = next(t.value for t in at.table if "network RTT" in t.value.columns)
+    assert set(net["region"]) == regions and (net["TTFT p50"].astype(float) > 0).all()
     at.radio(key="run_by").set_value("region").run()
     assert not at.exception
     curve = figures(at)[0]

@@ -88,6 +88,14 @@ with tabs["Over time"]:
         ts,
         f"over-time-{run_id[:8]}",
     )
+    net = data.region_network(run_id)
+    if len(net):
+        st.subheader("Network and server time per region (ms)")
+        st.table(net)
+        st.caption(
+            "Steady-phase ok requests; server time = TTFT from send - the region's probe round "
+            "trip; regions on the reference clock, each shard within its clock uncertainty."
+        )
     srv = data.server_view(run_id)
     st.subheader("Where the time went")
     st.info(f"**{srv['diagnosis']['verdict']}**: {srv['diagnosis']['sentence']}")
