@@ -58,15 +58,12 @@ class Pacer:
         self._next_tok = 0
         self._gate = 0
         self._lock = asyncio.Lock()
-        self.waited_ns = 0  # total time sends were held (reported with the run)
-        self.backoffs = 0
 
     def due(self, now: int) -> int:
         return max(now, self._next_req, self._next_tok, self._gate)
 
     async def acquire(self, tokens: int) -> None:
         async with self._lock:
-            asked = self._clock()
             while True:  # a 429 arriving while we sleep moves the gate: look again
                 now = self._clock()
                 at = self.due(now)
@@ -74,14 +71,12 @@ class Pacer:
                     break
                 await asyncio.sleep((at - now) / 1e9)
             now = self._clock()
-            self.waited_ns += now - asked
             self._next_req = now + self.req_gap_ns
             self._next_tok = max(self._next_tok, now) + int(tokens * self.ns_per_token)
 
     def back_off(self, retry_after_s: float | None) -> None:
         """A 429: no send until Retry-After (or a second when the server named none)."""
         wait = DEFAULT_RETRY_AFTER_S if retry_after_s is None else retry_after_s
-        self.backoffs += 1
         self._gate = max(self._gate, self._clock() + int(min(wait, MAX_RETRY_AFTER_S) * 1e9))
 
 
