@@ -24,6 +24,7 @@ import psycopg
 import streamlit as st
 
 from analysis import cache as acache
+from analysis import cost as acost
 from analysis import load as al
 from analysis import metrics as m
 from analysis import regions as aregions
@@ -348,6 +349,29 @@ def _region_network(run_id: str, version: str) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(out)
+
+
+def cost_overview(run_ids: Sequence[str]) -> pd.DataFrame:
+    """One row per run (analysis.cost.run_cost): price basis, what it cost, USD per million
+    output tokens at its best level's throughput, and the break-even when both prices exist."""
+    rows = []
+    for rid in run_ids:
+        c = acost.run_cost(run(rid), requests(rid), summary(rid)["levels"])
+        rated = [lv for lv in c["levels"] if lv.get("usd_per_mtok_output") is not None]
+        best = max(rated, key=lambda lv: lv["output_tokens_per_s"] or 0.0, default=None)
+        be = c["break_even"]
+        rows.append(
+            {
+                "run": rid,
+                "basis": c["basis"] or "no price",
+                "cost USD": c["total_usd"],
+                "best out tok/s": best["output_tokens_per_s"] if best else None,
+                "USD per M output": best["usd_per_mtok_output"] if best else None,
+                "break-even out tok/s": be["output_tokens_per_s"] if be else None,
+                "prices as of": c["prices"]["as_of"],
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def server_level_table(view: dict[str, Any]) -> pd.DataFrame:

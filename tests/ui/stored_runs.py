@@ -79,6 +79,7 @@ def make_runs(database_url: str, workdir: Path) -> dict[str, str]:
                 {"name": "us-east", "share": 0.33},
                 {"name": "ap-south", "share": 0.33},
             ],
+            cost={"gpu_hourly_usd": 3.0},
         )
         out["regions"] = run_local(
             spec_from_dict(regions), database_url=database_url, schedule_name=SCHEDULE

@@ -158,6 +158,17 @@ def test_compare_page(app_page: Page, app_env: UiStore) -> None:
     assert {"ci_lower", "ci_upper", "regression"} <= set(changes.columns)
     ok = changes.dropna(subset=["ci_lower"])
     assert (ok["ci_lower"] <= ok["ci_upper"]).all()
+    costs = at.table[0].value
+    assert len(costs) == 3
+    priced = costs[costs["basis"] == "self-hosted"]  # ui-regions: 3 USD per GPU-hour
+    assert [n.split(" · ")[0] for n in priced["run"]] == ["ui-regions"]
+    wall = count(
+        app_env.url,
+        "SELECT (EXTRACT(EPOCH FROM ended_at - started_at) * 1e6)::bigint FROM runs "
+        "WHERE run_id = %s",
+        ids["regions"],
+    )
+    assert float(priced["cost USD"].iloc[0]) == pytest.approx(3.0 * wall / 1e6 / 3600)
 
 
 def test_sla_page_verdicts(app_page: Page, app_env: UiStore) -> None:

@@ -20,7 +20,7 @@ from analysis.report import build_report
 from analysis.summary import render_client_vs_server_table, render_summary_table
 from loadgen.errors import SpecError, StoreError
 from ui.commands.runs import analysis_store, fail, resolve_or_fail
-from ui.results import print_verdict
+from ui.results import cost_line, print_verdict
 
 
 @click.command("report")
@@ -71,6 +71,11 @@ def report_command(
     console.print(render_summary_table(report["summary"]))
     if (server := render_client_vs_server_table(report["summary"])) is not None:
         console.print(server)
+    diag = report["server"]["diagnosis"]
+    if diag["verdict"] != "unknown":
+        console.print(f"[bold]where the time went[/]: {diag['sentence']}")
+    if report["cost"]["basis"]:
+        console.print(f"[bold]cost[/]: {cost_line(report['cost'])}")
     if claims is not None:
         print_verdict(
             {

@@ -49,6 +49,15 @@ st.caption(
     "run's Pareto front, a star marks its knee (Kneedle)."
 )
 
+st.subheader("Cost")
+costs = data.cost_overview(tuple(chosen))
+costs["run"] = [names.get(r, r) for r in costs["run"]]
+st.table(costs)
+st.caption(
+    "Self-hosted: the hourly price over the run's wall time, and per million output tokens at "
+    "the best level's measured throughput; per-token: the tokens billed at the stored prices."
+)
+
 st.subheader("Changes against a baseline")
 baseline = st.selectbox("Baseline", chosen, format_func=lambda k: names.get(k, k), key="cmp_base")
 with_itl = st.checkbox(
