@@ -138,6 +138,13 @@ def _limit_problems(est: Estimate, limits: Limits, paced: bool, preset: str) -> 
         out.append(
             f"peak {tpm:,.0f} tokens/min exceeds the {tier}'s {limits.tokens_per_minute} tokens/min"
         )
+    tokens = (
+        est.input_tokens + est.output_tokens
+        if est.input_tokens is not None and est.output_tokens is not None
+        else None
+    )
+    if limits.tokens_per_day and tokens is not None and tokens > limits.tokens_per_day:
+        out.append(f"{tokens:,.0f} tokens exceed the {tier}'s {limits.tokens_per_day} tokens/day")
     n = est.requests
     if limits.requests_per_day and n is not None and n > limits.requests_per_day:
         out.append(f"{n:,.0f} requests exceed the {tier}'s {limits.requests_per_day} requests/day")

@@ -67,6 +67,14 @@ def test_hosted_preset_refuses_an_over_limit_spec() -> None:
     assert hosted.check(groq({"rate": [0.2], "duration_s": 60})).problems == []
 
 
+def test_daily_token_limit() -> None:
+    from loadgen.presets import Limits
+
+    est = hosted.estimate(groq({"rate": [0.2], "duration_s": 600}))  # 120 x 1,200 tokens
+    problems = hosted._limit_problems(est, Limits(tokens_per_day=100_000), False, "p")
+    assert problems == ["144,000 tokens exceed the p published tier's 100000 tokens/day"]
+
+
 def test_max_cost_and_pacing_without_a_limit() -> None:
     with pytest.raises(SpecError, match=r"estimated cost \$0.0097 exceeds max_cost_usd 0.005"):
         hosted.guard(groq({"rate": [0.2, 0.4], "duration_s": 60}, cost={"max_cost_usd": 0.005}))
