@@ -138,17 +138,23 @@ def cost_html(report: Mapping[str, Any]) -> str:
             "priced preset, or gpu_hourly_usd and gpus.</p>"
         )
     p = c["prices"]
+    per_token = ""
+    if p.get("output_per_mtok") is not None:
+        per_token = (
+            f"{_usd(p['input_per_mtok'], 3)} / {_usd(p['output_per_mtok'], 3)} per million "
+            "input / output tokens"
+        )
+        if p.get("as_of"):
+            per_token += f" (as of {p['as_of']}, {html.escape(str(p['source']))})"
     if c["basis"] == "self-hosted":
         price = f"{_usd(p['gpu_hourly_usd'], 2)} per GPU-hour x {p['gpus']} GPU(s)"
+        if per_token:
+            price += f"; per-token alternative {per_token}"
     else:
-        price = (
-            f"{_usd(p['input_per_mtok'], 3)} / {_usd(p['output_per_mtok'], 3)} per million "
-            f"input / output tokens"
-        )
-    dated = f" (as of {p['as_of']}, {html.escape(str(p['source']))})" if p.get("as_of") else ""
+        price = per_token
     parts = [
         "<h2>Cost</h2>",
-        f"<p>{html.escape(c['basis'])}: {price}{dated}. This run cost "
+        f"<p>{html.escape(c['basis'])}: {price}. This run cost "
         f"<b>{_usd(c['total_usd'])}</b> for {c['input_tokens']:,.0f} input and "
         f"{c['output_tokens']:,.0f} output tokens billed ({_usd(c['usd_per_mtok_output_run'], 3)} "
         "per million output tokens overall).</p>",

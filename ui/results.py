@@ -102,10 +102,21 @@ def print_estimate(spec: RunSpec, console: Console) -> None:
 def cost_line(cost: dict[str, Any]) -> str:
     """One line: the run's cost, per million output tokens at the best level, break-even."""
     p = cost["prices"]
-    dated = f", prices as of {p['as_of']}" if p.get("as_of") else ""
+    per_token = (
+        f"${p['input_per_mtok']:g} / ${p['output_per_mtok']:g} per million input / output tokens"
+        + (f" (as of {p['as_of']})" if p.get("as_of") else "")
+        if p.get("output_per_mtok") is not None
+        else ""
+    )
+    if cost["basis"] == "self-hosted":
+        price = f"${p['gpu_hourly_usd']:g}/GPU-hour x {p['gpus']}"
+        if per_token:
+            price += f", against per-token {per_token}"
+    else:
+        price = per_token
     rated = [lv for lv in cost["levels"] if lv.get("usd_per_mtok_output") is not None]
     best = max(rated, key=lambda lv: lv["output_tokens_per_s"] or 0.0, default=None)
-    parts = [f"{cost['basis']}{dated}: this run cost ${cost['total_usd'] or 0:,.4f}"]
+    parts = [f"{cost['basis']} ({price}): this run cost ${cost['total_usd'] or 0:,.4f}"]
     if best is not None:
         parts.append(
             f"${best['usd_per_mtok_output']:,.3f} per million output tokens at level "
