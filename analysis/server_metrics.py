@@ -29,6 +29,7 @@ KNOWN_NAMES: dict[str, tuple[str, ...]] = {
         "sglang:num_queue_reqs",
         "tgi_queue_size",
         "llamacpp:requests_deferred",
+        "nv_inference_pending_request_count",
     ),
     "running": (
         "peakload_sim:num_requests_running",
@@ -48,11 +49,13 @@ KNOWN_NAMES: dict[str, tuple[str, ...]] = {
         "peakload_sim:time_to_first_token_seconds",
         "vllm:time_to_first_token_seconds",
         "sglang:time_to_first_token_seconds",
+        "trtllm_time_to_first_token_seconds",
     ),
     "queue_time_histogram": (
         "peakload_sim:request_queue_time_seconds",
         "vllm:request_queue_time_seconds",
         "tgi_request_queue_duration",
+        "trtllm_request_queue_time_seconds",
     ),
 }
 _ORIGIN = pd.Timestamp("1970-01-01", tz="UTC")  # analysis.load.timeseries buckets from here

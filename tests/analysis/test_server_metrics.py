@@ -92,3 +92,30 @@ def test_preset_selector_goes_first() -> None:
     assert vllm["queue_time_histogram"][0] == "vllm:request_queue_time_seconds"
     triton = sm.metric_names({"target": {"preset": "triton"}})
     assert triton["running"][0] == 'nv_trt_llm_request_metrics{request_type="active"}'
+
+
+VLLM = """# HELP vllm:num_requests_waiting Number of requests waiting.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 7.0
+vllm:num_requests_running{engine="0",model_name="m"} 16.0
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.42
+vllm:request_queue_time_seconds_sum{engine="0",model_name="m"} %s
+vllm:request_queue_time_seconds_count{engine="0",model_name="m"} %s
+"""
+
+
+def test_a_vllm_exposition_through_the_preset_names() -> None:
+    from loadgen.prometheus import parse_exposition
+
+    t0 = int(T0.value)
+    samples = parse_exposition(VLLM % (10.0, 100), t0) + parse_exposition(
+        VLLM % (16.0, 110), t0 + 1_000_000_000
+    )
+    frame = pd.DataFrame(
+        [(pd.Timestamp(s.t_ns, tz="UTC"), s.name, s.labels, s.value) for s in samples],
+        columns=["t", "name", "labels", "value"],
+    )
+    series = sm.role_series(frame, sm.metric_names({"target": {"preset": "vllm"}}))
+    stats = sm.level_server_stats(series, {0: (T0, T0 + pd.Timedelta(seconds=2))})[0]
+    assert (stats["queue_mean"], stats["running_mean"], stats["kv_cache_mean"]) == (7, 16, 0.42)
+    assert stats["server_queue_ms"] == pytest.approx(6.0 / 10 * 1e3)  # 6 s over 10 requests
