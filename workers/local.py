@@ -29,6 +29,7 @@ from loadgen.schedule import static_levels
 from loadgen.spec import RunSpec
 from loadgen.targets import OpenAITarget, check_target, policy_from_env, preflight
 from workers.planner import plan_run
+from workers.probes import probe_network
 from workers.server_metrics import MetricsRecorder
 from workers.store import runs as store_runs
 from workers.store.connect import connect_store
@@ -135,6 +136,11 @@ async def _run(
         await asyncio.gather(
             *(t.warm(warm_connections(spec, p)) for t, p in zip(targets, plans, strict=True))
         )
+        # one probe for the process (every local shard takes the same path): the round trip
+        # and connection set-up that split TTFT into network and server time per region
+        net = await asyncio.to_thread(probe_network, spec.target.base_url)
+        for p in plans:
+            store_runs.set_shard_network(conn, run_id, p.shard_id, net.rtt_ns, net.connect_ns)
         abort = asyncio.Event()
         loop = asyncio.get_running_loop()
         _install_abort(loop, abort)

@@ -75,6 +75,12 @@ def test_sweep_past_the_knee_names_admission(store_url: str, tmp_path: Path) -> 
     assert cost["levels"][2]["usd_per_mtok_output"] == pytest.approx(
         3.6 / (busiest["output_tokens_per_s"] * 3600) * 1e6
     )
+    # a local run probes its path once: TTFT = network round trip + server time
+    (local,) = rep["regions_network"]
+    assert 0 < local["network_rtt_ms"] < 50
+    assert local["server_time_ms"]["p50"] == pytest.approx(
+        local["ttft_ms"]["p50"] - local["network_rtt_ms"]
+    )
     html = render.render_html(rep)
     assert "Where the time went" in html and "Client and server over time" in html
     assert "This run cost" in html

@@ -272,6 +272,22 @@ def upsert_shard(
         )
 
 
+def set_shard_network(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    shard_id: str,
+    network_rtt_ns: int | None,
+    connect_ns: int | None,
+) -> None:
+    """A local shard's warm-up probe (distributed shards report theirs on check-in)."""
+    with _tx(conn) as cur:
+        cur.execute(
+            "UPDATE shards SET network_rtt_ns = %s, connect_ns = %s "
+            "WHERE run_id = %s AND shard_id = %s",
+            (network_rtt_ns, connect_ns, run_id, shard_id),
+        )
+
+
 def set_shard_state(
     conn: psycopg.Connection[Any],
     run_id: str,
