@@ -18,7 +18,8 @@ from analysis.render import METRIC_TITLES, TICKS, _x
 
 
 def write_pngs(report: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
-    """PNG figures (percentile spectra, frontier, time series, timeline); returns their paths."""
+    """PNG figures (percentile spectra, frontier, time series, client beside server when the
+    run scraped server metrics, timeline); returns their paths."""
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     written = []
@@ -65,6 +66,9 @@ def write_pngs(report: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
                 ax.set_ylabel(col)
         axes[0].legend(fontsize=7)
         written.append(_save(fig, d / "timeseries.png"))
+    srv = pd.DataFrame((report.get("server") or {}).get("rows") or [])
+    if not srv.empty:
+        written.append(_client_server_png(ts, srv, d / "client_server.png"))
     tl = report["timeline"]
     if tl:
         fig, ax = plt.subplots(figsize=(9, max(3.0, 0.22 * len(tl))))
@@ -87,6 +91,38 @@ def write_pngs(report: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
         ax.set_title("sample of requests: scheduled → end, dots = chunks")
         written.append(_save(fig, d / "timeline.png"))
     return written
+
+
+def _client_server_png(ts: pd.DataFrame, srv: pd.DataFrame, path: Path) -> Path:
+    """Client throughput, in flight and TTFT above the server's queue, running and own
+    TTFT / queue time, one shared time axis (the report's buckets)."""
+    fig, axes = plt.subplots(4, 1, figsize=(9, 9), sharex=True)
+    t_srv = pd.to_datetime(srv["bucket"], utc=True)
+    if not ts.empty:
+        tot = ts.assign(bucket=pd.to_datetime(ts["bucket"], utc=True)).groupby("bucket")
+        client = tot[["output_tokens_per_s", "in_flight"]].sum(min_count=1)
+        axes[0].plot(client.index, client["output_tokens_per_s"], label="output tok/s")
+        axes[0].plot(client.index, client["in_flight"], label="in flight")
+    for ax, cols in zip(
+        axes[1:],
+        (
+            ("ttft_p50_ms", "ttft_p90_ms"),
+            ("queue", "running"),
+            ("server_ttft_ms", "server_queue_ms"),
+        ),
+        strict=True,
+    ):
+        for col in cols:
+            if col in srv and srv[col].notna().any():
+                ax.plot(t_srv, srv[col], label=col)
+    for ax, title in zip(
+        axes,
+        ("client", "client TTFT (ms)", "server queue / running", "server TTFT / queue (ms)"),
+        strict=True,
+    ):
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7)
+    return _save(fig, path)
 
 
 def _save(fig: Any, path: Path) -> Path:
