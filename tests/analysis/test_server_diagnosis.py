@@ -84,3 +84,29 @@ def test_sweep_past_the_knee_names_admission(store_url: str, tmp_path: Path) -> 
     html = render.render_html(rep)
     assert "Where the time went" in html and "Client and server over time" in html
     assert "This run cost" in html
+
+
+def test_below_the_knee_names_decoding(store_url: str, tmp_path: Path) -> None:
+    # 2 -> 14 users on 16 slots: every request admitted at once, but each engine step carries
+    # more sequences (20 ms + 1.5 ms per sequence): time per token grows, no queue forms
+    with start_sim(["--preset", "small-gpu"], tmp_path) as sim:
+        spec = spec_from_dict(
+            {
+                "name": "below-knee",
+                "target": {
+                    "api": "openai-chat",
+                    "base_url": sim.base_url,
+                    "model": "m",
+                    "metrics_url": sim.base_url.removesuffix("/v1") + "/metrics",
+                },
+                "workload": {"prompt_tokens": 32, "output_tokens": 48},
+                "load": {"concurrency": [2, 14], "duration_s": 4.0, "warmup_s": 1.0},
+                "validity": RELAXED,
+            }
+        )
+        run_id = run_local(spec, database_url=store_url).run_id
+    with psycopg.connect(store_url) as conn:
+        rep: dict[str, Any] = build_report(conn, run_id, resamples=50, bucket_s=1.0)
+    diag = rep["server"]["diagnosis"]
+    assert diag["verdict"] == "decoding", diag["sentence"]
+    assert diag["numbers"]["tpot_ratio"] >= 1.5 and diag["numbers"]["queue_mean"][1] < 1.0
