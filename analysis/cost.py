@@ -158,21 +158,17 @@ def _break_even(
     }
 
 
-def level_rates(df: pd.DataFrame, levels: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per stored level its output tokens/s over the steady window (the summary's definition,
-    analysis.metrics.output_token_rate), without the rest of the summary's work."""
-    from analysis.metrics import output_token_rate
-    from analysis.summary import level_window_s
+def level_rates(
+    run: Mapping[str, Any], df: pd.DataFrame, levels: pd.DataFrame
+) -> list[dict[str, Any]]:
+    """Per stored level its output tokens/s, by the summary's one definition (tokens that
+    arrived inside the level's steady window; analysis.summary.level_summary)."""
+    from analysis.summary import level_summary
 
-    out = []
-    col = df["level"].to_numpy() if len(df) else np.zeros(0)
-    for _, lv in levels.sort_values("level").iterrows():
-        rows = col == int(lv["level"])
-        window = level_window_s(dict(lv), df, rows)
-        out.append(
-            {"level": int(lv["level"]), "output_tokens_per_s": output_token_rate(df[rows], window)}
-        )
-    return out
+    return [
+        {"level": lv["level"], "output_tokens_per_s": lv.get("output_tokens_per_s")}
+        for lv in level_summary(df, levels, run)["levels"]
+    ]
 
 
 def cost_change(
@@ -188,8 +184,8 @@ def cost_change(
     side's measured throughput, with the relative change. Informational: never a verdict."""
     from analysis.regression import pair_levels
 
-    b = run_cost(b_run, b_df, level_rates(b_df, b_levels))
-    c = run_cost(c_run, c_df, level_rates(c_df, c_levels))
+    b = run_cost(b_run, b_df, level_rates(b_run, b_df, b_levels))
+    c = run_cost(c_run, c_df, level_rates(c_run, c_df, c_levels))
     b_by = {lv["level"]: lv for lv in b["levels"]}
     c_by = {lv["level"]: lv for lv in c["levels"]}
     pairs, _ = pair_levels(b_levels, c_levels)
