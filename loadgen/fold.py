@@ -25,17 +25,20 @@ async def execute(
     prompt: Prompt,
     session: tuple[int, int] | None = None,
     context: list[dict[str, str]] | None = None,
+    attempt: int = 0,
 ) -> str:
     """Send one request scheduled at `sched` (monotonic ns); emit its record. Returns the
-    answer text (only needed by multi-turn sessions)."""
+    answer text (only needed by multi-turn sessions). A 429 is retried when the spec asks
+    (`[pacing] retries`): each retry is a separate attempt with its own record and request id,
+    after the server's Retry-After, measured from the original schedule."""
     clock = shard.clock
     check = shard.check
     start = clock()
-    delay_ms = (start - sched) / 1e6
-    check.dispatch_second.append(delay_ms)
+    if attempt == 0:  # a retry waits on purpose: not the generator's dispatch delay
+        check.dispatch_second.append((start - sched) / 1e6)
     messages = context if context is not None else prompt.messages
     body = request_body(shard.spec, Prompt(messages, prompt.prompt_tokens, prompt.max_tokens))
-    rid = make_request_id(shard.plan.run_id, shard.plan.shard_id, index)
+    rid = make_request_id(shard.plan.run_id, shard.plan.shard_id, index, attempt)
     t = shard.spec.target
     prepared = PreparedRequest(
         rid,
@@ -53,6 +56,7 @@ async def execute(
         max_tokens=prompt.max_tokens,
         session_id=session[0] if session else None,
         turn=session[1] if session else None,
+        attempt=attempt,
     )
     shard.started += 1
     keep_text = shard.spec.store_content or session is not None
@@ -136,6 +140,11 @@ async def execute(
         if window.samples is not None:
             sample_metrics(window.samples, rec)
         shard.emit(rec)
+    if rec.http_status == 429 and attempt < shard.spec.pacing.retries and not shard.stopping:
+        wait_s = min(rec.retry_after_s if rec.retry_after_s is not None else 1.0, 120.0)
+        await shard.sleep_until(clock() + int(wait_s * 1e9))
+        if not shard.stopping:
+            return await execute(shard, index, window, sched, prompt, session, context, attempt + 1)
     return "".join(texts)
 
 

@@ -3,7 +3,7 @@
 429 until its Retry-After has passed. It lives in a `Target` wrapper, so the runner is
 unchanged: the wait happens before the request is sent, and the record shows it (`sent_ns`
 after the schedule; TTFT from the schedule includes it, TTFT from send does not). A 429 stays
-a record; nothing is retried here.
+a record; `retries` (done by loadgen.fold) sends it again as a separate attempt.
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ class PacingSpec(BaseModel):
     requests_per_minute: float | None = Field(default=None, gt=0)
     tokens_per_minute: float | None = Field(default=None, gt=0)
     headroom: float = Field(default=DEFAULT_HEADROOM, gt=0, le=1)
+    # a 429 retried up to this many times (loadgen.fold): each retry a separate attempt with
+    # its own record, sent after Retry-After and measured from the original schedule
+    retries: int = Field(default=0, ge=0, le=10)
 
 
 class Pacer:

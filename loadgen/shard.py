@@ -103,7 +103,7 @@ class Shard:
             phase = Phase.STEADY
         p = self.plan
         return RequestRecord(
-            request_id=make_request_id(p.run_id, p.shard_id, index),
+            request_id=make_request_id(p.run_id, p.shard_id, index, int(kw.get("attempt", 0))),
             run_id=p.run_id,
             shard_id=p.shard_id,
             region=p.region,

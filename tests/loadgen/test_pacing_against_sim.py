@@ -61,3 +61,35 @@ def test_pacing_keeps_under_the_providers_limit(store_url: str, tmp_path: Path) 
     assert r429_p <= 1
     # 120 requests at 18/s take 6.7 s to send: the last waited about 2.7 s past its schedule
     assert late_p > 2.0
+
+
+def test_retries_are_separate_attempts_on_the_original_schedule(
+    store_url: str, tmp_path: Path
+) -> None:
+    from loadgen.records import make_request_id
+
+    with start_sim(["--preset", "hosted"], tmp_path) as sim:
+        spec = _spec(sim.base_url, {"retries": 3})
+        run = run_local(spec, database_url=store_url)  # type: ignore[arg-type]
+    assert run.status == "completed" and run.requests_scheduled == 120
+    rid = run.run_id
+    with psycopg.connect(store_url) as conn:
+        rows = conn.execute(
+            "SELECT request_id::text, shard_id, idx, attempt, scheduled_at, http_status, sent_ns "
+            "FROM requests WHERE run_id = %s ORDER BY idx, attempt",
+            (rid,),
+        ).fetchall()
+    first = {(r[1], r[2]): r for r in rows if r[3] == 0}
+    retries = [r for r in rows if r[3] > 0]
+    assert len(first) == 120  # one first attempt per scheduled request
+    assert retries, "30/s into 20/s: some 429s were retried"
+    for req_id, shard, idx, attempt, sched, _status, sent in retries:
+        assert req_id == make_request_id(rid, shard, idx, attempt)
+        prev = next(r for r in rows if (r[1], r[2], r[3]) == (shard, idx, attempt - 1))
+        assert prev[5] == 429  # only a 429 is retried
+        assert sched == first[(shard, idx)][4]  # tied to the original schedule
+        assert sent > prev[6]  # sent later, measured from that schedule
+    # a retried request's last attempt is its answer: at most 3 retries, most end ok
+    last = {(r[1], r[2]): r for r in rows}
+    assert all(r[3] <= 3 for r in last.values())
+    assert sum(r[5] == 200 for r in last.values()) > sum(r[5] == 200 for r in first.values())
