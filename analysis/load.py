@@ -180,23 +180,38 @@ def load_run(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any]:
     return {str(k): v for k, v in df.iloc[0].to_dict().items()}
 
 
+CANDIDATES_SHOWN = 10
+
+
 def resolve_run_id(conn: psycopg.Connection[Any], ref: str) -> str:
-    """A run given by full id, unique id prefix, or exact name (newest wins); LookupError if not."""
+    """A run given by full id, unique id prefix, or a name only one run has; LookupError (its
+    message listing the candidates, newest first) when none matches or several do."""
     with conn.cursor() as cur:
         cur.execute(
-            "SELECT run_id::text FROM runs WHERE run_id::text LIKE %s OR name = %s "
-            "ORDER BY (run_id::text = %s) DESC, created_at DESC",
-            (ref.lower() + "%", ref, ref.lower()),
+            "SELECT run_id::text, name, status, created_at, run_id::text LIKE %s FROM runs "
+            "WHERE run_id::text LIKE %s OR name = %s ORDER BY created_at DESC, run_id",
+            (ref.lower() + "%", ref.lower() + "%", ref),
         )
         rows = cur.fetchall()
     if not rows:
         raise LookupError(f"no run matches {ref!r} (by id, id prefix or name)")
-    ids = {r[0] for r in rows}
-    if len(ids) > 1 and not any(r[0] == ref.lower() for r in rows):
-        by_prefix = [r[0] for r in rows if r[0].startswith(ref.lower())]
-        if len(by_prefix) > 1:
-            raise LookupError(f"{ref!r} matches {len(by_prefix)} runs; give more of the id")
-    return str(rows[0][0])
+    for r in rows:
+        if r[0] == ref.lower():
+            return str(r[0])
+    by_prefix = [r for r in rows if r[4]]
+    found = by_prefix or rows
+    if len(found) == 1:
+        return str(found[0][0])
+    what = f"the id prefix {ref!r}" if by_prefix else f"the name {ref!r}"
+    shown = "; ".join(
+        f"{r[0]} ({r[1]}, {r[2]}, created {r[3]:%Y-%m-%d %H:%M:%S})"
+        for r in found[:CANDIDATES_SHOWN]
+    )
+    more = f"; and {len(found) - CANDIDATES_SHOWN} more" if len(found) > CANDIDATES_SHOWN else ""
+    raise LookupError(
+        f"{what} matches {len(found)} runs; give a full id or a longer prefix. Newest first: "
+        f"{shown}{more}"
+    )
 
 
 def load_levels(conn: psycopg.Connection[Any], run_ids: str | Iterable[str]) -> pd.DataFrame:

@@ -183,7 +183,10 @@ def _block(
         vals = v.per_request[name][lat]
         out[name] = _pcts(vals)
         samples[name] = int(np.isfinite(vals).sum())
-    itl_values, _, _, itl_n = v.itl[key]
+    if key in v.itl:
+        itl_values, _, _, itl_n = v.itl[key]
+    else:  # a level no request reached (planned, then the run died or sent nothing)
+        itl_values, itl_n = np.full(len(SUMMARY_PERCENTILES), np.nan), 0
     out["itl_ms"] = _pct_dict(itl_values)
     samples["itl_ms"] = int(itl_n)
     vals = v.per_request["e2e_ms"][lat]

@@ -3,11 +3,13 @@ only configuration and infrastructure problems raise, from this tree:
 
     PeakloadError                     base; `str(e)` is a message a user can act on
     ├── SpecError                     a run spec or claims file is malformed or impossible
+    ├── CapacityError                 a load this process cannot hold (streams, memory, fds)
     ├── PolicyError                   a target is refused by the operator's target policy
     ├── PreflightError                a target is unreachable / wrong key / not streaming
     ├── StoreError                    the store cannot be reached or migrated
     │   └── SpoolFullError            the local spool is full: the run fails loudly
     ├── CoordinationError             workers missing, start aborted, shard already claimed
+    ├── RunFailed                     a run that exists in the store ended `failed` (its reason)
     └── TransportError                raised inside targets, mapped to an Outcome by the runner
         ├── HttpStatusError           non-2xx response (status, retry_after_s)
         ├── StreamProtocolError       malformed/truncated stream, HTML instead of SSE, reset
@@ -30,6 +32,10 @@ class SpecError(PeakloadError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
+class CapacityError(PeakloadError):
+    """Refused before any work: the numbers needed and the limits they exceed."""
+
+
 class PolicyError(PeakloadError):
     pass
 
@@ -48,6 +54,15 @@ class SpoolFullError(StoreError):
 
 class CoordinationError(PeakloadError):
     pass
+
+
+class RunFailed(PeakloadError):
+    """The run row exists and was marked `failed` with this reason; nothing is left running."""
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        self.run_id = run_id
+        self.reason = reason
+        super().__init__(f"run {run_id} failed: {reason}")
 
 
 class TransportError(PeakloadError):

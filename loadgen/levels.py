@@ -10,11 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.loadmodels import closed_loop_user, open_loop
+from loadgen.loadmodels import SPAWN_INTERVAL_NS, closed_loop_user, open_loop
 from loadgen.pool import SamplePool
 from loadgen.reasons import LEVEL_ENDED
 from loadgen.schedule import Level, load_trace, open_loop_offsets, static_levels, trace_share
 from loadgen.shard import NS, LevelWindow, Shard
+
+SPAWN_LEAD_NS = 50_000_000  # a user is created this long before its start: its prompt is ready
 
 
 @dataclass(slots=True)
@@ -111,10 +113,22 @@ async def run_level(shard: Shard, level: Level, start: int) -> LevelWindow:
     seed = int(np.random.default_rng([p.seed, level.index]).integers(0, 2**62))
     if level.kind == "concurrency":
         users = p.users_per_level[level.index] if level.index < len(p.users_per_level) else 0
-        tasks = [asyncio.create_task(closed_loop_user(shard, window, u)) for u in range(users)]
-        for tk in tasks:
-            shard.in_flight.add(tk)
-            tk.add_done_callback(shard.in_flight.discard)
+        # Users are created as their start comes near, not all up front: memory follows the
+        # users started, and one whose start falls past the level's end is never made.
+        users = min(users, (window.end - window.start - 1) // SPAWN_INTERVAL_NS + 1)
+        spawned = 0
+        while spawned < users and not shard.stopping:
+            ahead = shard.clock() + SPAWN_LEAD_NS - window.start
+            due = min(users, ahead // SPAWN_INTERVAL_NS + 1) if ahead >= 0 else 0
+            for u in range(spawned, due):
+                tk = asyncio.create_task(closed_loop_user(shard, window, u))
+                shard.in_flight.add(tk)
+                tk.add_done_callback(shard.in_flight.discard)
+            spawned = max(spawned, due)
+            next_start = window.start + spawned * SPAWN_INTERVAL_NS
+            if spawned >= users or next_start >= window.end:
+                break
+            await shard.sleep_until(next_start - SPAWN_LEAD_NS)
         await shard.sleep_until(window.end)
         return window
     if level.kind == "trace":

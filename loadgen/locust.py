@@ -27,6 +27,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from loadgen.errors import PeakloadError, SpecError
 from loadgen.locust_client import EngineClient, LLMResponse, RequestFailed
 from loadgen.locust_spec import locust_spec
+from loadgen.secrets import literal_secrets
 from loadgen.spec import RunSpec
 
 __all__ = ["LLMResponse", "LLMUser", "RequestFailed", "RunStore", "use_store"]
@@ -181,6 +182,13 @@ class _Conductor:
             raise SpecError(
                 "LLMUser classes describe different specs: one Locust test is one peakload run "
                 "with one target and workload",
+                where="locustfile",
+            )
+        literal = literal_secrets(specs[0].target)
+        if literal:  # engines get the spec redacted (loadgen.secrets), even in this process
+            raise SpecError(
+                f"{', '.join(literal)} would reach the engines redacted; give each value by "
+                "reference (headers_env) or declare it public (public_headers, public_query)",
                 where="locustfile",
             )
         return specs[0]

@@ -27,6 +27,7 @@ from loadgen.locust_wire import HEADER, WireError, frame_length, pack, unpack
 from loadgen.plan import ShardPlan, Sink
 from loadgen.records import Outcome, RequestRecord
 from loadgen.schedule import Level
+from loadgen.secrets import resolve_target
 from loadgen.shard import LevelWindow, Shard
 from loadgen.spec import spec_from_dict
 from loadgen.target import Clock
@@ -137,7 +138,9 @@ class _Session:
         policy = policy_from_env()
         # the operator's own Locust test: private targets are theirs, as in `peakload run`
         check_target(self.spec.target.base_url, allow_private=True, allowlist=policy.allowlist)
-        self.target = OpenAITarget(self.spec.target, max_connections=MAX_CONNECTIONS)
+        # headers_env is read here, in the process that sends
+        sending = resolve_target(self.spec.target)
+        self.target = OpenAITarget(sending, max_connections=MAX_CONNECTIONS)
         await preflight(self.target)
         tpw = await calibrate(self.spec, self.target, self.plan.run_id)
         self.sink = self.store.begin(self.plan)

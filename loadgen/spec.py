@@ -23,6 +23,7 @@ from pydantic import (
 from loadgen.cost import CostSpec, fill_prices
 from loadgen.errors import SpecError
 from loadgen.pacing import PacingSpec
+from loadgen.secrets import redact_spec
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_DEADLINE_S = 300.0
@@ -32,11 +33,23 @@ DEFAULT_MAX_REQUESTS = 1_000_000
 # of every verdict on a run's criteria, SLA claims and a saturation search's levels
 # (analysis.sla uses it too)
 DEFAULT_VERDICT_CONFIDENCE = 0.99
+# Bounds past which a value is a typo, not a test: they keep every later int(seconds * 1e9),
+# sample and allocation finite (a week-long level, 16 M tokens, a million requests/s).
+MAX_DURATION_S = 7 * 86400.0
+MAX_TIMEOUT_S = 3600.0
+MAX_TOKENS = 1 << 24
+MAX_RATE = 1_000_000.0
+MAX_SEED = (1 << 64) - 1
+# An HTTP header name is an RFC 9110 token: "authorization " (a stray space) is not one.
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_PARAM = re.compile(r"key|token|secret|passw|auth|sig|credential", re.IGNORECASE)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: TOML gives native types, so `true` is never a count and "8" never a number;
+    # no inf/nan: every duration and rate becomes an integer of ns or a finite schedule
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------- lengths
@@ -44,13 +57,13 @@ class _Strict(BaseModel):
 
 class FixedLength(_Strict):
     dist: Literal["fixed"] = "fixed"
-    value: int = Field(ge=1)
+    value: int = Field(ge=1, le=MAX_TOKENS)
 
 
 class UniformLength(_Strict):
     dist: Literal["uniform"]
-    min: int = Field(ge=1)
-    max: int = Field(ge=1)
+    min: int = Field(ge=1, le=MAX_TOKENS)
+    max: int = Field(ge=1, le=MAX_TOKENS)
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformLength:
@@ -59,22 +72,38 @@ class UniformLength(_Strict):
         return self
 
 
+def _bounds_ordered(lo: int, hi: int | None) -> None:
+    """Clamping every draw to `max` when `min > max` would silently make a fixed length."""
+    if hi is not None and hi < lo:
+        raise ValueError(f"max ({hi}) is below min ({lo})")
+
+
 class NormalLength(_Strict):
     dist: Literal["normal"]
-    mean: float = Field(gt=0)
-    std: float = Field(ge=0)
-    min: int = Field(default=1, ge=1)
-    max: int | None = Field(default=None, ge=1)
+    mean: float = Field(gt=0, le=MAX_TOKENS)
+    std: float = Field(ge=0, le=MAX_TOKENS)
+    min: int = Field(default=1, ge=1, le=MAX_TOKENS)
+    max: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> NormalLength:
+        _bounds_ordered(self.min, self.max)
+        return self
 
 
 class LognormalLength(_Strict):
     """Lognormal by the median and sigma of the underlying normal (`ln`-space std)."""
 
     dist: Literal["lognormal"]
-    median: float = Field(gt=0)
-    sigma: float = Field(ge=0)
-    min: int = Field(default=1, ge=1)
-    max: int | None = Field(default=None, ge=1)
+    median: float = Field(gt=0, le=MAX_TOKENS)
+    sigma: float = Field(ge=0, le=10)  # e**10 = 22,026 times the median already
+    min: int = Field(default=1, ge=1, le=MAX_TOKENS)
+    max: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LognormalLength:
+        _bounds_ordered(self.min, self.max)
+        return self
 
 
 LengthDist = Annotated[
@@ -109,11 +138,17 @@ class TargetSpec(_Strict):
     stream: bool = True
     include_usage: bool = True
     ignore_eos: bool = False
+    # Header values and query parameters are secrets unless declared otherwise: the stored
+    # spec, shard plans, logs and reports keep their names with the value replaced (see
+    # loadgen.secrets). `headers_env` gives a header's value by reference (header -> variable).
     headers: dict[str, str] = Field(default_factory=dict)
+    headers_env: dict[str, str] = Field(default_factory=dict)
+    public_headers: list[str] = Field(default_factory=list)
+    public_query: list[str] = Field(default_factory=list)
     extra_body: dict[str, Any] = Field(default_factory=dict)
-    connect_timeout_s: float = Field(default=DEFAULT_CONNECT_TIMEOUT_S, gt=0)
+    connect_timeout_s: float = Field(default=DEFAULT_CONNECT_TIMEOUT_S, gt=0, le=MAX_TIMEOUT_S)
     deadline_s: float = Field(default=DEFAULT_DEADLINE_S, gt=0, le=MAX_DEADLINE_S)
-    idle_timeout_s: float = Field(default=DEFAULT_IDLE_TIMEOUT_S, gt=0)
+    idle_timeout_s: float = Field(default=DEFAULT_IDLE_TIMEOUT_S, gt=0, le=MAX_TIMEOUT_S)
     metrics_url: str | None = None  # Prometheus endpoint to scrape during the run
     # the HTTP client: "raw" (asyncio sockets, kernel receive stamps) or "httpx"; "auto" = raw
     transport: Literal["auto", "raw", "httpx"] = "auto"
@@ -127,6 +162,11 @@ class TargetSpec(_Strict):
             raise ValueError(f"must start with http:// or https:// (got {v!r})")
         if "@" in v.split("/")[2]:
             raise ValueError("credentials in the URL are not allowed; use api_key_env")
+        if "#" in v:
+            raise ValueError(
+                "a URL fragment (#...) is never sent to a server and would swallow the API "
+                "path; remove it (a key goes in api_key_env)"
+            )
         query = urlsplit(v).query
         for name, _ in parse_qsl(query, keep_blank_values=True):
             if _SECRET_PARAM.search(name):
@@ -136,14 +176,35 @@ class TargetSpec(_Strict):
                 )
         return v.rstrip("/")
 
+    @field_validator("headers", "headers_env", "public_headers")
+    @classmethod
+    def _header_names(cls, v: Any) -> Any:
+        for name in v:
+            if not _HEADER_NAME.match(name):
+                raise ValueError(
+                    f"{name!r} is not an HTTP header name (letters, digits and !#$%&'*+.^_`|~- "
+                    "only; no spaces)"
+                )
+        return v
+
     @field_validator("headers")
     @classmethod
     def _no_secret_headers(cls, v: dict[str, str]) -> dict[str, str]:
-        for name in v:
+        for name, value in v.items():
             if name.lower() in {"authorization", "x-api-key", "api-key"}:
                 raise ValueError(
                     f"header {name!r} would store a secret in the spec; use api_key_env"
                 )
+            if any(ord(c) < 32 or ord(c) == 127 for c in value):
+                raise ValueError(f"header {name!r} has a control character in its value")
+        return v
+
+    @field_validator("headers_env")
+    @classmethod
+    def _header_env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, env in v.items():
+            if not _ENV_NAME.match(env):
+                raise ValueError(f"header {name!r}: {env!r} is not an environment variable name")
         return v
 
     @model_validator(mode="after")
@@ -152,6 +213,9 @@ class TargetSpec(_Strict):
             raise ValueError(
                 "api_key_query names where the key goes; api_key_env must name the key"
             )
+        both = {n.lower() for n in self.headers} & {n.lower() for n in self.headers_env}
+        if both:
+            raise ValueError(f"header(s) {sorted(both)} given both in headers and headers_env")
         return self
 
     @field_validator("api_key_env")
@@ -170,7 +234,7 @@ class WorkloadSpec(_Strict):
     output_tokens: LengthDist = Field(default_factory=lambda: FixedLength(value=128))
     shared_prefix_fraction: float = Field(default=0.0, ge=0, le=1)
     dataset: str | None = None  # JSONL with "prompt" (and optional "output_tokens") per line
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     system_prompt: str | None = None
     sessions: SessionSpec | None = None
 
@@ -197,8 +261,8 @@ WorkloadSpec.model_rebuild()
 class SaturationSpec(_Strict):
     """Search for the highest level meeting the spec's SLOs by doubling then bisecting."""
 
-    start: float = Field(gt=0)
-    max: float = Field(gt=0)
+    start: float = Field(gt=0, le=MAX_RATE)
+    max: float = Field(gt=0, le=MAX_RATE)
     max_steps: int = Field(default=8, ge=1, le=32)
     tolerance: float = Field(default=0.1, gt=0, lt=1)  # relative width at which the search stops
     # each level is decided by the exact binomial rule of `peakload sla` at this confidence; a
@@ -210,30 +274,30 @@ class SaturationSpec(_Strict):
 class RampSpec(_Strict):
     """Open-loop rate rising linearly from `from_rate` to `to_rate` over the level's duration."""
 
-    from_rate: float = Field(ge=0)
-    to_rate: float = Field(gt=0)
+    from_rate: float = Field(ge=0, le=MAX_RATE)
+    to_rate: float = Field(gt=0, le=MAX_RATE)
 
 
 class LoadSpec(_Strict):
     concurrency: list[int] | None = None
     rate: list[float] | None = None  # requests/s, open loop
     arrival: Literal["constant", "poisson", "gamma"] = "poisson"
-    burstiness: float = Field(default=1.0, gt=0)  # gamma shape; 1.0 = Poisson
+    burstiness: float = Field(default=1.0, gt=0, le=1e6)  # gamma shape; 1.0 = Poisson
     ramp: RampSpec | None = None
     trace: str | None = None  # JSONL: {"t": seconds, "prompt_tokens": n, "output_tokens": m}
     saturation: SaturationSpec | None = None
-    duration_s: float = Field(gt=0)
+    duration_s: float = Field(gt=0, le=MAX_DURATION_S)
     warmup_s: float = Field(default=0.0, ge=0)
     cooldown_s: float = Field(default=0.0, ge=0)
-    think_time_s: float = Field(default=0.0, ge=0)
-    max_requests: int = Field(default=DEFAULT_MAX_REQUESTS, ge=1)
+    think_time_s: float = Field(default=0.0, ge=0, le=MAX_DURATION_S)
+    max_requests: int = Field(default=DEFAULT_MAX_REQUESTS, ge=1, le=1 << 40)
     max_concurrency: int = Field(default=4096, ge=1)  # cap on in-flight requests, open loop
     # What happens to a level's requests still running when its window ends: "drain" waits for
     # them (bounded by target.deadline_s) before the next level starts, so each level is
     # measured alone; "cancel" ends them as `cancelled` (partial tokens kept); "overlap" starts
     # the next level at once, its load inflated by the stragglers.
     between_levels: Literal["drain", "cancel", "overlap"] = "drain"
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
 
     @field_validator("concurrency")
     @classmethod
@@ -255,6 +319,11 @@ class LoadSpec(_Strict):
             for i, r in enumerate(v):
                 if not (r > 0 and math.isfinite(r)):
                     raise ValueError(f"level {i} is {r}: a rate must be positive (requests/s)")
+                if r > MAX_RATE:
+                    raise ValueError(
+                        f"level {i} is {r:g} requests/s: more than {MAX_RATE:,.0f} is not a rate "
+                        "one machine can send"
+                    )
         return v
 
     @model_validator(mode="after")
@@ -293,7 +362,7 @@ class LoadSpec(_Strict):
 class SLO(_Strict):
     metric: Literal["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfat_ms"]
     percentile: float = Field(gt=0, lt=100)
-    threshold: float = Field(gt=0)
+    threshold: float = Field(gt=0, le=1e12)
 
 
 class Region(_Strict):
@@ -372,8 +441,9 @@ class RunSpec(_Strict):
         return self
 
     def public_dict(self) -> dict[str, Any]:
-        """The spec as stored: no secrets by construction (keys are only env var names)."""
-        return self.model_dump(mode="json")
+        """The spec as stored and planned: keys are only env var names, and every header value
+        or query parameter not declared public is replaced (loadgen.secrets)."""
+        return redact_spec(self.model_dump(mode="json"))
 
 
 _UNION_TAGS = frozenset(
@@ -394,7 +464,33 @@ def _format_loc(loc: tuple[int | str, ...]) -> str:
     return out
 
 
+def _hostile(value: Any, loc: str) -> str | None:
+    """The first place in raw spec data holding what no store can keep: a NUL character
+    (PostgreSQL text and jsonb refuse it) or a float that is not finite (JSON has none)."""
+    if isinstance(value, str):
+        return f"{loc}: a NUL character is not allowed" if "\x00" in value else None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{loc}: {value} is not a finite number"
+    items: Any = ()
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    for k, v in items:
+        if isinstance(k, str) and "\x00" in k:
+            return f"{loc or '(top level)'}: a NUL character in a key is not allowed"
+        sub = f"{loc}[{k}]" if isinstance(k, int) else (f"{loc}.{k}" if loc else str(k))
+        found = _hostile(v, sub)
+        if found:
+            return found
+    return None
+
+
 def spec_from_dict(data: dict[str, Any], where: str = "spec") -> RunSpec:
+    found = _hostile(data, "")
+    if found:
+        raise SpecError(found, where=where)
+
     from loadgen.presets import apply_preset  # presets validate against this module's types
 
     if isinstance(data.get("target"), dict) and "preset" in data["target"]:

@@ -194,6 +194,11 @@ def load_dataset(path: str) -> list[dict[str, Any]]:
                 raise SpecError(f"line {lineno}: not JSON ({exc.msg})", where=str(p)) from None
             if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
                 raise SpecError(f'line {lineno}: needs a string "prompt"', where=str(p))
+            if "\x00" in row["prompt"]:
+                raise SpecError(
+                    f'line {lineno}: "prompt" holds a NUL character (the store cannot keep it)',
+                    where=str(p),
+                )
             ot = row.get("output_tokens")
             if ot is not None and (not isinstance(ot, int) or ot < 1):
                 raise SpecError(

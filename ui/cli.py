@@ -2,17 +2,27 @@
 
 Commands are imported only when invoked (pandas, scipy, Celery and Streamlit are slow to import),
 from the explicit table below: add a line there for a new command.
+
+The one error boundary of the CLI: a `PeakloadError` (or a database driver error) that a
+command does not handle itself is printed as one line naming the command, and the process
+exits with the shared code for bad input or infrastructure (analysis.exitcodes: 2). No user
+input reaches a traceback.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
+from typing import Any
 
 import click
 
+from analysis.exitcodes import Exit
+from loadgen.errors import PeakloadError
+
 # name -> (module, attribute, one-line help shown by `peakload --help`)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "abort": ("ui.commands.abort", "abort_command", "Abort a distributed run everywhere."),
+    "abort": ("ui.commands.abort", "abort_command", "Abort a run, local or distributed."),
     "compare": ("ui.commands.compare", "compare_command", "Compare a candidate run to a baseline."),
     "db": ("ui.commands.db", "db", "The store: migrate, status, stop the embedded server."),
     "demo": ("ui.commands.demo", "demo_command", "A short sweep against the simulated engine."),
@@ -56,10 +66,26 @@ class LazyGroup(click.Group):
         assert isinstance(command, click.Command), f"{module}.{attr} is not a click command"
         return command
 
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except PeakloadError as exc:
+            _fail(ctx, str(exc))
+        except Exception as exc:
+            if not type(exc).__module__.startswith("psycopg"):
+                raise
+            _fail(ctx, f"store error: {str(exc).strip() or type(exc).__name__}")
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in sorted(COMMANDS)]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+
+def _fail(ctx: click.Context, message: str) -> None:
+    name = ctx.invoked_subcommand
+    click.echo(f"peakload{' ' + name if name else ''}: {message}", err=True)
+    sys.exit(Exit.BAD_INPUT)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -108,7 +108,10 @@ def runs(
     if label and "=" in label:
         k, v = label.split("=", 1)
         labels = {k.strip(): v.strip()}
+    from workers.local_lease import reap_dead_local_runs
+
     with store().conn() as c:
+        reap_dead_local_runs(c)  # a local run whose process died is listed failed, with why
         return al.load_runs(
             c,
             name_like=name or None,

@@ -87,7 +87,9 @@ class Coordinator:
     def create(self, spec: RunSpec, opts: SubmitOptions) -> tuple[str, list[ShardPlan], float]:
         """Check the target, create the run with its levels and `planned` shards. Returns
         (run_id, plans, tokens_per_word). Raises PeakloadError before writing anything."""
+        from loadgen import admission
         from loadgen.schedule import static_levels
+        from loadgen.secrets import literal_secrets
         from loadgen.targets import check_target, policy_from_env
         from workers.local import with_fraction_offsets
         from workers.store import runs as store_runs
@@ -99,6 +101,16 @@ class Coordinator:
                 "a query string would travel through the broker to every worker and be stored "
                 "with the spec; name keys by api_key_env (headers) instead",
                 where="target.base_url",
+            )
+        literal = literal_secrets(spec.target)
+        if literal:
+            # plans reach the workers redacted (loadgen.secrets): a value written in the spec
+            # could only travel in the clear, through the broker and task events
+            raise SpecError(
+                f"{', '.join(literal)} would reach the workers only in the clear; give each "
+                'value by reference (headers_env = {Name = "ENV_VAR"}, set on every worker) '
+                "or declare it not secret in public_headers",
+                where="target.headers",
             )
         hosted.guard(spec)  # over a provider's limits or max_cost_usd: refused before any work
         policy = policy_from_env()
@@ -112,6 +124,10 @@ class Coordinator:
             ),
             spec.target.metrics_url,
         )
+        admission.check_inputs(spec)
+        ceiling = admission.Capacity(admission.max_streams_setting(), None, 1 << 30, 1 << 30)
+        for p in plans:  # each shard runs in one worker process, on a machine not known here
+            admission.check_capacity(admission.needs_of(spec, [p]), ceiling, f"shard {p.shard_id}")
         tpw = _preflight(spec, run_id) if opts.preflight else 1.0
         with self._conn() as conn:
             store_runs.create_run(
@@ -367,10 +383,11 @@ def _preflight(spec: RunSpec, run_id: str) -> float:
     """One streaming request and the token calibration, from the coordinator's host; returns
     tokens per synthetic word. Raises PreflightError with the reason."""
     from loadgen.calibrate import calibrate
+    from loadgen.secrets import resolve_target
     from loadgen.targets import OpenAITarget, preflight
 
     async def go() -> float:
-        target = OpenAITarget(spec.target, max_connections=2)
+        target = OpenAITarget(resolve_target(spec.target), max_connections=2)
         try:
             await preflight(target)
             return await calibrate(spec, target, run_id)

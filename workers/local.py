@@ -2,7 +2,10 @@
 one event loop, written through the same store writer. `peakload run` and `peakload demo` use it.
 
 Order matters for "nothing half-written": the spec is validated, the target checked against the
-policy and preflighted (reachable, key accepted, streams) before the run exists in the store.
+policy and preflighted (reachable, key accepted, streams) before the run exists in the store;
+its inputs are read and its load admitted (loadgen.admission) before that too. Once it exists,
+the run holds a lease (workers.local_lease) and any failure ends it `failed` with its reason: it
+is never left `running`.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen import hosted
+from loadgen import admission, hosted
 from loadgen.calibrate import calibrate
+from loadgen.errors import RunFailed
 from loadgen.pacing import PacedTarget, paced_by
 from loadgen.plan import ShardPlan
 from loadgen.pool import LocalPool
@@ -26,8 +30,10 @@ from loadgen.records import Tick
 from loadgen.runner import ShardResult, run_shard
 from loadgen.runtime import run_measurement
 from loadgen.schedule import static_levels
+from loadgen.secrets import ScrubbingSink, resolve_target, secret_values
 from loadgen.spec import RunSpec
 from loadgen.targets import OpenAITarget, check_target, policy_from_env, preflight
+from workers.local_lease import LocalLease, owner_id, reap_dead_local_runs
 from workers.planner import plan_run
 from workers.probes import probe_network
 from workers.server_metrics import MetricsRecorder
@@ -63,12 +69,7 @@ def with_fraction_offsets(plans: list[ShardPlan]) -> list[ShardPlan]:
     return out
 
 
-def warm_connections(spec: RunSpec, plan: ShardPlan) -> int:
-    """Connections worth opening before the start: the users of the busiest level, or for open
-    loop a modest pool (a rate's concurrency depends on the server's latency, unknown yet)."""
-    if plan.users_per_level:
-        return max(1, min(max(plan.users_per_level), spec.load.max_concurrency))
-    return max(1, min(64, spec.load.max_concurrency))
+warm_connections = admission.warm_connections
 
 
 def run_local(
@@ -80,8 +81,12 @@ def run_local(
     schedule_name: str | None = None,
 ) -> LocalRun:
     """Run `spec` in this process and store everything. Raises PeakloadError subclasses for
-    bad input (policy, preflight, store) before anything is written."""
+    bad input (inputs, capacity, policy, preflight, store) before anything is written, and
+    RunFailed for a failure after the run row exists (the row then says `failed`, and why)."""
     hosted.guard(spec)  # over a provider's limits or max_cost_usd: refused before any work
+    run_id = str(uuid.uuid4())
+    plans = with_fraction_offsets(plan_run(spec, run_id))
+    admission.admit(spec, plans)
     policy = policy_from_env()
     check_target(
         spec.target.base_url,
@@ -94,8 +99,6 @@ def run_local(
             allow_private=policy.allow_private or LOCAL_RUNS_ALLOW_PRIVATE,
             allowlist=policy.allowlist,
         )
-    run_id = str(uuid.uuid4())
-    plans = with_fraction_offsets(plan_run(spec, run_id))
     return run_measurement(
         _run(spec, run_id, plans, database_url, on_tick, on_started, schedule_name)
     )
@@ -112,8 +115,10 @@ async def _run(
 ) -> LocalRun:
     # one pacer for the process: the shards of a local run share the provider's limits
     pacer = paced_by(spec, 1.0)
+    sending = resolve_target(spec.target)  # holds secrets: only the targets see it
     targets = [
-        OpenAITarget(spec.target, max_connections=warm_connections(spec, p) * 2 + 8) for p in plans
+        OpenAITarget(sending, max_connections=admission.pool_size(warm_connections(spec, p)))
+        for p in plans
     ]
     # the runners send through the pacer; preflight and calibration are not the run's load
     senders: list[Any] = targets if pacer is None else [PacedTarget(t, pacer) for t in targets]
@@ -122,63 +127,117 @@ async def _run(
         tpw = await calibrate(spec, targets[0], run_id)
         url = database_url or default_database_url()
         conn = connect_store(url)
-        store_runs.create_run(conn, run_id, spec, mode="local", schedule_name=schedule_name)
-        store_runs.upsert_levels(
-            conn,
-            run_id,
-            [level_row(lv) for lv in static_levels(spec.load)],
+        reap_dead_local_runs(conn)
+        store_runs.create_run(
+            conn, run_id, spec, mode="local", schedule_name=schedule_name, owner=owner_id()
         )
-        for p in plans:
-            store_runs.upsert_shard(conn, run_id, p.shard_id, p.region, p.slot, p.to_json())
-        writer = StoreWriter(url, run_id, store_content=spec.store_content)
-        if on_started is not None:
-            on_started(run_id)
-        await asyncio.gather(
-            *(t.warm(warm_connections(spec, p)) for t, p in zip(targets, plans, strict=True))
-        )
-        # one probe for the process (every local shard takes the same path): the round trip
-        # and connection set-up that split TTFT into network and server time per region
-        net = await asyncio.to_thread(probe_network, spec.target.base_url)
-        for p in plans:
-            store_runs.set_shard_network(conn, run_id, p.shard_id, net.rtt_ns, net.connect_ns)
         abort = asyncio.Event()
         loop = asyncio.get_running_loop()
-        _install_abort(loop, abort)
-        start = time.perf_counter_ns() + int(START_DELAY_S * 1e9)
-        store_runs.start_run(conn, run_id)
-        for p in plans:
-            store_runs.set_shard_state(conn, run_id, p.shard_id, "running")
-        recorder = None
-        if spec.target.metrics_url:
-            recorder = MetricsRecorder(
-                url, run_id, spec.target.metrics_url, (time.time_ns(), time.perf_counter_ns())
-            )
-            recorder.start()
-        pool = LocalPool(len(plans)) if len(plans) > 1 else None  # one run: shards meet per level
+
+        def on_abort(_reason: str) -> None:
+            loop.call_soon_threadsafe(abort.set)
+
+        lease = LocalLease(url, run_id, on_abort)
+        lease.start()
         try:
-            results = await asyncio.gather(
-                *(
-                    run_shard(
-                        p,
-                        t,
-                        writer,
-                        start_at_mono_ns=start,
-                        abort=abort,
-                        on_tick=on_tick,
-                        tokens_per_word=tpw,
-                        pool=pool,
-                    )
-                    for p, t in zip(plans, senders, strict=True)
-                )
+            result = await _measure(
+                spec, run_id, plans, targets, senders, conn, url, abort, tpw, on_tick, on_started
             )
+            if result.status == "aborted" and lease.abort_reason:
+                store_runs.set_run_status(conn, run_id, "aborted", lease.abort_reason)
+            return result
+        except BaseException as exc:
+            reason = _failure_reason(exc)
+            with contextlib.suppress(Exception):
+                store_runs.fail_run(conn, run_id, reason)
+            if isinstance(exc, Exception) and not isinstance(exc, RunFailed):
+                raise RunFailed(run_id, reason) from exc
+            raise
         finally:
-            _remove_abort(loop)
-            if recorder is not None:
-                await recorder.stop()
-            writer_error = _close_writer(writer)
-        return _finish(conn, run_id, spec, results, tpw, writer_error)
+            lease.stop()
+            conn.close()
     finally:
         await asyncio.gather(*(t.aclose() for t in targets), return_exceptions=True)
+
+
+def _failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, RunFailed):
+        return exc.reason
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (Ctrl-C) before the load started"
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled before it ended"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+async def _measure(
+    spec: RunSpec,
+    run_id: str,
+    plans: list[ShardPlan],
+    targets: list[OpenAITarget],
+    senders: list[Any],
+    conn: Any,
+    url: str,
+    abort: asyncio.Event,
+    tpw: float,
+    on_tick: Callable[[Tick], None] | None,
+    on_started: Callable[[str], None] | None,
+) -> LocalRun:
+    """From the run row's existence to its end: levels, shards, warm-up, the shards run."""
+    store_runs.upsert_levels(
+        conn,
+        run_id,
+        [level_row(lv) for lv in static_levels(spec.load)],
+    )
+    for p in plans:
+        store_runs.upsert_shard(conn, run_id, p.shard_id, p.region, p.slot, p.to_json())
+    if on_started is not None:
+        on_started(run_id)
+    await asyncio.gather(
+        *(t.warm(warm_connections(spec, p)) for t, p in zip(targets, plans, strict=True))
+    )
+    # one probe for the process (every local shard takes the same path): the round trip
+    # and connection set-up that split TTFT into network and server time per region
+    net = await asyncio.to_thread(probe_network, spec.target.base_url)
+    for p in plans:
+        store_runs.set_shard_network(conn, run_id, p.shard_id, net.rtt_ns, net.connect_ns)
+    loop = asyncio.get_running_loop()
+    _install_abort(loop, abort)
+    start = time.perf_counter_ns() + int(START_DELAY_S * 1e9)
+    store_runs.start_run(conn, run_id)
+    for p in plans:
+        store_runs.set_shard_state(conn, run_id, p.shard_id, "running")
+    recorder = None
+    if spec.target.metrics_url:
+        recorder = MetricsRecorder(
+            url, run_id, spec.target.metrics_url, (time.time_ns(), time.perf_counter_ns())
+        )
+        recorder.start()
+    pool = LocalPool(len(plans)) if len(plans) > 1 else None  # one run: shards meet per level
+    writer = StoreWriter(url, run_id, store_content=spec.store_content)
+    sink = ScrubbingSink(writer, secret_values(targets[0].spec))
+    try:
+        results = await asyncio.gather(
+            *(
+                run_shard(
+                    p,
+                    t,
+                    sink,
+                    start_at_mono_ns=start,
+                    abort=abort,
+                    on_tick=on_tick,
+                    tokens_per_word=tpw,
+                    pool=pool,
+                )
+                for p, t in zip(plans, senders, strict=True)
+            )
+        )
+    finally:
+        _remove_abort(loop)
+        if recorder is not None:
+            await recorder.stop()
+        writer_error = _close_writer(writer)
+    return _finish(conn, run_id, spec, results, tpw, writer_error)
 
 
 def _close_writer(writer: StoreWriter) -> Exception | None:
@@ -197,6 +256,7 @@ def _finish(
     tpw: float,
     writer_error: Exception | None,
 ) -> LocalRun:
+    written = store_runs.count_requests_by_shard(conn, run_id)
     for r in results:
         store_runs.set_shard_state(
             conn,
@@ -206,6 +266,7 @@ def _finish(
             valid=r.valid,
             invalid_reasons=r.invalid_reasons,
             requests_scheduled=r.requests_scheduled,
+            records_written=written.get(r.shard_id, 0),
         )
     if any(r.levels for r in results):
         store_runs.upsert_levels(
@@ -231,9 +292,8 @@ def _finish(
     scheduled = sum(r.requests_scheduled for r in results)
     valid = not reasons
     store_runs.finish_run(conn, run_id, status, valid, reasons, scheduled)
-    conn.close()
     if writer_error is not None:
-        raise writer_error
+        raise RunFailed(run_id, f"store writer: {writer_error}") from writer_error
     return LocalRun(run_id, status, valid, reasons, scheduled, tpw, results)
 
 

@@ -22,6 +22,7 @@ from croniter import croniter
 from psycopg.types.json import Jsonb
 
 from loadgen.errors import SpecError
+from loadgen.secrets import literal_secrets
 from loadgen.spec import RunSpec, spec_from_dict
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,15 @@ def add_schedule(
     cron = check_cron(cron)
     if not name or len(name) > 200:
         raise SpecError("a schedule name must be 1 to 200 characters", where="--name")
+    literal = literal_secrets(spec.target)
+    if literal:
+        # the schedule keeps the spec redacted: a value written in it could not be sent later
+        raise SpecError(
+            f"{', '.join(literal)} would be stored redacted and could not be sent when the "
+            "schedule fires; give each value by reference (headers_env) or declare it public "
+            "(public_headers, public_query)",
+            where="target",
+        )
     try:
         conn.execute(
             "INSERT INTO schedules (name, cron, spec, spec_path, last_checked) "

@@ -181,18 +181,25 @@ class _Job:
         return self._finish()
 
     async def _main(self, sink: Any) -> None:
+        from loadgen import admission
         from loadgen.pacing import PacedTarget, paced_by
         from loadgen.runner import run_shard
-        from loadgen.targets import OpenAITarget
+        from loadgen.secrets import ScrubbingSink, resolve_target, secret_values
+        from loadgen.targets import OpenAITarget, policy_from_env
 
         plan, spec = self.plan, self.plan.run_spec()
-        target_spec = spec.target
+        target_spec = resolve_target(spec.target)  # headers_env from this worker's environment
         if self.settings.target_override:
+            # the override is where load goes: the same policy as the spec's own target
+            policy_from_env().check(self.settings.target_override)
             target_spec = target_spec.model_copy(
                 update={"base_url": self.settings.target_override.rstrip("/")}
             )
         n_conn = warm_connections(plan)
-        target: Any = OpenAITarget(target_spec, max_connections=n_conn * 2 + 8)
+        admission.check_capacity(
+            admission.needs_of(spec, [plan]), admission.Capacity.of_host(), f"shard {plan.shard_id}"
+        )
+        target: Any = OpenAITarget(target_spec, max_connections=admission.pool_size(n_conn))
         pacer = paced_by(spec, plan.fraction)  # this shard's share of the provider's limits
         if pacer is not None:
             target = PacedTarget(target, pacer)
@@ -245,7 +252,7 @@ class _Job:
                 run_shard(
                     plan,
                     target,
-                    sink,
+                    ScrubbingSink(sink, secret_values(target_spec)),
                     start_at_mono_ns=start_mono,
                     abort=abort,
                     deadline_mono_ns=self.deadline_mono,

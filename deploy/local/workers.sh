@@ -86,6 +86,9 @@ PY
         echo "proxies: started (pid $!, ports $base..$((base + 2)))"
     fi
     local path; path=$(echo "$target" | sed -E 's#^http://[^/]+##')
+    # the workers check --target-override against the target policy: these proxies are ours,
+    # on loopback, so the workers started here may send to loopback
+    export PEAKLOAD_TARGET_ALLOWLIST="${PEAKLOAD_TARGET_ALLOWLIST:+$PEAKLOAD_TARGET_ALLOWLIST,}127.0.0.1/32"
     start "near=http://127.0.0.1:$base$path" "mid=http://127.0.0.1:$((base + 1))$path" \
         "far=http://127.0.0.1:$((base + 2))$path"
 }

@@ -1,6 +1,8 @@
 """Target policy: which URLs a run may send load to. http(s) only; every address the host
 resolves to must be public unless the operator allows private targets or allowlists the host or
-a CIDR covering it. Link-local and cloud metadata addresses need an allowlisted CIDR, always.
+a CIDR covering it; "public" excludes every IANA special-purpose range (documentation,
+benchmarking, reserved, protocol assignments...), which need the same allowance as private ones.
+Link-local and cloud metadata addresses need an allowlisted CIDR, always.
 """
 
 from __future__ import annotations
@@ -23,6 +25,41 @@ METADATA = frozenset(
     ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200")
 )
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# The IANA IPv4 and IPv6 special-purpose address registries (2024), by name, beyond what
+# `ipaddress` flags on every Python version (3.11 calls 192.0.0.192 global). Ranges the
+# registry marks globally reachable (e.g. 192.0.0.9/32, 2001:3::/32) stay refused too: a
+# load test has no business there without an allowance.
+SPECIAL_PURPOSE: tuple[tuple[str, str], ...] = (
+    ("0.0.0.0/8", "'this network'"),
+    ("100.64.0.0/10", "shared address space, carrier-grade NAT"),
+    ("192.0.0.0/24", "IETF protocol assignments"),
+    ("192.0.2.0/24", "documentation (TEST-NET-1)"),
+    ("192.31.196.0/24", "AS112-v4"),
+    ("192.52.193.0/24", "AMT"),
+    ("192.88.99.0/24", "deprecated 6to4 relay anycast"),
+    ("192.175.48.0/24", "direct delegation AS112 service"),
+    ("198.18.0.0/15", "benchmarking"),
+    ("198.51.100.0/24", "documentation (TEST-NET-2)"),
+    ("203.0.113.0/24", "documentation (TEST-NET-3)"),
+    ("240.0.0.0/4", "reserved"),
+    ("255.255.255.255/32", "limited broadcast"),
+    ("64:ff9b:1::/48", "IPv4-IPv6 translation (local use)"),
+    ("100::/64", "discard-only"),
+    ("100:0:0:1::/64", "dummy IPv6 prefix"),
+    ("2001::/23", "IETF protocol assignments"),
+    ("2001:db8::/32", "documentation"),
+    ("2002::/16", "6to4"),
+    ("2620:4f:8000::/48", "direct delegation AS112 service"),
+    ("3fff::/20", "documentation"),
+    ("5f00::/16", "segment routing (SRv6) SIDs"),
+)
+# the most specific range names an address (255.255.255.255 is broadcast before reserved)
+_SPECIAL = tuple(
+    sorted(
+        ((ipaddress.ip_network(n), why) for n, why in SPECIAL_PURPOSE),
+        key=lambda e: -e[0].prefixlen,
+    )
+)
 _NUMERIC_HOST = re.compile(r"^(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+)){0,3}\.?$", re.I)
 
 
@@ -85,6 +122,9 @@ def _kind(ip: IPAddress) -> str | None:
         return "unspecified"
     if ip.is_multicast:
         return "multicast"
+    for net, why in _SPECIAL:
+        if ip.version == net.version and ip in net:
+            return f"special-purpose ({why})"
     if not ip.is_global:
         return "private"
     return None

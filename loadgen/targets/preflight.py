@@ -1,13 +1,16 @@
 """Preflight: one tiny streaming request (max_tokens=2) before a run, turning the usual set-up
 mistakes (unreachable, wrong key, wrong path, non-streaming server, HTML) into one PreflightError
-that names the URL (without credentials) and what to fix."""
+that names the URL (without credentials) and what to fix: a TLS handshake to a plain-HTTP port
+and a web server that is not an API (405/501) are told apart from an unreachable or busy one."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 from loadgen.errors import (
     HttpStatusError,
@@ -77,17 +80,25 @@ async def _preflight_once(target: OpenAITarget) -> None:
         async for ev in target.stream(preflight_request(target), time.perf_counter_ns):
             kinds.append(ev.kind)
     except HttpStatusError as e:
+        if e.status in NOT_AN_API:
+            raise PreflightError(_not_an_api(url, e)) from None
         if e.status == 429 or e.status >= 500:
             pause = min(e.retry_after_s or RETRY_PAUSE_S, MAX_RETRY_AFTER_S)
             raise _Transient(_status_message(url, e, target), pause) from None
         raise PreflightError(_status_message(url, e, target)) from None
     except ConnectFailed as e:
+        plain = await _plain_http_behind_tls(target)
+        if plain:
+            raise PreflightError(f"{url}: {plain} ({redact(e.detail)})") from None
         raise PreflightError(
             f"cannot reach {url}: {redact(e.detail)}. Is the server running, and is "
             "target.base_url right (scheme, host, port)?"
         ) from None
     except PhaseTimeout as e:
         if e.phase == "connect":
+            plain = await _plain_http_behind_tls(target)
+            if plain:
+                raise PreflightError(f"{url}: {plain}") from None
             raise PreflightError(
                 f"cannot reach {url}: no connection within {target.spec.connect_timeout_s:g} s "
                 "(firewall, wrong host or port?)"
@@ -116,6 +127,50 @@ async def _preflight_once(target: OpenAITarget) -> None:
         raise PreflightError(f"{url}: {redact(e.detail)}") from None
     if EventKind.DONE not in kinds:
         raise PreflightError(f"{url} sent no [DONE]: is it an OpenAI-compatible server?")
+
+
+# A web server that is not an API: it refuses the POST itself (python -m http.server: 501).
+NOT_AN_API = frozenset({405, 501})
+TLS_PROBE_S = 2.0
+
+
+def _not_an_api(url: str, e: HttpStatusError) -> str:
+    return (
+        f"not an LLM API: a web server answered {e.status} to a POST at {url} "
+        f"({redact(e.detail)}). Point target.base_url at the OpenAI-compatible API "
+        "(usually ending in /v1)"
+    )
+
+
+async def _plain_http_behind_tls(target: OpenAITarget) -> str | None:
+    """For an https:// target whose connection failed: if its port answers plain HTTP, say
+    so (the TCP connection worked; TLS was the problem). None when that is not the case."""
+    parts = urlsplit(target.spec.base_url)
+    if parts.scheme != "https" or not parts.hostname:
+        return None
+    port = parts.port or 443
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(parts.hostname, port), TLS_PROBE_S
+        )
+    except (OSError, TimeoutError):
+        return None
+    try:
+        writer.write(f"HEAD / HTTP/1.1\r\nHost: {parts.hostname}\r\n\r\n".encode())
+        await writer.drain()
+        head = await asyncio.wait_for(reader.read(16), TLS_PROBE_S)
+    except (OSError, TimeoutError):
+        head = b""
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    if not head.startswith(b"HTTP/"):
+        return None
+    return (
+        f"connected to {parts.hostname}:{port}, but the TLS handshake failed: that port "
+        "speaks plain HTTP. Use http:// in target.base_url"
+    )
 
 
 def _status_message(url: str, e: HttpStatusError, target: OpenAITarget) -> str:

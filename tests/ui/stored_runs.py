@@ -3,7 +3,8 @@
 
 Kinds: `sweep` (concurrency 1 → 4, two levels, a canary prompt from a dataset, on schedule
 `nightly-sim`), `regions` (three regions at a fixed rate), `failures` (429s from the engine's
-rate limit: a seeded fault could hit the preflight request and stop the run before it starts),
+rate limit: a seeded fault could hit the preflight request and stop the run before it starts;
+the canary key also as a header value and a query parameter),
 `invalid` (validity bounds set absurdly low, so the generator's self-check fails).
 """
 
@@ -101,6 +102,9 @@ def make_runs(database_url: str, workdir: Path) -> dict[str, str]:
     ]
     with start_sim(faults, workdir) as sim:
         failing = _spec("ui-failures", sim.base_url, {"concurrency": [4], "duration_s": 2.5})
+        # the canary also as a header value and a query parameter (S1: secret unless declared)
+        failing["target"]["headers"] = {"X-Auth-Token": CANARY_KEY}
+        failing["target"]["base_url"] = f"{sim.base_url}?pwd={CANARY_KEY}"
         out["failures"] = run_local(
             spec_from_dict(failing), database_url=database_url, schedule_name=SCHEDULE
         ).run_id

@@ -14,7 +14,6 @@ import sys
 import click
 import pandas as pd
 import psycopg
-from rich.console import Console
 from rich.table import Table
 
 from analysis.compare import label_differences
@@ -25,6 +24,7 @@ from analysis.regions import compare_regions, region_breakdown, shard_probes
 from analysis.regression import LATENCY_METRICS, compare_stored
 from loadgen.errors import StoreError
 from ui.commands.runs import analysis_store, fail, resolve_or_fail
+from ui.output import stdout_console
 
 
 def _f(x: object, fmt: str = "{:,.2f}") -> str:
@@ -118,7 +118,7 @@ def compare_command(
         }
         sys.stdout.write(json.dumps(out, indent=1) + "\n")
         sys.exit(result.code)
-    console = Console()
+    console = stdout_console()
     # labels first: runs that differ in them measure different things
     for key, (bv, cv) in diffs.items():
         console.print(f"[yellow]note:[/] {key} differs: baseline {bv!r}, candidate {cv!r}")

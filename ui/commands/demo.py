@@ -15,7 +15,7 @@ import click
 import httpx
 
 from analysis.exitcodes import Exit
-from loadgen.errors import PeakloadError
+from loadgen.errors import PeakloadError, RunFailed
 from loadgen.spec import spec_from_dict
 from ui.commands.run import EXIT_ERROR, execute, terminal_console
 
@@ -102,6 +102,9 @@ def demo_command(json_out: str | None) -> None:
             console.print(f"simulated engine ([bold]{DEMO_PRESET}[/]) at {base_url}")
             spec = spec_from_dict(demo_spec(base_url), where="demo spec")
             code = execute(spec, console, json_out)
+    except RunFailed as exc:  # the run exists, marked failed with this reason
+        click.echo(f"peakload demo: {exc}", err=True)
+        sys.exit(Exit.PARTIAL)
     except PeakloadError as exc:
         click.echo(f"peakload demo: {exc}", err=True)
         sys.exit(EXIT_ERROR)

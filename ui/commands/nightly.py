@@ -18,13 +18,13 @@ from typing import Any
 import click
 import pandas as pd
 import psycopg
-from rich.console import Console
 from rich.table import Table
 
 from analysis import nightly
 from analysis.exitcodes import Exit, run_state_code
 from loadgen.errors import StoreError
 from ui.commands.runs import analysis_store, fail
+from ui.output import stdout_console
 
 EXIT_OK, EXIT_REGRESSION, EXIT_TOO_FEW, EXIT_BAD_INPUT = (
     Exit.PASSED,
@@ -165,7 +165,7 @@ def nightly_command(
             Path(json_out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
         except OSError as e:
             fail(f"cannot write {json_out}: {e}", EXIT_BAD_INPUT)
-    console = Console()
+    console = stdout_console()
     console.print(_table(hist, result, schedule, metric, percentile, level))
     for line in _notes(result, metric, threshold_pct, include_invalid):
         console.print(line)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import psycopg
-from rich.console import Console
 
 from analysis import figures, render, sla
 from analysis.exitcodes import Exit
@@ -20,7 +20,19 @@ from analysis.report import build_report
 from analysis.summary import render_client_vs_server_table, render_summary_table
 from loadgen.errors import SpecError, StoreError
 from ui.commands.runs import analysis_store, fail, resolve_or_fail
+from ui.output import stdout_console
 from ui.results import cost_line, print_verdict
+
+
+def no_requests_sentence(report: dict[str, Any]) -> str:
+    """What a run with no stored request says instead of an empty table."""
+    s = report["summary"]
+    why = "; ".join(str(r) for r in s.get("invalid_reasons") or [])
+    return (
+        f"run {s['run_id']} ({s.get('name')}) has no requests: nothing was measured, so there "
+        f"are no latencies or rates to report. It ended {s.get('status')}"
+        + (f": {why}" if why else ".")
+    )
 
 
 @click.command("report")
@@ -67,10 +79,13 @@ def report_command(
             )
     except (SpecError, StoreError, psycopg.Error) as e:
         fail(str(e))
-    console = Console()
-    console.print(render_summary_table(report["summary"]))
-    if (server := render_client_vs_server_table(report["summary"])) is not None:
-        console.print(server)
+    console = stdout_console()
+    if report["run"].get("requests"):
+        console.print(render_summary_table(report["summary"]))
+        if (server := render_client_vs_server_table(report["summary"])) is not None:
+            console.print(server)
+    else:
+        console.print(no_requests_sentence(report))
     diag = report["server"]["diagnosis"]
     if diag["verdict"] != "unknown":
         console.print(f"[bold]where the time went[/]: {diag['sentence']}")

@@ -3,7 +3,8 @@
 Exit codes (analysis.exitcodes, judged by analysis.verdict against the spec's `[[slos]]` and
 `max_error_rate`): 0 passed; 1 criteria failed; 3 undecidable (too few samples) or empty;
 4 measurement invalid (the self-check fired); 5 partial, aborted or failed (what was measured is
-stored); 2 bad input or infrastructure error (nothing written).
+stored; a run that failed after its row was written says why); 2 bad input or infrastructure
+error (nothing written).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from analysis.exitcodes import Exit
-from loadgen.errors import PeakloadError
+from loadgen.errors import PeakloadError, RunFailed
 from loadgen.records import Tick
 from loadgen.spec import RunSpec, load_spec
+from ui.output import stdout_console
 from ui.results import (
     print_estimate,
     print_summary,
@@ -30,12 +32,9 @@ from workers.local import LocalRun, run_local
 EXIT_ERROR = Exit.BAD_INPUT
 
 
-WIDE_OUTPUT_COLUMNS = 160  # for logs and pipes: rich's 80-column default folds the table
-
-
 def terminal_console() -> Console:
-    """A console as wide as the terminal, or wide enough for the summary when piped."""
-    return Console(width=None if sys.stdout.isatty() else WIDE_OUTPUT_COLUMNS)
+    """A console as wide as the terminal, or as the content when piped (ui.output)."""
+    return stdout_console()
 
 
 def planned_seconds(spec: RunSpec) -> float:
@@ -118,6 +117,9 @@ def run_command(spec_path: str, json_out: str | None, quiet: bool) -> None:
         spec = load_spec(spec_path)
         print_estimate(spec, console)
         code = execute(spec, console, json_out, quiet=quiet)
+    except RunFailed as exc:  # the run exists, marked failed with this reason
+        click.echo(f"peakload run: {exc}", err=True)
+        sys.exit(Exit.PARTIAL)
     except PeakloadError as exc:
         click.echo(f"peakload run: {exc}", err=True)
         sys.exit(EXIT_ERROR)

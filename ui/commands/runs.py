@@ -12,12 +12,12 @@ from typing import Any, NoReturn
 import click
 import pandas as pd
 import psycopg
-from rich.console import Console
 from rich.table import Table
 
 from analysis.exitcodes import Exit
 from analysis.load import load_runs, resolve_run_id
 from loadgen.errors import StoreError
+from ui.output import FORMATS, stdout_console, write_plain
 
 
 @contextmanager
@@ -33,8 +33,18 @@ def analysis_store(url: str | None = None) -> Iterator[psycopg.Connection[Any]]:
         conn.close()
 
 
+def reap_dead_runs(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
+    """Mark local runs whose process died `failed` (workers.local_lease), so no command shows
+    a dead run as `running`."""
+    from workers.local_lease import reap_dead_local_runs
+
+    return reap_dead_local_runs(conn)
+
+
 def resolve_or_fail(conn: psycopg.Connection[Any], ref: str) -> str:
-    """The run `ref` names, or exit MISSING with the reason."""
+    """The run `ref` names, or exit MISSING with the reason (which lists the candidates when
+    the reference is ambiguous)."""
+    reap_dead_runs(conn)
     try:
         return resolve_run_id(conn, ref)
     except LookupError as e:
@@ -75,7 +85,15 @@ def _validity(v: Any) -> str:
     metavar="KEY=VALUE",
     help="runs whose labels include KEY=VALUE (repeatable)",
 )
-@click.option("--json", "as_json", is_flag=True, help="print JSON lines instead of a table")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="table",
+    show_default=True,
+    help="table; plain (tab-separated, full ids); json (one object per line)",
+)
+@click.option("--json", "as_json", is_flag=True, help="same as --format json")
 def runs_command(
     limit: int,
     name_like: str | None,
@@ -83,9 +101,11 @@ def runs_command(
     schedule_name: str | None,
     model: str | None,
     labels: tuple[str, ...],
+    fmt: str,
     as_json: bool,
 ) -> None:
-    """List stored runs, newest first."""
+    """List stored runs, newest first. A local run whose process died is marked `failed`
+    (with why) before it is listed."""
     want: dict[str, Any] = {}
     for item in labels:
         key, sep, value = item.partition("=")
@@ -94,6 +114,7 @@ def runs_command(
         want[key] = value
     try:
         with analysis_store() as conn:
+            reap_dead_runs(conn)
             df = load_runs(
                 conn,
                 name_like=name_like,
@@ -105,7 +126,7 @@ def runs_command(
             )
     except (StoreError, psycopg.Error) as e:
         fail(str(e))
-    if as_json:
+    if as_json or fmt == "json":
         for _, r in df.iterrows():
             row = {
                 "run_id": r["run_id"],
@@ -122,8 +143,7 @@ def runs_command(
             }
             sys.stdout.write(json.dumps(row) + "\n")
         return
-    t = Table(title=f"{len(df)} run(s)")
-    for col in (
+    columns = (
         "id",
         "name",
         "target",
@@ -135,22 +155,32 @@ def runs_command(
         "validity",
         "requests",
         "errors",
-    ):
-        t.add_column(col, justify="right" if col in ("duration", "requests", "errors") else "left")
+    )
+    rows: list[list[str]] = []
     for _, r in df.iterrows():
         started = "" if pd.isna(r["started_at"]) else r["started_at"].strftime("%Y-%m-%d %H:%M:%S")
         dur = "" if pd.isna(r["duration_s"]) else f"{r['duration_s']:.0f} s"
-        t.add_row(
-            r["run_id"][:8],
-            str(r["name"]),
-            str(r["target_url"]),
-            str(r["model"]),
-            _labels_text(r["labels"]),
-            started,
-            dur,
-            str(r["status"]),
-            _validity(r["valid"]),
-            str(r["requests"]),
-            str(r["errors"]),
+        rows.append(
+            [
+                r["run_id"] if fmt == "plain" else r["run_id"][:8],
+                str(r["name"]),
+                str(r["target_url"]),
+                str(r["model"]),
+                _labels_text(r["labels"]),
+                started,
+                dur,
+                str(r["status"]),
+                _validity(r["valid"]),
+                str(r["requests"]),
+                str(r["errors"]),
+            ]
         )
-    Console().print(t)
+    if fmt == "plain":
+        write_plain(columns, rows)
+        return
+    t = Table(title=f"{len(df)} run(s)")
+    for col in columns:
+        t.add_column(col, justify="right" if col in ("duration", "requests", "errors") else "left")
+    for cells in rows:
+        t.add_row(*cells)
+    stdout_console().print(t)

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from loadgen.errors import PeakloadError
+from ui.output import stdout_console
 
 
 @click.group("schedule")
@@ -65,7 +65,7 @@ def list_() -> None:
             missed,
             str(r["failed"]),
         )
-    Console().print(t)
+    stdout_console().print(t)
 
 
 @schedule_group.command("remove")

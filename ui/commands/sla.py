@@ -20,6 +20,7 @@ from analysis.load import load_requests, load_run
 from analysis.verdict import ERROR_METRIC, RunJudgement, judge_claims
 from loadgen.errors import SpecError, StoreError
 from ui.commands.runs import analysis_store, fail, resolve_or_fail
+from ui.output import stdout_console
 
 _STYLE = {"pass": "green", "fail": "bold red", "insufficient samples": "yellow"}
 
@@ -91,7 +92,7 @@ def sla_command(run: str, claims_path: str, confidence: float | None, as_json: b
         out["verdicts"] = out.pop("criteria")
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
     else:
-        console = Console()
+        console = stdout_console()
         console.print(verdict_table(judged.verdicts))
         print_judgement(judged, console)
     sys.exit(judged.code)

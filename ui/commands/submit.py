@@ -19,6 +19,7 @@ from rich.live import Live
 from analysis.exitcodes import Exit
 from loadgen.errors import PeakloadError
 from loadgen.spec import load_spec
+from ui.output import stdout_console
 
 
 def _workers_option(values: tuple[str, ...]) -> dict[str, int] | None:
@@ -71,7 +72,7 @@ def submit_command(
     from ui.results import print_estimate
     from workers.coordinator import Coordinator, SubmitOptions
 
-    console = Console()
+    console = stdout_console()
     if json_out and not wait:
         raise click.UsageError("--json needs --wait (the summary exists once the run ends)")
     try:

@@ -78,11 +78,17 @@ def worker_command(
         raise click.UsageError("give --region R, --control or --beat")
     if region and not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", region):
         raise click.BadParameter(f"not a region name: {region!r}", param_hint="--region")
+    target_override = target_override or os.environ.get("PEAKLOAD_TARGET_OVERRIDE") or None
     if target_override:
         if not target_override.startswith(("http://", "https://")):
             raise click.BadParameter(
                 "must start with http:// or https://", param_hint="--target-override"
             )
+        from loadgen.targets import policy_from_env
+
+        # load goes wherever the override points: the same policy as a spec's target (each
+        # shard checks again, for a variable set behind this command's back)
+        policy_from_env().check(target_override)
         os.environ["PEAKLOAD_TARGET_OVERRIDE"] = target_override
     argv = celery_argv(region, concurrency, control=control, beat=beat, loglevel=loglevel)
     os.execv(argv[0], argv)  # noqa: S606 -- a fixed argv, no shell involved

@@ -41,6 +41,13 @@ else:
 if run.get("status_reason"):
     st.info(f"Status reason: {run['status_reason']}")
 
+if not cards["requests"]:
+    st.warning(
+        f"This run has no requests: nothing was measured, so there are no latencies, rates or "
+        f"charts to show. It ended **{run['status']}**."
+    )
+    st.stop()
+
 c = st.columns(6)
 c[0].metric("Requests", fmt(cards["requests"], 0))
 c[1].metric("Failed", fmt(cards["failed"], 0))

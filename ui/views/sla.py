@@ -41,6 +41,11 @@ except SpecError as exc:
     st.stop()
 
 run = data.run(run_id)
+if not run.get("requests"):
+    st.warning(
+        "This run has no requests: no claim can be decided (each lacks samples). It ended "
+        f"**{run.get('status')}**."
+    )
 if run.get("valid") is False:
     st.warning(
         "This run is flagged INVALID: its verdicts describe the generator as much as the "

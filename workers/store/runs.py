@@ -53,17 +53,20 @@ def create_run(
     *,
     mode: str,
     schedule_name: str | None = None,
+    owner: str | None = None,
 ) -> None:
     """Insert the run (status pending) with its public spec and labels. Idempotent on run_id:
-    a second call with the same id changes nothing."""
+    a second call with the same id changes nothing. `owner` (host:pid) is the process holding
+    a local run's lease: its heartbeat starts now."""
     if mode not in ("local", "distributed"):
         raise StoreError(f"create_run: mode must be 'local' or 'distributed', got {mode!r}")
     labels = spec.labels.model_dump(mode="json", exclude_none=True)
     with _tx(conn) as cur:
         cur.execute(
             """INSERT INTO runs (run_id, name, mode, api, target_url, model, labels, spec,
-                                 schedule_name, store_content)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                                 schedule_name, store_content, owner, heartbeat_at)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
+                       CASE WHEN %s::text IS NULL THEN NULL ELSE now() END)
                ON CONFLICT (run_id) DO NOTHING""",
             (
                 run_id,
@@ -76,6 +79,8 @@ def create_run(
                 Jsonb(spec.public_dict()),
                 schedule_name,
                 spec.store_content,
+                owner,
+                owner,
             ),
         )
 
@@ -331,12 +336,70 @@ def set_shard_state(
         _found(cur, "shard", f"{run_id}/{shard_id}")
 
 
+def fail_run(conn: psycopg.Connection[Any], run_id: str, reason: str) -> None:
+    """End a run that cannot go on as `failed` with `reason`, and every shard not yet ended
+    with it: nothing is left `running`. Keeps what was written."""
+    with _tx(conn) as cur:
+        cur.execute(
+            """UPDATE shards SET state = 'failed', state_reason = COALESCE(state_reason, %s),
+                   ended_at = now()
+               WHERE run_id = %s
+                 AND state NOT IN ('completed', 'interrupted', 'timed_out', 'aborted', 'failed')""",
+            (reason[:500], run_id),
+        )
+        cur.execute(
+            """UPDATE runs SET status = 'failed', valid = false, status_reason = %s,
+                   invalid_reasons = invalid_reasons || %s, ended_at = COALESCE(ended_at, now())
+               WHERE run_id = %s AND status IN ('pending', 'running')""",
+            (reason[:500], Jsonb([reason[:500]]), run_id),
+        )
+
+
+def heartbeat(conn: psycopg.Connection[Any], run_id: str) -> str | None:
+    """Stamp a live local run's heartbeat. Returns the abort reason once `peakload abort` has
+    asked for one (else None)."""
+    with _tx(conn) as cur:
+        cur.execute(
+            """UPDATE runs SET heartbeat_at = now() WHERE run_id = %s
+               RETURNING abort_requested_at IS NOT NULL, abort_reason""",
+            (run_id,),
+        )
+        row = cur.fetchone()
+    if row is None or not row[0]:
+        return None
+    return str(row[1] or "aborted by the operator")
+
+
+def live_local_runs(conn: psycopg.Connection[Any]) -> list[tuple[str, str | None, float]]:
+    """Pending and running local runs that hold a lease: (run_id, owner host:pid, seconds
+    since the heartbeat). Runs created without an owner (older versions, Locust mode) have no
+    heartbeat to judge and are left alone."""
+    with _tx(conn) as cur:
+        cur.execute(
+            """SELECT run_id::text, owner,
+                      EXTRACT(EPOCH FROM now() - COALESCE(heartbeat_at, created_at))::float8
+               FROM runs WHERE mode = 'local' AND status IN ('pending', 'running')
+                 AND owner IS NOT NULL"""
+        )
+        return [(str(r[0]), r[1], float(r[2])) for r in cur.fetchall()]
+
+
 def count_requests(conn: psycopg.Connection[Any], run_id: str) -> int:
     """Rows in `requests` for the run."""
     with _tx(conn) as cur:
         cur.execute("SELECT count(*) FROM requests WHERE run_id = %s", (run_id,))
         row = cur.fetchone()
     return int(row[0]) if row else 0
+
+
+def count_requests_by_shard(conn: psycopg.Connection[Any], run_id: str) -> dict[str, int]:
+    """Rows in `requests` for the run, per shard (what each shard wrote)."""
+    with _tx(conn) as cur:
+        cur.execute(
+            "SELECT shard_id, count(*) FROM requests WHERE run_id = %s GROUP BY shard_id",
+            (run_id,),
+        )
+        return {str(r[0]): int(r[1]) for r in cur.fetchall()}
 
 
 def _check(value: str, allowed: tuple[str, ...], what: str) -> None:

@@ -111,3 +111,34 @@ def test_target_checks_a_given_policy() -> None:
     with pytest.raises(PolicyError, match="metadata"):
         OpenAITarget(spec, max_connections=1, policy=TargetPolicy())
     OpenAITarget(spec, max_connections=1)  # no policy given: the caller checked already
+
+
+SPECIAL_PURPOSE = [
+    ("http://192.0.0.192/v1", "IETF protocol assignments"),  # `ipaddress` on 3.11: global
+    ("http://192.0.0.9/v1", "IETF protocol assignments"),  # IANA: globally reachable, still no
+    ("http://192.0.2.10/", "documentation (TEST-NET-1)"),
+    ("http://198.51.100.7/", "documentation (TEST-NET-2)"),
+    ("http://203.0.113.5/", "documentation (TEST-NET-3)"),
+    ("http://198.18.0.1/", "benchmarking"),
+    ("http://100.64.0.1/", "carrier-grade NAT"),
+    ("http://192.88.99.1/", "6to4 relay anycast"),
+    ("http://240.0.0.1/", "reserved"),
+    ("http://255.255.255.255/", "limited broadcast"),
+    ("http://[::ffff:192.0.0.192]/", "IETF protocol assignments"),
+    ("http://[2001:db8::1]/", "documentation"),
+    ("http://[3fff::1]/", "documentation"),
+    ("http://[2002:c000:0201::1]/", "6to4"),
+    ("http://[2001:3::1]/", "IETF protocol assignments"),
+    ("http://[100::1]/", "discard-only"),
+]
+
+
+@pytest.mark.parametrize(("url", "why"), SPECIAL_PURPOSE)
+def test_iana_special_purpose_ranges_need_an_allowance(url: str, why: str) -> None:
+    with pytest.raises(PolicyError, match="special-purpose") as e:
+        check_target(url, allow_private=False, allowlist=[])
+    assert why in str(e.value)
+    check_target(url, allow_private=True, allowlist=[])
+    host = url.split("//")[1].split("/")[0].strip("[]")
+    net = f"{host}/128" if ":" in host else f"{host}/32"
+    check_target(url, allow_private=False, allowlist=[net])
