@@ -15,7 +15,8 @@ import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.load import CONTENT_COLUMNS, load_requests
+from analysis.load import load_requests
+from loadgen.storeformat import CONTENT_COLUMNS
 
 Format = Literal["csv", "parquet", "jsonl"]
 FORMATS: tuple[Format, ...] = ("csv", "parquet", "jsonl")

@@ -18,51 +18,17 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-DATABASE_URL_ENV = "PEAKLOAD_DATABASE_URL"
+from loadgen.storeformat import (
+    CONNECTION_COLUMNS,
+    CONTENT_COLUMNS,
+    DATABASE_ENV,
+    NS_COLUMNS,
+    READ_COLUMNS,
+    SERVER_COLUMNS,
+)
 
-NS_COLUMNS = ("sent_ns", "headers_ns", "first_token_ns", "first_answer_ns", "end_ns")
-# deploy/sql/0120: NULL on rows stored before it (resent included: not recorded)
-CONNECTION_COLUMNS = ("connect_ns", "resent")
-SERVER_COLUMNS = (
-    "server_prompt_tokens",
-    "server_prefill_ms",
-    "server_decode_tokens",
-    "server_decode_ms",
-    "server_cached_tokens",
-    "server_queue_ms",
-)
-REQUEST_COLUMNS = (
-    "request_id",
-    "scheduled_at",
-    "run_id",
-    "shard_id",
-    "region",
-    "level",
-    "idx",
-    "phase",
-    "attempt",
-    "session_id",
-    "turn",
-    "outcome",
-    "http_status",
-    "error_phase",
-    "error_detail",
-    *NS_COLUMNS,
-    "prompt_tokens",
-    "max_tokens",
-    "output_tokens",
-    "reasoning_tokens",
-    "usage_prompt_tokens",
-    "usage_completion_tokens",
-    "client_tokens",
-    "token_source",
-    "chunk_offsets_us",
-    "chunk_tokens",
-    "retry_after_s",
-    *CONNECTION_COLUMNS,
-    *SERVER_COLUMNS,
-)
-CONTENT_COLUMNS = ("prompt_text", "response_text")
+DATABASE_URL_ENV = DATABASE_ENV
+REQUEST_COLUMNS = READ_COLUMNS  # what a frame of requests has, in the store's order
 _FLOAT_COLUMNS = (
     *NS_COLUMNS,
     "http_status",

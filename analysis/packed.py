@@ -25,14 +25,24 @@ import psycopg
 from psycopg import sql
 
 from analysis.copyout import HEADER, SIGNATURE, copy_out
+from loadgen.storeformat import (
+    BLOCK_CODED,
+    BLOCK_FLOAT_FIELDS,
+    BLOCK_FORMAT,
+    BLOCK_HEAD,
+    BLOCK_MAGIC,
+    BLOCK_NULL,
+    BLOCK_SCALARS,
+)
 
-FORMATS = (1, 2)  # the block formats read
-MAGIC = {b"PLBLOCK1": 17, b"PLBLOCK2": 25}  # each format's magic: its number of int64 fields
-HEAD = struct.Struct("<8sIQI")  # magic, requests, chunks, dictionary bytes
-N_SCALARS, N_CODED = 25, 6  # as format 2 has them
-NULL = -(2**63)
+FORMATS = tuple(BLOCK_MAGIC)  # the block formats read
+# each format's magic: its number of int64 fields
+MAGIC = {BLOCK_MAGIC[f]: BLOCK_SCALARS[f] for f in FORMATS}
+HEAD = BLOCK_HEAD
+N_SCALARS, N_CODED = BLOCK_SCALARS[BLOCK_FORMAT], BLOCK_CODED  # as the newest format has them
+NULL = BLOCK_NULL
 # format 2's fields holding float64 bits (NULL: NaN), as indices into the scalars
-FLOAT_FIELDS = frozenset((20, 22, 24))
+FLOAT_FIELDS = BLOCK_FLOAT_FIELDS
 NAN_BITS = int(np.array([np.nan], dtype="<f8").view("<i8")[0])
 _ROW_HEAD = 2 + 4  # a COPY tuple's field count, then the body's length
 PARALLEL_MAX = 1  # connections reading blocks at once (see _load)

@@ -12,15 +12,15 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from workers.store import blocks, copyenc
+from loadgen.storeformat import BLOCK_COLUMNS, REQUEST_LAYOUTS, TICK_COLUMNS
 from workers.store.spool import EncodedBatch
 
 _REQ_COLS = {
     layout: sql.SQL(", ").join(map(sql.Identifier, cols))
-    for layout, cols in copyenc.REQUEST_LAYOUTS.items()
+    for layout, cols in REQUEST_LAYOUTS.items()
 }
-_TICK_COLS = sql.SQL(", ").join(map(sql.Identifier, copyenc.TICK_COLUMNS))
-_BLOCK_COLS = sql.SQL(", ").join(map(sql.Identifier, blocks.BLOCK_COLUMNS))
+_TICK_COLS = sql.SQL(", ").join(map(sql.Identifier, TICK_COLUMNS))
+_BLOCK_COLS = sql.SQL(", ").join(map(sql.Identifier, BLOCK_COLUMNS))
 _STAGE_REQ, _STAGE_TICKS = sql.Identifier("pl_stage_requests"), sql.Identifier("pl_stage_ticks")
 _STAGE_BLOCKS = sql.Identifier("pl_stage_blocks")
 _SETUP = [

@@ -20,13 +20,23 @@ from typing import Any
 import numpy as np
 
 from loadgen.records import RequestRecord
+from loadgen.storeformat import (
+    BLOCK_CODED,
+    BLOCK_COLUMNS,
+    BLOCK_FLOAT_FIELDS,
+    BLOCK_FORMAT,
+    BLOCK_HEAD,
+    BLOCK_MAGIC,
+    BLOCK_NULL,
+    BLOCK_SCALARS,
+    PG_EPOCH_US,
+)
 
-FORMAT = 2
-MAGIC = b"PLBLOCK2"
-HEAD = struct.Struct("<8sIQI")  # magic, requests, chunks, dictionary bytes
-NULL = -(2**63)
-BLOCK_COLUMNS = ("run_id", "block_id", "scheduled_at", "format", "n_requests", "n_chunks", "body")
-_PG_EPOCH_US = 946_684_800_000_000
+FORMAT = BLOCK_FORMAT
+MAGIC = BLOCK_MAGIC[FORMAT]
+HEAD = BLOCK_HEAD
+NULL = BLOCK_NULL
+_PG_EPOCH_US = PG_EPOCH_US
 
 
 def _free(value: str | None) -> str | None:
@@ -67,7 +77,7 @@ _SCALARS: tuple[tuple[Callable[[RequestRecord], Any], bool], ...] = (
     (attrgetter("server_queue_ms"), True),
 )
 # fields holding float64 bits (NULL: NaN) instead of integers
-FLOAT_FIELDS = frozenset((20, 22, 24))
+FLOAT_FIELDS = BLOCK_FLOAT_FIELDS
 # the server_* fields: all NULL for most APIs, filled in one step then
 _SERVER_FIELDS = range(19, 25)
 _CODED: tuple[Callable[[RequestRecord], str | None], ...] = (
@@ -79,6 +89,7 @@ _CODED: tuple[Callable[[RequestRecord], str | None], ...] = (
     lambda r: r.token_source.value,
 )
 N_SCALARS, N_CODED = len(_SCALARS), len(_CODED)
+assert (BLOCK_SCALARS[FORMAT], BLOCK_CODED) == (N_SCALARS, N_CODED), "see loadgen.storeformat"
 
 
 def body(

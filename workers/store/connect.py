@@ -15,10 +15,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
+from loadgen import storeformat
 from loadgen.errors import StoreError
 from workers.store import embedded, features, migrate
 
-DATABASE_ENV = "PEAKLOAD_DATABASE_URL"
+DATABASE_ENV = storeformat.DATABASE_ENV
 EMBEDDED_DBNAME = "peakload"
 CONNECT_TIMEOUT_S = 10
 

@@ -15,32 +15,18 @@ from collections.abc import Iterable
 import numpy as np
 
 from loadgen.records import RequestRecord, Tick
+from loadgen.storeformat import (
+    PG_EPOCH_US,
+    REQUEST_COLUMNS,
+    REQUEST_LAYOUTS,
+    REQUESTS_LAYOUT,
+    TICK_COLUMNS,
+)
 from workers.store import blocks as block_rows
-
-REQUEST_COLUMNS = (
-    "request_id", "scheduled_at", "run_id", "shard_id", "region", "level", "idx", "phase",
-    "attempt", "session_id", "turn", "outcome", "http_status", "error_phase", "error_detail",
-    "sent_ns", "headers_ns", "first_token_ns", "first_answer_ns", "end_ns", "prompt_tokens",
-    "max_tokens", "output_tokens", "reasoning_tokens", "usage_prompt_tokens",
-    "usage_completion_tokens", "client_tokens", "token_source", "chunk_offsets_us",
-    "chunk_tokens", "retry_after_s", "prompt_text", "response_text",
-    # deploy/sql/0120: the connection, re-sends and the server's own timings
-    "connect_ns", "resent", "server_prompt_tokens", "server_prefill_ms", "server_decode_tokens",
-    "server_decode_ms", "server_cached_tokens", "server_queue_ms",
-)  # fmt: skip
-REQUESTS_LAYOUT = 2  # the layout encode_request writes
-# the columns of each layout a payload (a spooled one included) may have: new columns are only
-# ever appended, so an older payload COPYs into its leading columns, the rest left NULL
-REQUEST_LAYOUTS = {1: REQUEST_COLUMNS[:33], 2: REQUEST_COLUMNS}
-TICK_COLUMNS = (
-    "t", "run_id", "shard_id", "region", "level", "in_flight", "started", "completed", "errors",
-    "output_tokens", "loop_lag_ms_max", "loop_lag_ms_p99", "dispatch_delay_ms_max",
-    "cpu_percent", "rss_bytes",
-)  # fmt: skip
 
 HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 TRAILER = struct.pack(">h", -1)
-PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01T00:00:00Z in µs since the Unix epoch
+__all__ = ["REQUESTS_LAYOUT", "REQUEST_COLUMNS", "REQUEST_LAYOUTS", "TICK_COLUMNS"]
 _INT4_OID, _INT2_OID = 23, 21
 
 _NULL = struct.pack(">i", -1)
