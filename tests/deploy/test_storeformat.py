@@ -4,6 +4,8 @@ left out of the lists (a column added to the SQL without its place here fails)."
 
 from __future__ import annotations
 
+import itertools
+
 import psycopg
 import pytest
 
@@ -30,7 +32,7 @@ def test_lists_match_the_migrated_schema(store_url: str) -> None:
 
 def test_layouts_only_append() -> None:
     layouts = [sf.REQUEST_LAYOUTS[k] for k in sorted(sf.REQUEST_LAYOUTS)]
-    for older, newer in zip(layouts, layouts[1:], strict=False):
+    for older, newer in itertools.pairwise(layouts):
         assert newer[: len(older)] == older
     assert sf.REQUEST_LAYOUTS[sf.REQUESTS_LAYOUT] == sf.REQUEST_COLUMNS
     assert set(sf.READ_COLUMNS) | set(sf.CONTENT_COLUMNS) == set(sf.REQUEST_COLUMNS)
