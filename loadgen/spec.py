@@ -126,7 +126,17 @@ def _coerce_length(value: Any) -> Any:
 class TargetSpec(_Strict):
     # a name from `loadgen/presets/`: its target defaults fill what this table leaves out
     preset: str | None = None
-    api: Literal["openai-chat", "openai-completions"]
+    # the wire API (loadgen.targets.apis): OpenAI's, or an engine's native one
+    api: Literal[
+        "openai-chat",
+        "openai-completions",
+        "openai-responses",
+        "ollama-chat",
+        "ollama-generate",
+        "tgi-generate",
+        "llamacpp-completion",
+        "triton-generate",
+    ]
     base_url: str
     model: str = Field(min_length=1)
     api_key_env: str | None = Field(

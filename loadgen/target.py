@@ -75,6 +75,8 @@ class StreamEvent:
     connect_ns: int = -1
     """On SENT: ns spent opening a new connection (TCP, TLS) inside this request; -1 when an
     idle kept-alive connection was reused."""
+    choice: int = 0
+    """On output events: which of the `n` choices (completions) this delta belongs to."""
 
 
 @dataclass(slots=True)

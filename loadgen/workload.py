@@ -25,6 +25,7 @@ from loadgen.spec import (
     RunSpec,
     UniformLength,
 )
+from loadgen.targets.apis.base import is_chat
 
 # Short, common, single-token words in most BPE vocabularies (each followed by a space).
 _VOCAB = (  # noqa: SIM905 - a word list reads best as text
@@ -167,7 +168,7 @@ def request_body(spec: RunSpec, prompt: Prompt) -> dict[str, Any]:
     """The JSON body for one request (the target adds model/stream/stream_options)."""
     t = spec.target
     body: dict[str, Any] = {"max_tokens": prompt.max_tokens}
-    if t.api == "openai-chat":
+    if is_chat(t.api):
         body["messages"] = prompt.messages
     else:
         body["prompt"] = "\n\n".join(m["content"] for m in prompt.messages)

@@ -1,4 +1,4 @@
-"""The httpx transport: the same exchange shape as `rawhttp` (`send`, `head`, `body`) on an
+"""The httpx transport (loadgen.targets.transport): the same contract as `rawhttp` on an
 `httpx.AsyncClient` with explicit limits and timeouts, redirects off and no environment config.
 Reads are stamped as httpcore hands them over (`aiter_raw`), one clock read per body chunk.
 """
@@ -23,6 +23,7 @@ from loadgen.targets.http_common import (
     read_some,
 )
 from loadgen.targets.rawhttp import DEFAULT_KEEPALIVE_EXPIRY_S
+from loadgen.targets.transport import HttpRequest, Sent
 
 _SENT_EVENT = "http11.send_request_body.complete"
 _HEADERS_STARTED = "http11.send_request_headers.started"  # a connection was acquired
@@ -117,8 +118,62 @@ class HttpxClient:
             self._client = None
 
 
+class HttpxTransport:
+    """Requests to one origin (`scheme://netloc`) through an `HttpxClient`."""
+
+    name = "httpx"
+
+    def __init__(
+        self,
+        origin: str,
+        headers: dict[str, str],
+        *,
+        max_connections: int,
+        connect_timeout_s: float,
+        ssl_context: ssl.SSLContext | None,
+        keepalive_expiry_s: float = DEFAULT_KEEPALIVE_EXPIRY_S,
+    ) -> None:
+        self.origin = origin
+        self.headers = headers
+        self.client = HttpxClient(
+            max_connections=max_connections,
+            connect_timeout_s=connect_timeout_s,
+            ssl_context=ssl_context,
+            keepalive_expiry_s=keepalive_expiry_s,
+        )
+
+    @property
+    def reuse(self) -> bool:
+        return self.client.reuse
+
+    @property
+    def stale(self) -> int:
+        return self.client.stale
+
+    def exchange(
+        self, request: HttpRequest, clock: Clock, deadline_s: float, idle_s: float
+    ) -> HttpxExchange:
+        headers = {**self.headers, **request.headers}
+        return HttpxExchange(
+            self.client,
+            self.origin + request.target,
+            headers,
+            request.body,
+            clock,
+            deadline_s,
+            idle_s,
+            method=request.method,
+        )
+
+    async def warm(self, connections: int, probe_target: str) -> None:
+        await self.client.warm(self.origin + probe_target, self.headers, connections)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
 class HttpxExchange:
-    """One request/response through httpx: `send()`, `head()`, `body()`, `aclose()`."""
+    """One request/response through httpx: `open()`, `head()`, `body()`, `aclose()`."""
 
     def __init__(
         self,
@@ -129,8 +184,11 @@ class HttpxExchange:
         clock: Clock,
         deadline_s: float,
         idle_s: float,
+        method: str = "POST",
     ) -> None:
         self.owner = owner
+        self.method = method
+        self._head: ResponseHead | None = None
         self.clock = clock
         self.lo = -1  # reads are stamped in user space: no kernel bound (see rawpool)
         self.idle_s = idle_s
@@ -140,7 +198,7 @@ class HttpxExchange:
         self.guard = _Deadline(loop, loop.time() + deadline_s)
         connect = min(owner.connect_timeout_s, deadline_s)
         self.request = owner.client.build_request(
-            "POST",
+            method,
             url,
             content=data,
             headers=headers,
@@ -168,6 +226,23 @@ class HttpxExchange:
             self.connect_began = self.clock()
         elif name in _CONNECT_DONE and self.connect_began >= 0:
             self.connect_ns = self.clock() - self.connect_began
+
+    async def open(self) -> AsyncIterator[Sent]:
+        """Send and wait for the head (httpx returns only with it, so SENT and HEADERS come
+        together); a re-send after a stale kept-alive connection happens inside `send()`."""
+        sent = await self.send()
+        resent = "reused connection was closed" if self.resent else ""
+        yield Sent(sent, self.connect_ns, resent, sent)
+        r = self.response
+        assert r is not None
+        headers = {k.lower(): v for k, v in r.headers.items()}
+        # httpcore reads the body's read timeout when iteration starts: from now on, idle
+        self.request.extensions["timeout"]["read"] = self.idle_s
+        self._head = ResponseHead(r.status_code, headers, r.http_version, self.head_ns)
+
+    def head(self) -> ResponseHead:
+        assert self._head is not None, "open() first"
+        return self._head
 
     async def send(self) -> int:
         """Send and wait for the response head; the clock when the body was written (ns).
@@ -207,7 +282,7 @@ class HttpxExchange:
         self.sent_ns, self.connected = None, False
         read = self.request.extensions["timeout"]
         self.request = owner.client.build_request(
-            "POST",
+            self.method,
             self.url,
             content=self.data,
             headers={**self.headers, "connection": "close"} if not owner.reuse else self.headers,
@@ -215,14 +290,6 @@ class HttpxExchange:
             extensions={"trace": self._trace},
         )
         return await self.send()
-
-    async def head(self) -> ResponseHead:
-        r = self.response
-        assert r is not None
-        headers = {k.lower(): v for k, v in r.headers.items()}
-        # httpcore reads the body's read timeout when iteration starts: from now on, idle
-        self.request.extensions["timeout"]["read"] = self.idle_s
-        return ResponseHead(r.status_code, headers, r.http_version, self.head_ns)
 
     async def body(self) -> AsyncIterator[tuple[int, bytes]]:
         r = self.response

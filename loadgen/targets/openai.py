@@ -1,15 +1,15 @@
-"""`OpenAITarget`: the `Target` for OpenAI-compatible `/chat/completions` and `/completions`
-endpoints, over either HTTP transport (`raw`: asyncio Protocols, the default; `httpx`). It adds
-auth and ids to the workload's body, checks the response head and turns SSE into StreamEvents.
+"""`OpenAITarget`: the `Target` for every HTTP API peakload speaks (OpenAI chat/completions and
+Responses, Ollama, TGI, llama.cpp, Triton: `loadgen.targets.apis`), over either transport
+(`raw`: asyncio Protocols, the default; `httpx`) through one contract (`transport.Exchange`).
+It adds auth and ids, checks the response head, frames the body (SSE or NDJSON) and lets the
+API's decoder turn payloads into StreamEvents.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import ssl
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
 from urllib.parse import quote, urlsplit
 
 from loadgen.errors import (
@@ -21,46 +21,44 @@ from loadgen.errors import (
     TransportError,
 )
 from loadgen.spec import TargetSpec
-from loadgen.target import Clock, EventKind, PreparedRequest, StreamEvent
-from loadgen.targets.http_common import (
-    StaleConnection,
-    StreamTruncated,
-    display_url,
-    parse_retry_after,
-)
-from loadgen.targets.httpx_transport import HttpxClient, HttpxExchange
-from loadgen.targets.openai_stream import OpenAIStreamDecoder, body_summary, decode_body
+from loadgen.target import Clock, EventKind, PreparedRequest, ServerTimings, StreamEvent, Usage
+from loadgen.targets.apis import Api, api_for
+from loadgen.targets.framing import NDJSONParser
+from loadgen.targets.http_common import StreamTruncated, display_url, parse_retry_after
+from loadgen.targets.httpx_transport import HttpxTransport
+from loadgen.targets.openai_stream import body_summary
 from loadgen.targets.policy import TargetPolicy
-from loadgen.targets.rawhttp import DEFAULT_KEEPALIVE_EXPIRY_S, RawExchange, RawPool
+from loadgen.targets.rawhttp import DEFAULT_KEEPALIVE_EXPIRY_S, RawPool, RawTransport
 from loadgen.targets.sse import SSEParser
+from loadgen.targets.transport import Exchange, HttpRequest, Transport
 
 TRANSPORTS = ("auto", "raw", "httpx")
 AUTO_TRANSPORT = "raw"  # measured faster per chunk: see bench/RESULTS.md (transport overhead)
 ERROR_BODY_BYTES = 4096  # how much of a non-2xx / unexpected body is read for the detail
 MAX_JSON_BODY_BYTES = 64 * 1024 * 1024
-DRAIN_GRACE_S = 1.0  # after [DONE], how long to wait for the body's end before dropping the socket
+DRAIN_GRACE_S = 1.0  # after the stream's end, how long to wait for the body's end
 USER_AGENT = "peakload/0.1"
 _OUTPUT = (EventKind.CONTENT, EventKind.REASONING, EventKind.TOOL_CALL)
 
 
 class OpenAITarget:
-    """Streams one `PreparedRequest` to `{base_url}/chat/completions` (api `openai-chat`) or
-    `{base_url}/completions` (`openai-completions`).
+    """Streams one `PreparedRequest` to `{base_url}{api.path}` for the spec's `api`.
 
-    The body is the workload's `request.body`; the target only adds `model`, `stream` (from the
-    spec) and, when streaming with `include_usage`, `stream_options: {"include_usage": true}` —
-    each only if absent. Headers: content-type, accept, `x-peakload-request-id`, the spec's
-    headers, and `Authorization: Bearer $<api_key_env>` read once here (a missing variable raises
-    PreflightError naming it; the key never appears in an error, a repr or a log).
+    The body is the workload's `request.body`; the API module adds what its wire format needs
+    (OpenAI: `model`, `stream`, `stream_options.include_usage`, each only if absent). Headers:
+    content-type, accept, `x-peakload-request-id`, the spec's headers, and `Authorization:
+    Bearer $<api_key_env>` read once here (a missing variable raises PreflightError naming it;
+    the key never appears in an error, a repr or a log).
 
-    A streaming request expects `text/event-stream`; anything else (HTML, or JSON from a server
-    that ignored `stream: true`) raises StreamProtocolError naming what came back — TTFT would
-    otherwise silently equal the whole response time. `stream=false` parses the JSON body.
-    Timeouts: `connect_timeout_s` (spec) for connecting; `request.deadline_s` for the whole
-    request (before the head -> phase `headers`, after -> `deadline`); `request.idle_timeout_s`
-    between reads after the head (phase `first_token` until the first output delta, then `idle`).
-    `policy`, when given, is checked against `base_url` first (PolicyError); the raw transport
-    resolves the host again at connect time, so the check does not pin the address.
+    A streaming request expects the API's streaming content type; anything else (HTML, or JSON
+    from a server that ignored `stream: true`) raises StreamProtocolError naming what came back
+    — TTFT would otherwise silently equal the whole response time. `stream=false` parses the
+    JSON body. Timeouts: `connect_timeout_s` (spec) for connecting; `request.deadline_s` for the
+    whole request (before the head -> phase `headers`, after -> `deadline`);
+    `request.idle_timeout_s` between reads after the head (phase `first_token` until the first
+    output delta, then `idle`). `policy`, when given, is checked against `base_url` first
+    (PolicyError); the raw transport resolves the host again at connect time, so the check does
+    not pin the address.
     """
 
     def __init__(
@@ -82,17 +80,15 @@ class OpenAITarget:
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1 (got {max_connections})")
         self.spec = spec
+        self.api: Api = api_for(spec.api)
         self.transport = AUTO_TRANSPORT if transport == "auto" else transport
         base = urlsplit(spec.base_url)
-        path = "/chat/completions" if spec.api == "openai-chat" else "/completions"
-        query = f"?{base.query}" if base.query else ""
         host = base.hostname or ""
         if not host:
             raise SpecError(f"no host in {spec.base_url!r}", "target.base_url")
         port = base.port or (443 if base.scheme == "https" else 80)
-        self.url = f"{base.scheme}://{base.netloc}{base.path.rstrip('/')}{path}{query}"
-        self.models_url = f"{base.scheme}://{base.netloc}{base.path.rstrip('/')}/models{query}"
-        self.display_url = display_url(self.url)
+        self._root = base.path.rstrip("/")
+        self._query = f"?{base.query}" if base.query else ""
         self._secret = ""
         if spec.api_key_env:
             env = os.environ if environ is None else environ
@@ -105,7 +101,7 @@ class OpenAITarget:
             self._secret = value
         headers = {
             "content-type": "application/json",
-            "accept": "text/event-stream",
+            "accept": ", ".join(self.api.stream_types),
             "accept-encoding": "identity",  # chunk arrival is the measurement: no compression
             "user-agent": USER_AGENT,
         }
@@ -114,106 +110,89 @@ class OpenAITarget:
                 raise SpecError(f"header {name!r} has a control character", "target.headers")
             headers[name.lower()] = value
         if self._secret and spec.api_key_query:
-            sep = "&" if query else "?"
-            query = f"{query}{sep}{quote(spec.api_key_query)}={quote(self._secret, safe='')}"
-            self.url = f"{base.scheme}://{base.netloc}{base.path.rstrip('/')}{path}{query}"
+            sep = "&" if self._query else "?"
+            key = f"{quote(spec.api_key_query)}={quote(self._secret, safe='')}"
+            self._query = f"{self._query}{sep}{key}"
         elif self._secret:
             headers["authorization"] = f"Bearer {self._secret}"
         self._headers = headers
-        host_header = f"[{host}]" if ":" in host else host
-        if base.port is not None:
-            host_header += f":{base.port}"
-        target = f"{base.path.rstrip('/')}{path}{query}"
-        self._head_prefix = (
-            f"POST {target} HTTP/1.1\r\nhost: {host_header}\r\n"
-            + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        ).encode("latin-1")
+        self._paths = {
+            streaming: self._target(self.api.path(spec, streaming)) for streaming in (True, False)
+        }
+        origin = f"{base.scheme}://{base.netloc}"
+        self.url = origin + self._paths[spec.stream]
+        self.display_url = display_url(self.url)
         if ssl_context is None and base.scheme == "https":
             ssl_context = ssl.create_default_context()
-        self._pool: RawPool | None = None
-        self._httpx: HttpxClient | None = None
+        self._transport: Transport
         if self.transport == "raw":
-            self._pool = RawPool(
+            host_header = f"[{host}]" if ":" in host else host
+            if base.port is not None:
+                host_header += f":{base.port}"
+            self._transport = RawTransport(
                 host,
                 port,
+                host_header,
+                headers,
                 ssl_context=ssl_context if base.scheme == "https" else None,
                 max_connections=max_connections,
                 connect_timeout_s=spec.connect_timeout_s,
                 keepalive_expiry_s=keepalive_expiry_s,
             )
         else:
-            self._httpx = HttpxClient(
+            self._transport = HttpxTransport(
+                origin,
+                headers,
                 max_connections=max_connections,
                 connect_timeout_s=spec.connect_timeout_s,
                 ssl_context=ssl_context,
                 keepalive_expiry_s=keepalive_expiry_s,
             )
 
+    def _target(self, path: str) -> str:
+        """Origin-form request target of an API path (relative to the base URL's path)."""
+        return f"{self._root}{path}{self._query}"
+
+    @property
+    def _pool(self) -> RawPool | None:
+        """The raw transport's pool (tests and diagnostics), None for httpx."""
+        t = self._transport
+        return t.pool if isinstance(t, RawTransport) else None
+
+    @property
+    def models_url(self) -> str:
+        base = urlsplit(self.spec.base_url)
+        return f"{base.scheme}://{base.netloc}{self._target(self.api.models_path(self.spec))}"
+
     def __repr__(self) -> str:
         return f"OpenAITarget({self.display_url}, model={self.spec.model!r}, {self.transport})"
 
     def encode(self, request: PreparedRequest) -> tuple[bytes, bool]:
-        """The JSON body to send and whether the response will stream."""
-        body: dict[str, Any] = request.body
-        streaming = bool(body.get("stream", self.spec.stream))
-        add_opts = streaming and self.spec.include_usage and "stream_options" not in body
-        if "model" not in body or "stream" not in body or add_opts:
-            body = {"model": self.spec.model, "stream": streaming, **body}
-            if add_opts:
-                body["stream_options"] = {"include_usage": True}
-        data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-        return data, streaming
+        """The body to send and whether the response will stream."""
+        return self.api.encode(self.spec, request)
 
-    def _exchange(
-        self, request: PreparedRequest, data: bytes, clock: Clock
-    ) -> RawExchange | HttpxExchange:
-        if self._pool is not None:
-            extra = "".join(f"{k}: {v}\r\n" for k, v in request.headers.items())
-            if not self._pool.reuse:  # the server closes after each response: say we know
-                extra += "connection: close\r\n"
-            head = b"%s%sx-peakload-request-id: %s\r\ncontent-length: %d\r\n\r\n" % (
-                self._head_prefix,
-                extra.encode("latin-1"),
-                request.request_id.encode("latin-1"),
-                len(data),
-            )
-            return RawExchange(
-                self._pool, head + data, clock, request.deadline_s, request.idle_timeout_s
-            )
-        assert self._httpx is not None
-        headers = {**self._headers, "x-peakload-request-id": request.request_id}
+    def exchange(
+        self, request: PreparedRequest, data: bytes, clock: Clock, streaming: bool = True
+    ) -> Exchange:
+        headers = {"x-peakload-request-id": request.request_id}
         headers.update(request.headers)
-        return HttpxExchange(
-            self._httpx,
-            self.url,
-            headers,
-            data,
-            clock,
-            request.deadline_s,
-            request.idle_timeout_s,
-        )
+        req = HttpRequest("POST", self._paths[streaming], headers, data, self.api.end_marker)
+        return self._transport.exchange(req, clock, request.deadline_s, request.idle_timeout_s)
 
     async def stream(self, request: PreparedRequest, clock: Clock) -> AsyncIterator[StreamEvent]:
         """SENT, HEADERS, then CONTENT/REASONING/TOOL_CALL/USAGE events, then DONE; failures
         raise from the transport family of loadgen.errors after every earlier event was yielded.
         """
         data, streaming = self.encode(request)
-        ex = self._exchange(request, data, clock)
+        ex = self.exchange(request, data, clock, streaming)
+        api = self.api
         saw_output = False
         try:
-            sent = await ex.send()
-            if ex.resent:  # (httpx re-sends inside send())
-                yield StreamEvent(EventKind.RESENT, sent, text="reused connection was closed")
-            yield StreamEvent(EventKind.SENT, sent, connect_ns=ex.connect_ns)
-            try:
-                head = await ex.head()
-            except StaleConnection as e:
-                # the connection was dead before any byte came back: not the server's failure
-                # to answer this request, which is sent once more on a new connection
-                yield StreamEvent(EventKind.RESENT, e.t_ns or clock(), text=e.detail)
-                assert isinstance(ex, RawExchange)
-                yield StreamEvent(EventKind.SENT, await ex.resend(), connect_ns=ex.connect_ns)
-                head = await ex.head()
+            async for sent in ex.open():
+                if sent.resent:
+                    yield StreamEvent(EventKind.RESENT, sent.resent_ns, text=sent.resent)
+                yield StreamEvent(EventKind.SENT, sent.t_ns, connect_ns=sent.connect_ns)
+            head = ex.head()
             yield StreamEvent(EventKind.HEADERS, head.t_ns, status=head.status)
             ctype = head.headers.get("content-type", "")
             if not 200 <= head.status < 300:
@@ -235,11 +214,13 @@ class OpenAITarget:
                     "identity was asked for: turn compression off for this endpoint",
                     t_ns=head.t_ns,
                 )
+            timings = api.head_timings(head.headers)
             if streaming:
-                if ctype and not ctype.lower().startswith("text/event-stream"):
+                low = ctype.lower()
+                if ctype and not any(low.startswith(t) for t in api.stream_types):
                     raise await self._unexpected(ex, ctype, head.t_ns, streaming=True)
-                parser = SSEParser()
-                decoder = OpenAIStreamDecoder()
+                parser = SSEParser() if api.framing == "sse" else NDJSONParser()
+                decoder = api.decoder()
                 out: list[StreamEvent] = []
                 try:
                     async for t, chunk in ex.body():
@@ -266,15 +247,17 @@ class OpenAITarget:
                     if not decoder.done:
                         raise
                     return  # after DONE: the response is complete, only the socket is lost
-                if not decoder.done:  # the body ended: a held CR may still complete [DONE]
+                if not decoder.done:  # the body ended: a held CR may still complete the end
                     tail, _ = parser.finish()
                     t_end = clock()
                     for payload in tail:
                         decoder.decode(payload, t_end, out)
+                    if not decoder.done:
+                        decoder.finish(t_end, out)
                     for ev in out:
                         yield ev
                     if not decoder.done:
-                        raise StreamTruncated("stream ended without [DONE]", t_ns=t_end)
+                        raise StreamTruncated(f"stream ended without {_end_name(api)}", t_ns=t_end)
             else:
                 if "json" not in ctype.lower():
                     raise await self._unexpected(ex, ctype, head.t_ns, streaming=False)
@@ -286,7 +269,10 @@ class OpenAITarget:
                     size += len(chunk)
                     if size > MAX_JSON_BODY_BYTES:
                         raise StreamProtocolError(f"JSON body over {MAX_JSON_BODY_BYTES} bytes")
-                for ev in decode_body(b"".join(parts), last):
+                events = api.decode_body(b"".join(parts), last)
+                if timings is not None:
+                    _attach_timings(events, timings, last)
+                for ev in events:
                     yield ev
         except PhaseTimeout as e:
             if e.phase == "idle" and not saw_output:
@@ -303,18 +289,19 @@ class OpenAITarget:
             await ex.aclose()
 
     async def _unexpected(
-        self, ex: RawExchange | HttpxExchange, ctype: str, t_ns: int, *, streaming: bool
+        self, ex: Exchange, ctype: str, t_ns: int, *, streaming: bool
     ) -> StreamProtocolError:
         """The error for a 2xx response of the wrong content type, with a summary of its body."""
         ex.expect_end(DRAIN_GRACE_S)
         raw = await ex.read_some(ERROR_BODY_BYTES)
         main = ctype.split(";")[0].strip().lower()
         what = body_summary(raw, ctype) if raw else "empty body"
-        expected = "text/event-stream" if streaming else "JSON"
-        if streaming and "json" in main:
+        expected = " or ".join(self.api.stream_types) if streaming else "JSON"
+        if streaming and "json" in main and self.api.framing == "sse":
             why = "the server ignored stream=true (not a streaming server?)"
         elif "html" in main:
-            why = f"HTML instead of {'SSE' if streaming else 'JSON'} (a proxy or web page here?)"
+            kind = self.api.framing.upper() if streaming else "JSON"
+            why = f"HTML instead of {kind} (a proxy or web page here?)"
         else:
             why = f"expected {expected}"
         return StreamProtocolError(f"got {main}: {why}; body: {what}", t_ns=t_ns)
@@ -331,17 +318,30 @@ class OpenAITarget:
 
     async def warm(self, connections: int) -> None:
         """Open up to `connections` keep-alive connections (raw: TCP/TLS connects; httpx:
-        concurrent `GET {base_url}/models`). Raises the transport errors of a failed connect."""
-        if self._pool is not None:
-            await self._pool.warm(connections, self.spec.connect_timeout_s)
-        elif self._httpx is not None:
-            await self._httpx.warm(self.models_url, self._headers, connections)
+        concurrent GETs of the API's model list). Raises the transport errors of a failed
+        connect."""
+        await self._transport.warm(connections, self._target(self.api.models_path(self.spec)))
 
     async def aclose(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-        if self._httpx is not None:
-            await self._httpx.aclose()
+        await self._transport.aclose()
+
+
+HttpTarget = OpenAITarget  # the name says what it is now: every HTTP API, not only OpenAI's
+
+
+def _end_name(api: Api) -> str:
+    return "[DONE]" if api.end_marker == b"[DONE]" else "its final event"
+
+
+def _attach_timings(events: list[StreamEvent], timings: ServerTimings, t_ns: int) -> None:
+    """Header timings (TGI's x-*-time) ride on the USAGE event, added before DONE if none."""
+    for ev in events:
+        if ev.kind == EventKind.USAGE and ev.usage is not None:
+            if ev.usage.server is None:
+                ev.usage.server = timings
+            return
+    at = len(events) - 1 if events and events[-1].kind == EventKind.DONE else len(events)
+    events.insert(at, StreamEvent(EventKind.USAGE, t_ns, usage=Usage(server=timings)))
 
 
 def _mark_spread(events: list[StreamEvent], window_ns: int) -> None:

@@ -92,6 +92,9 @@ class OpenAIStreamDecoder:
         self.timings: ServerTimings | None = None
         self.usage: Usage | None = None
 
+    def finish(self, t_ns: int, out: list[StreamEvent]) -> None:
+        """The body ended: without `[DONE]` that is a truncated stream (the target's call)."""
+
     def decode(self, payload: bytes, t_ns: int, out: list[StreamEvent]) -> None:
         """Append the events carried by one payload (arrived at `t_ns`) to `out`."""
         if self.done:
@@ -114,22 +117,27 @@ class OpenAIStreamDecoder:
     def _events(self, obj: dict[str, Any], t_ns: int, out: list[StreamEvent]) -> None:
         choices = obj.get("choices")
         if choices:
-            choice = choices[0]
-            delta = choice.get("delta")
-            if delta is not None:
-                content = delta.get("content")
-                if content:
-                    out.append(StreamEvent(_CONTENT, t_ns, _text(content, t_ns), 1))
-                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-                if reasoning:
-                    out.append(StreamEvent(_REASONING, t_ns, _text(reasoning, t_ns), 1))
-                calls = delta.get("tool_calls")
-                if calls:
-                    out.append(StreamEvent(_TOOL_CALL, t_ns, _tool_text(calls), 1))
-            else:
-                text = choice.get("text")
-                if text:
-                    out.append(StreamEvent(_CONTENT, t_ns, _text(text, t_ns), 1))
+            for choice in choices:  # n > 1: every choice's deltas, each marked with its index
+                first = len(out)
+                delta = choice.get("delta")
+                if delta is not None:
+                    content = delta.get("content")
+                    if content:
+                        out.append(StreamEvent(_CONTENT, t_ns, _text(content, t_ns), 1))
+                    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                    if reasoning:
+                        out.append(StreamEvent(_REASONING, t_ns, _text(reasoning, t_ns), 1))
+                    calls = delta.get("tool_calls")
+                    if calls:
+                        out.append(StreamEvent(_TOOL_CALL, t_ns, _tool_text(calls), 1))
+                else:
+                    text = choice.get("text")
+                    if text:
+                        out.append(StreamEvent(_CONTENT, t_ns, _text(text, t_ns), 1))
+                index = choice.get("index")
+                if index and type(index) is int:
+                    for ev in out[first:]:
+                        ev.choice = index
         elif "error" in obj or obj.get("object") == "error":
             raise InBandError(f"in-band error: {_error_message(obj.get('error', obj))}", t_ns=t_ns)
         usage = obj.get("usage")
@@ -196,20 +204,26 @@ def decode_body(body: bytes, t_ns: int) -> list[StreamEvent]:
     choices = obj.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise StreamProtocolError("response body has no choices", t_ns=t_ns)
-    choice = choices[0]
     out: list[StreamEvent] = []
-    message = choice.get("message")
-    if isinstance(message, dict):
-        reasoning = message.get("reasoning_content") or message.get("reasoning")
-        if reasoning:
-            out.append(StreamEvent(_REASONING, t_ns, _text(reasoning, t_ns), 1))
-        content = message.get("content")
-        if content:
-            out.append(StreamEvent(_CONTENT, t_ns, _text(content, t_ns), 1))
-        if message.get("tool_calls"):
-            out.append(StreamEvent(_TOOL_CALL, t_ns, _tool_text(message["tool_calls"]), 1))
-    elif choice.get("text"):
-        out.append(StreamEvent(_CONTENT, t_ns, _text(choice["text"], t_ns), 1))
+    for i, choice in enumerate(choices):
+        if not isinstance(choice, dict):
+            raise StreamProtocolError("response body has a malformed choice", t_ns=t_ns)
+        first = len(out)
+        message = choice.get("message")
+        if isinstance(message, dict):
+            reasoning = message.get("reasoning_content") or message.get("reasoning")
+            if reasoning:
+                out.append(StreamEvent(_REASONING, t_ns, _text(reasoning, t_ns), 1))
+            content = message.get("content")
+            if content:
+                out.append(StreamEvent(_CONTENT, t_ns, _text(content, t_ns), 1))
+            if message.get("tool_calls"):
+                out.append(StreamEvent(_TOOL_CALL, t_ns, _tool_text(message["tool_calls"]), 1))
+        elif choice.get("text"):
+            out.append(StreamEvent(_CONTENT, t_ns, _text(choice["text"], t_ns), 1))
+        index = choice.get("index", i)
+        for ev in out[first:]:
+            ev.choice = index if type(index) is int else i
     usage = parse_usage(obj.get("usage"))
     timings = parse_llamacpp_timings(obj.get("timings"))
     if usage is not None or timings is not None:

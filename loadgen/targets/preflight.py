@@ -21,6 +21,7 @@ from loadgen.errors import (
     TransportError,
 )
 from loadgen.target import EventKind, PreparedRequest
+from loadgen.targets.apis import is_chat
 from loadgen.targets.failures import redact
 from loadgen.targets.http_common import ConnectFailed, StreamReset, StreamTruncated
 from loadgen.targets.openai import OpenAITarget
@@ -32,7 +33,7 @@ def preflight_request(target: OpenAITarget) -> PreparedRequest:
     """The smallest request the API accepts: two output tokens, streaming unless the spec says
     `stream = false` (then the JSON body path is what gets checked)."""
     body: dict[str, Any] = {"max_tokens": 2, "stream": target.spec.stream}
-    if target.spec.api == "openai-chat":
+    if is_chat(target.spec.api):
         body["messages"] = [{"role": "user", "content": "Say hi."}]
     else:
         body["prompt"] = "Say hi."

@@ -1,4 +1,5 @@
-"""The raw HTTP/1.1 exchange: one request/response on a pooled connection (see rawpool), with
+"""The raw HTTP/1.1 transport (loadgen.targets.transport): `RawTransport` serialises requests
+for one origin; `RawExchange` is one request/response on a pooled connection (see rawpool), with
 chunked and Content-Length bodies and one timer handle per request, rescheduled lazily (reads
 only note the loop time). Each body read keeps the stamp its bytes got on arrival.
 """
@@ -6,6 +7,7 @@ only note the loop time). Each body read keeps the stamp its bytes got on arriva
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator
 
 from loadgen.errors import PhaseTimeout, StreamProtocolError, TransportError
@@ -19,23 +21,108 @@ from loadgen.targets.http_common import (
     parse_head,
     read_some,
 )
-from loadgen.targets.rawpool import DEFAULT_KEEPALIVE_EXPIRY_S, Conn, RawPool, Read
+from loadgen.targets.rawpool import (
+    DEFAULT_KEEPALIVE_EXPIRY_S,
+    NO_MARKER,
+    Conn,
+    RawPool,
+    Read,
+)
+from loadgen.targets.transport import HttpRequest, Sent
 
 MAX_HEAD_BYTES = 64 * 1024
-__all__ = ["DEFAULT_KEEPALIVE_EXPIRY_S", "RawExchange", "RawPool"]
+__all__ = ["DEFAULT_KEEPALIVE_EXPIRY_S", "RawExchange", "RawPool", "RawTransport"]
+
+
+class RawTransport:
+    """Requests to one origin over a `RawPool`; the static part of each request head (request
+    line, host, the target's fixed headers) is serialised once per method and path."""
+
+    name = "raw"
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        host_header: str,
+        headers: dict[str, str],
+        *,
+        ssl_context: ssl.SSLContext | None,
+        max_connections: int,
+        connect_timeout_s: float,
+        keepalive_expiry_s: float = DEFAULT_KEEPALIVE_EXPIRY_S,
+    ) -> None:
+        self.pool = RawPool(
+            host,
+            port,
+            ssl_context=ssl_context,
+            max_connections=max_connections,
+            connect_timeout_s=connect_timeout_s,
+            keepalive_expiry_s=keepalive_expiry_s,
+        )
+        self.connect_timeout_s = connect_timeout_s
+        self._static = f"host: {host_header}\r\n" + "".join(
+            f"{k}: {v}\r\n" for k, v in headers.items()
+        )
+        self._prefixes: dict[tuple[str, str], bytes] = {}
+
+    @property
+    def reuse(self) -> bool:
+        return self.pool.reuse
+
+    @property
+    def stale(self) -> int:
+        return self.pool.stale
+
+    def serialise(self, request: HttpRequest) -> bytes:
+        """The request's bytes: head (ours, then the request's headers) and body."""
+        key = (request.method, request.target)
+        prefix = self._prefixes.get(key)
+        if prefix is None:
+            prefix = f"{request.method} {request.target} HTTP/1.1\r\n{self._static}".encode(
+                "latin-1"
+            )
+            self._prefixes[key] = prefix
+        extra = "".join(f"{k}: {v}\r\n" for k, v in request.headers.items())
+        if not self.pool.reuse:  # the server closes after each response: say we know
+            extra += "connection: close\r\n"
+        if request.body or request.method != "GET":
+            extra += f"content-length: {len(request.body)}\r\n"
+        return b"%s%s\r\n%s" % (prefix, extra.encode("latin-1"), request.body)
+
+    def exchange(
+        self, request: HttpRequest, clock: Clock, deadline_s: float, idle_s: float
+    ) -> RawExchange:
+        return RawExchange(
+            self.pool, self.serialise(request), clock, deadline_s, idle_s, request.end_marker
+        )
+
+    async def warm(self, connections: int, probe_target: str) -> None:
+        await self.pool.warm(connections, self.connect_timeout_s)
+
+    async def aclose(self) -> None:
+        self.pool.close()
 
 
 class RawExchange:
-    """One request/response on a pooled connection: `send()`, `head()`, then `body()`.
+    """One request/response on a pooled connection: `open()`, `head()`, then `body()`.
 
     Timeouts (loop time): before the head, only the deadline (-> phase `headers`); after it, the
     idle gap between reads (-> `idle`) and the deadline (-> `deadline`). `close()` always.
     """
 
     def __init__(
-        self, pool: RawPool, data: bytes, clock: Clock, deadline_s: float, idle_s: float
+        self,
+        pool: RawPool,
+        data: bytes,
+        clock: Clock,
+        deadline_s: float,
+        idle_s: float,
+        end_marker: bytes | None = None,
     ) -> None:
         self.pool = pool
+        self.end_marker = end_marker or NO_MARKER
+        self._head: ResponseHead | None = None
         self.data = data
         self.clock = clock
         self.loop = pool.loop
@@ -56,6 +143,23 @@ class RawExchange:
         self.connect_ns = -1  # set-up of the connection this exchange opened (-1: reused)
         self.resent = 0
         self.server_idle_s: float | None = None  # the response's `Keep-Alive: timeout=`
+
+    async def open(self) -> AsyncIterator[Sent]:
+        """Send; yield the send; wait for the head. A kept-alive connection that ends before its
+        first byte (StaleConnection) gets the request once more on a new one, yielded too."""
+        yield Sent(await self.send(), self.connect_ns)
+        try:
+            self._head = await self._read_head()
+        except StaleConnection as e:
+            # the connection was dead before any byte came back: not the server's failure to
+            # answer this request, which is sent once more on a new connection
+            seen = e.t_ns or self.clock()
+            yield Sent(await self.resend(), self.connect_ns, e.detail, seen)
+            self._head = await self._read_head()
+
+    def head(self) -> ResponseHead:
+        assert self._head is not None, "open() first"
+        return self._head
 
     async def send(self, fresh: bool = False) -> int:
         """Acquire a connection (a new one if `fresh`), write the request; the send time (ns):
@@ -132,7 +236,7 @@ class RawExchange:
             conn.waiter = w
             await w
 
-    async def head(self) -> ResponseHead:
+    async def _read_head(self) -> ResponseHead:
         """Wait for the status line and headers (1xx interim responses are skipped). Raises
         StaleConnection when a connection taken from the idle pool ends before its first byte
         (once per exchange: see `resend`)."""
@@ -177,6 +281,7 @@ class RawExchange:
         else:
             self.framing = 2
         conn.batch = conn.sock is not None and self.framing == 1  # see rawpool.BATCH_WAKE_S
+        conn.end_marker = self.end_marker
         ka = keep_alive(head.version, h)
         self.reusable = ka.persistent and self.framing != 2
         self.server_idle_s = ka.timeout_s

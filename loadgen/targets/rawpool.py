@@ -45,6 +45,7 @@ QUICK_CLOSE_S = 0.25
 LEARN_QUICK_CLOSES = 2
 IDLE_TIMEOUT_SHARE = 0.8  # of a server's seen (or announced) idle timeout, used as our expiry
 IDLE, BUSY, DEAD = 0, 1, 2
+NO_MARKER = b"0\r\n\r\n"  # without an API marker, only the chunked body's end wakes at once
 
 
 def _no_clock() -> int:
@@ -73,6 +74,9 @@ class Conn(asyncio.Protocol):
         self.reading_paused = False
         self.drain: asyncio.Future[None] | None = None
         self.batch = False  # wake the consumer in batches (kernel-stamped streaming body)
+        # bytes that may end the API's stream (the framing layer's, e.g. b"[DONE]"): a read with
+        # them wakes the consumer at once even when batching
+        self.end_marker = NO_MARKER
         self.fd = -1
         self.uses = 0  # responses completed on this connection
         self.expires_at = 0.0  # loop time after which it is not reused
@@ -100,7 +104,7 @@ class Conn(asyncio.Protocol):
         self.last_read = self.time()
         w = self.waiter
         if w is not None:
-            if self.batch and b"[DONE]" not in data and not data.endswith(b"0\r\n\r\n"):
+            if self.batch and self.end_marker not in data and not data.endswith(b"0\r\n\r\n"):
                 self.pool.defer(self)
             else:
                 self.waiter = None
@@ -366,6 +370,7 @@ class RawPool:
         conn.clock = _no_clock
         conn.waiter = None
         conn.batch = False
+        conn.end_marker = NO_MARKER
         if reusable:
             if conn.uses > 0:
                 self.reuse_worked += 1
