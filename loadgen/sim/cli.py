@@ -59,6 +59,22 @@ def _stall(text: str | None) -> tuple[float, float] | tuple[None, None]:
     help="End each stream with llama.cpp's `timings` object.",
 )
 @click.option(
+    "--protocol",
+    type=click.Choice(
+        [
+            "all",
+            "openai",
+            "openai-responses",
+            "ollama",
+            "tgi-generate",
+            "llamacpp-completion",
+            "triton-generate",
+        ]
+    ),
+    help="Answer only this API's completion route (others 404); the printed base URL is the "
+    "one a spec needs for it [all: every route, /v1 printed].",
+)
+@click.option(
     "--timer-spin-us",
     type=float,
     help="Wake this early before each due time for sub-ms precision (default 1000; 0: ms).",
@@ -85,12 +101,15 @@ def sim(
     keepalive_header: str | None,
     idle_close_s: float | None,
     report_timings: bool | None,
+    protocol: str | None,
     timer_spin_us: float | None,
 ) -> None:
     """Run the simulated OpenAI-compatible engine until SIGINT/SIGTERM.
 
     \b
-    Serves POST /v1/chat/completions and /v1/completions (stream true or false), GET /v1/models,
+    Serves POST /v1/chat/completions and /v1/completions (stream true or false), the other
+    APIs' routes (/v1/responses, Ollama /api/chat and /api/generate, TGI /generate_stream and
+    /generate, llama.cpp /completion, Triton /v2/models/M/generate_stream), GET /v1/models,
     /health and /metrics (Prometheus, peakload_sim:*). Prompt tokens = whitespace-separated
     words of the prompt text; output = one pseudo-word per token (some multi-byte UTF-8).
     Force faults per request with the header `x-peakload-sim-fault: KIND[:ARG][, ...]`;
@@ -121,6 +140,7 @@ def sim(
             "keepalive_header": keepalive_header,
             "idle_close_s": idle_close_s,
             "report_timings": report_timings,
+            "protocol": protocol,
             "faults": [parse_fault_rule(f) for f in faults],
         }
         cfg = load_config(preset, config_file, overrides)

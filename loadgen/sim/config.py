@@ -137,6 +137,9 @@ class SimConfig(BaseModel):
     keepalive_header: str = Field(default="", pattern=r"^[\x20-\x7e]*$")
     idle_close_s: float = Field(default=0.0, ge=0.0)  # close connections idle this long (0: never)
     report_timings: bool = False  # llama.cpp's `timings` object closing each stream
+    # which wire API the completion routes speak ("all": every one, each at its own path)
+    protocol: Literal["all", "openai", "openai-responses", "ollama", "tgi-generate",
+                      "llamacpp-completion", "triton-generate"] = "all"  # fmt: skip
     stall_every_s: float = Field(default=0.0, ge=0.0)
     stall_for_s: float = Field(default=0.0, ge=0.0)
     faults: list[FaultRule] = Field(default_factory=list)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from loadgen.sim import text
+from loadgen.sim import protocols, text
 from loadgen.sim.config import FaultKind, SimConfig
 from loadgen.sim.engine import BatchEngine, FixedEngine, Scheduler, make_engine
 from loadgen.sim.faults import FAULT_HEADER, RateBudget, choose_faults
@@ -25,7 +25,6 @@ from loadgen.sim.truth import TruthLog
 
 REQUEST_ID_HEADER = "x-peakload-request-id"
 GC_GEN0_THRESHOLD = 20_000
-COMPLETION_PATHS = {"/v1/chat/completions": True, "/v1/completions": False}
 HTML_PAGE = (
     "<html><head><title>{status} Error</title></head><body><center><h1>{status} Error</h1>"
     "</center><hr><center>nginx</center></body></html>"
@@ -201,28 +200,35 @@ class Connection(asyncio.Protocol):
     def _dispatch(self, req: Request) -> None:
         if self.state.cfg.close_after == "response":
             req.keep_alive = False  # `Connection: close` on the answer, then close
-        chat = COMPLETION_PATHS.get(req.path)
-        if chat is not None:
+        api = protocols.route(req.path)
+        if api is not None and protocols.served(self.state.cfg.protocol, api):
             if req.method != "POST":
                 self._reply_json(405, _err(f"{req.path} takes POST"), req.keep_alive)
                 return
-            self._completion(req, chat)
+            self._completion(req, api)
         elif req.path == "/health":
             self._reply_json(200, {"status": "ok"}, req.keep_alive)
         elif req.path == "/v1/models":
             model = {"id": self.state.cfg.model, "object": "model", "created": 0}
             model["owned_by"] = "peakload-sim"
             self._reply_json(200, {"object": "list", "data": [model]}, req.keep_alive)
+        elif req.path in ("/api/tags", "/info") or (
+            req.path.startswith("/v2/models/") and req.path.endswith("/ready")
+        ):  # the native APIs' model list / info / readiness
+            model = {"name": self.state.cfg.model, "model": self.state.cfg.model}
+            self._reply_json(200, {"models": [model], "model_id": model["name"]}, req.keep_alive)
         elif req.path == "/metrics":
             self._reply(200, "text/plain; version=0.0.4", self.state.metrics(), req.keep_alive)
         else:
             self._reply_json(404, _err(f"no route {req.method} {req.path}"), req.keep_alive)
 
-    def _completion(self, req: Request, chat: bool) -> None:
+    def _completion(self, req: Request, api: str) -> None:
         st = self.state
         st.requests_seen += 1
         rid = req.headers.get(REQUEST_ID_HEADER) or f"sim-{st.cfg.seed}-{st.requests_seen}"
+        chat = protocols.is_chat(api)
         plan = Plan(rid, req.path, chat, False, False, 0, 0, req.keep_alive, req.headers_ns, 0)
+        plan.api = api
         plan.request_ns = req.received_ns
         reject: tuple[int, bytes, dict[str, str], str] | None = None
         labels: list[str] = []
@@ -265,22 +271,29 @@ def _fill_plan(plan: Plan, raw: bytes, cfg: SimConfig) -> None:
         raise text.BadRequest(f"request body is not valid JSON: {e}") from None
     if not isinstance(body, dict):
         raise text.BadRequest("request body must be a JSON object")
-    stream = body.get("stream", False)
+    if plan.api in ("openai-chat", "openai-completions"):
+        stream = body.get("stream", False)
+        mt = body.get("max_completion_tokens", body.get("max_tokens", cfg.default_max_tokens))
+        opts = body.get("stream_options") or {}
+        if not isinstance(opts, dict):
+            raise text.BadRequest("'stream_options' must be an object")
+        include_usage = bool(opts.get("include_usage", False))
+        count = text.chat_prompt_tokens if plan.chat else text.completion_prompt_tokens
+        prompt_tokens = count(body)
+    else:
+        f = protocols.request_fields(plan.api, body, plan.path, cfg.default_max_tokens)
+        stream, mt, include_usage = f["stream"], f["max_tokens"], f["include_usage"]
+        prompt_tokens = f["prompt_tokens"]
     if not isinstance(stream, bool):
         raise text.BadRequest("'stream' must be true or false")
-    mt = body.get("max_completion_tokens", body.get("max_tokens", cfg.default_max_tokens))
     if mt is None:
         mt = cfg.default_max_tokens
     if isinstance(mt, bool) or not isinstance(mt, int) or not 1 <= mt <= cfg.max_tokens_limit:
         raise text.BadRequest(f"'max_tokens' must be an integer in 1..{cfg.max_tokens_limit}")
-    opts = body.get("stream_options") or {}
-    if not isinstance(opts, dict):
-        raise text.BadRequest("'stream_options' must be an object")
     plan.stream = stream
-    plan.include_usage = bool(opts.get("include_usage", False))
+    plan.include_usage = include_usage
     plan.max_tokens = mt
-    count = text.chat_prompt_tokens if plan.chat else text.completion_prompt_tokens
-    plan.prompt_tokens = count(body)
+    plan.prompt_tokens = prompt_tokens
 
 
 def _err(message: str, code: int = 0) -> dict[str, Any]:
@@ -300,8 +313,8 @@ def _status_reply(status: int, retry_after_s: float | None) -> Reject:
     return status, json.dumps(body).encode(), extra, "http_error"
 
 
-def base_url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}/v1" if ":" in host else f"http://{host}:{port}/v1"
+def base_url(host: str, port: int, path: str = "/v1") -> str:
+    return f"http://[{host}]:{port}{path}" if ":" in host else f"http://{host}:{port}{path}"
 
 
 async def serve(
@@ -325,7 +338,7 @@ async def serve(
     try:
         bound = server.sockets[0].getsockname()[1]
         if ready is not None:
-            ready(base_url(host, bound))
+            ready(base_url(host, bound, protocols.base_path(config.protocol)))
         await (stop.wait() if stop is not None else asyncio.Event().wait())
     finally:
         server.close()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from loadgen.sim import text
+from loadgen.sim import protocols, text
 from loadgen.sim.config import FaultKind
 from loadgen.sim.faults import Faults, describe
 from loadgen.sim.http import LAST_CHUNK, chunk, response_head
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from loadgen.sim.server import SimState
 
-SSE_TYPE = "text/event-stream; charset=utf-8"
+SSE_TYPE = text.SSE_TYPE
 _LINGER_RST = struct.pack("ii", 1, 0)
 
 
@@ -41,6 +41,7 @@ class Plan:
     keep_alive: bool
     headers_ns: int
     request_ns: int
+    api: str = "openai-chat"  # which wire API (loadgen.sim.protocols.route)
 
 
 class Completion:
@@ -85,11 +86,12 @@ class Completion:
                 self.fault_end = kind
                 self.fault_at = min(int(_arg(faults, kind, 3)), plan.max_tokens)
         self.offset = text.word_offset(cfg.seed, plan.request_id)
-        self.fmt = text.EventFormat(plan.chat, plan.request_id, cfg.model, cfg.reasoning_field)
+        self.fmt = protocols.make_format(plan.api, plan.request_id, cfg.model, cfg.reasoning_field)
         self.generated = 0
         self.finished = False
         self._plain = (
             self.streaming
+            and self.fmt.plain
             and self.k == 1
             and self.per_write == 1
             and self.reasoning == 0
@@ -146,13 +148,14 @@ class Completion:
             return
         head = response_head(
             200,
-            SSE_TYPE,
+            self.fmt.stream_type,
             length=None,
             keep_alive=self.plan.keep_alive,
             keepalive_header=self.state.cfg.keepalive_header,
             extra={"x-peakload-request-id": self.plan.request_id},
         )
-        first = chunk(self.fmt.role_event()) if self.plan.chat else b""
+        role = self.fmt.role_event() if self.plan.chat else b""
+        first = chunk(role) if role else b""
         self.t.write(head + first)
         self.response_headers_ns = time.perf_counter_ns()
         if self.fault_end is not None and self.fault_at == 0:
@@ -244,43 +247,52 @@ class Completion:
 
     # ---- endings -----------------------------------------------------------------------------
     def _finish_stream(self, due_ns: int) -> None:
-        tail = self.fmt.finish_event("tool_calls" if self.tool else "length")
-        if self.plan.include_usage:
-            reasoning = self.reasoning if self.reasoning else None
-            tail += self.fmt.usage_event(self.prompt_tokens, self.generated, reasoning)
-        if self.state.cfg.report_timings:
+        timings = None
+        if self.state.cfg.report_timings or self.fmt.reports_timings:
             now = time.perf_counter_ns()
             first = self.chunk_ns[0] if self.chunk_ns else now
-            tail += self.fmt.timings_event(
-                text.llamacpp_timings(
-                    self.prompt_tokens, self.plan.request_ns, first, now, self.generated
-                )
+            timings = text.llamacpp_timings(
+                self.prompt_tokens, self.plan.request_ns, first, now, self.generated
             )
-        if not self.no_done:
-            tail += text.DONE_EVENT
+        tail = self.fmt.tail(
+            "tool_calls" if self.tool else "length",
+            self.prompt_tokens,
+            self.generated,
+            self.reasoning if self.reasoning else None,
+            self.plan.include_usage,
+            timings,
+            not self.no_done,
+            text.output_text(self.offset, self.reasoning, self.generated),
+        )
         self._write_events(due_ns, tail, final=True)
         self._finish("no_done" if self.no_done else "ok", self.plan.keep_alive)
 
     def _finish_non_stream(self, due_ns: int) -> None:
         r = self.reasoning if self.plan.chat else 0
-        body = text.completion_body(
-            self.plan.chat,
-            self.plan.request_id,
-            self.state.cfg.model,
+        now = time.perf_counter_ns()
+        timings = None
+        if self.state.cfg.report_timings or self.fmt.reports_timings:
+            timings = text.llamacpp_timings(
+                self.prompt_tokens, self.plan.request_ns, now, now, self.max_tokens
+            )
+        body = self.fmt.body(
             text.output_text(self.offset, r, self.max_tokens),
             text.output_text(self.offset, 0, r) if r else None,
             self.state.cfg.reasoning_field,
             self.prompt_tokens,
             self.max_tokens,
-            "length",
+            timings,
         )
+        extra = {"x-peakload-request-id": self.plan.request_id}
+        elapsed_ms = max(now - self.plan.request_ns, 0) / 1e6
+        extra.update(self.fmt.body_headers(self.prompt_tokens, self.max_tokens, elapsed_ms))
         head = response_head(
             200,
             "application/json",
             length=len(body),
             keep_alive=self.plan.keep_alive,
             keepalive_header=self.state.cfg.keepalive_header,
-            extra={"x-peakload-request-id": self.plan.request_id},
+            extra=extra,
         )
         self._send(head + body, self.max_tokens, due_ns)
         self.response_headers_ns = self.chunk_ns[-1]
@@ -294,8 +306,8 @@ class Completion:
                 self.status = 500
                 self._finish("http_error", self.plan.keep_alive)
                 return
-            tail = text.error_event(f"simulated engine error after {self.generated} tokens")
-            self._write_events(due_ns, tail + text.DONE_EVENT, final=True)
+            tail = self.fmt.error(f"simulated engine error after {self.generated} tokens")
+            self._write_events(due_ns, tail + self.fmt.done_event(), final=True)
             self._finish("error_event", self.plan.keep_alive)
             return
         if self._events:  # reset: deliver what is complete, then RST
@@ -360,11 +372,13 @@ class Completion:
         for i in range(self.max_tokens):
             body += fmt.content_event(text.token_bytes(self.offset, i, i > 0), "content")
             self._trickle_ends[len(body)] = 1
-        body += fmt.finish_event("length") + text.DONE_EVENT
+        full = text.output_text(self.offset, 0, self.max_tokens)
+        n = self.max_tokens
+        body += fmt.tail("length", self.prompt_tokens, n, None, False, None, True, full)
         self._trickle_body = body
         head = response_head(
             200,
-            SSE_TYPE,
+            fmt.stream_type,
             length=None,
             keep_alive=self.plan.keep_alive,
             keepalive_header=self.state.cfg.keepalive_header,

@@ -98,8 +98,16 @@ def _quoted(s: str) -> str:
     return json.dumps(s)
 
 
+SSE_TYPE = "text/event-stream; charset=utf-8"
+
+
 class EventFormat:
-    """Pre-encoded pieces of one response's SSE events (chat or text completion)."""
+    """Pre-encoded pieces of one response's SSE events (chat or text completion). The other
+    APIs' formats (loadgen.sim.protocols) offer the same methods."""
+
+    stream_type = SSE_TYPE
+    plain = True  # one token = `content_pre + word + content_post` (the stream's hot path)
+    reports_timings = False  # timings at the end even without `report_timings`
 
     def __init__(self, chat: bool, request_id: str, model: str, reasoning_field: str) -> None:
         self.chat = chat
@@ -109,6 +117,7 @@ class EventFormat:
         mod = _quoted(model)
         self.head = f'{{"id":{rid},"object":"{obj}","created":{created},"model":{mod},'
         self.request_id = request_id
+        self.model = model
         if chat:
             pre = self.head + '"choices":[{"index":0,"delta":{'
             self.content_pre = ("data: " + pre + '"content":"').encode()
@@ -149,6 +158,56 @@ class EventFormat:
     def timings_event(self, timings: dict[str, Any]) -> bytes:
         """llama.cpp's closing `timings` object, in a chunk of its own."""
         return self._event(f'"choices":[],"timings":{json.dumps(timings)}}}')
+
+    def tail(
+        self,
+        reason: str,
+        prompt: int,
+        generated: int,
+        reasoning: int | None,
+        include_usage: bool,
+        timings: dict[str, Any] | None,
+        done: bool,
+        full_text: str,
+    ) -> bytes:
+        """Everything after the last token: finish, usage, timings, the end marker."""
+        out = self.finish_event(reason)
+        if include_usage:
+            out += self.usage_event(prompt, generated, reasoning)
+        if timings is not None:
+            out += self.timings_event(timings)
+        return out + DONE_EVENT if done else out
+
+    def done_event(self) -> bytes:
+        return DONE_EVENT
+
+    def error(self, message: str) -> bytes:
+        return error_event(message)
+
+    def body(
+        self,
+        text_out: str,
+        reasoning: str | None,
+        reasoning_field: str,
+        prompt: int,
+        completion: int,
+        timings: dict[str, Any] | None,
+    ) -> bytes:
+        """A whole non-streaming response."""
+        return completion_body(
+            self.chat,
+            self.request_id,
+            self.model,
+            text_out,
+            reasoning,
+            reasoning_field,
+            prompt,
+            completion,
+            "length",
+        )
+
+    def body_headers(self, prompt: int, completion: int, elapsed_ms: float) -> dict[str, str]:
+        return {}
 
     def _choice(self, fields: dict[str, Any], finish_reason: str | None = None) -> bytes:
         choice = {"index": 0, **fields, "logprobs": None, "finish_reason": finish_reason}

@@ -57,6 +57,20 @@ def parse_llamacpp_timings(obj: Any) -> ServerTimings | None:
     )
 
 
+def parse_provider_times(obj: dict[str, Any], base: ServerTimings | None) -> ServerTimings:
+    """`queue_time`, `prompt_time`, `completion_time` (seconds) as hosted APIs report them."""
+    t = base if base is not None else ServerTimings()
+    for key, attr in (("queue_time", "queue_ms"), ("prompt_time", "prefill_ms"),
+                      ("completion_time", "decode_ms")):  # fmt: skip
+        v = _float_or_none(obj.get(key))
+        if v is not None:
+            setattr(t, attr, v * 1000.0)
+    n = _int_or_none(obj.get("completion_tokens"))
+    if n is not None:
+        t.decode_tokens = n
+    return t
+
+
 def _int_or_none(v: Any) -> int | None:
     return v if type(v) is int else None
 
@@ -143,13 +157,40 @@ class OpenAIStreamDecoder:
         usage = obj.get("usage")
         timings = obj.get("timings")
         if usage or timings:
+            if "time_info" in obj and isinstance(obj["time_info"], dict):
+                self.timings = parse_provider_times(obj["time_info"], self.timings)
             self._usage_event(usage, timings, t_ns, out)
+        elif "x_groq" in obj or "time_info" in obj:
+            self._provider_usage(obj, t_ns, out)
+
+    def _provider_usage(self, obj: dict[str, Any], t_ns: int, out: list[StreamEvent]) -> None:
+        """Groq's `x_groq.usage` (counts and queue/prompt/completion times, s) and Cerebras's
+        `time_info` (the same times): the server's own account, on the USAGE event."""
+        xg = obj.get("x_groq")
+        src = xg.get("usage") if isinstance(xg, dict) else obj.get("time_info")
+        if not isinstance(src, dict):
+            return
+        self.timings = parse_provider_times(src, self.timings)
+        u = parse_usage(src) if "prompt_tokens" in src else self.usage
+        u = u if u is not None else Usage()
+        u.server = self.timings
+        self.usage = u
+        out.append(StreamEvent(_USAGE, t_ns, usage=u))
+
+    def _times(self, usage: Any) -> dict[str, Any] | None:
+        """Provider times beside a usage block: in it (Groq's), or not at all here."""
+        if isinstance(usage, dict) and "queue_time" in usage:
+            return usage
+        return None
 
     def _usage_event(self, usage: Any, timings: Any, t_ns: int, out: list[StreamEvent]) -> None:
         """USAGE carrying the latest usage counts and the server's timings, merged (the runner
         keeps the last USAGE event; the two may come in different chunks, in either order)."""
         if timings:
             self.timings = parse_llamacpp_timings(timings)
+        info = self._times(usage)
+        if info is not None:
+            self.timings = parse_provider_times(info, self.timings)
         u = parse_usage(usage) if usage else self.usage
         if u is None:
             u = Usage()
