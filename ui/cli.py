@@ -37,6 +37,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "presets_command",
         "Engine and provider presets: protocol, URL, key, metrics, prices.",
     ),
+    "probe": (
+        "ui.commands.probe",
+        "probe_command",
+        "Which request parameters a target honours, ignores or rejects.",
+    ),
     "report": ("ui.commands.report", "report_command", "Report on a run: HTML, JSON, figures."),
     "run": ("ui.commands.run", "run_command", "Run a spec in this process and store everything."),
     "runs": ("ui.commands.runs", "runs_command", "List stored runs, newest first."),

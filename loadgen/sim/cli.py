@@ -12,6 +12,14 @@ import click
 
 from loadgen.errors import SpecError
 from loadgen.sim.config import PRESETS, load_config, parse_fault_rule
+from loadgen.sim.params import PARAMS, Mode, parse_param
+
+
+def _params(specs: tuple[str, ...]) -> list[tuple[str, Mode]]:
+    try:
+        return [parse_param(p) for p in specs]
+    except ValueError as e:
+        raise SpecError(str(e), "--param") from None
 
 
 def _stall(text: str | None) -> tuple[float, float] | tuple[None, None]:
@@ -59,6 +67,13 @@ def _stall(text: str | None) -> tuple[float, float] | tuple[None, None]:
     help="End each stream with llama.cpp's `timings` object.",
 )
 @click.option(
+    "--param",
+    "param_modes",
+    multiple=True,
+    help="NAME=reject|ignore|honour: what the sim does with a request parameter (repeatable; "
+    "for `peakload probe`). Names: " + ", ".join(PARAMS) + ".",
+)
+@click.option(
     "--protocol",
     type=click.Choice(
         [
@@ -101,6 +116,7 @@ def sim(
     keepalive_header: str | None,
     idle_close_s: float | None,
     report_timings: bool | None,
+    param_modes: tuple[str, ...],
     protocol: str | None,
     timer_spin_us: float | None,
 ) -> None:
@@ -141,6 +157,7 @@ def sim(
             "idle_close_s": idle_close_s,
             "report_timings": report_timings,
             "protocol": protocol,
+            "params": dict(_params(param_modes)) if param_modes else None,
             "faults": [parse_fault_rule(f) for f in faults],
         }
         cfg = load_config(preset, config_file, overrides)

@@ -137,6 +137,8 @@ class SimConfig(BaseModel):
     keepalive_header: str = Field(default="", pattern=r"^[\x20-\x7e]*$")
     idle_close_s: float = Field(default=0.0, ge=0.0)  # close connections idle this long (0: never)
     report_timings: bool = False  # llama.cpp's `timings` object closing each stream
+    # per request parameter: "reject" (400), "ignore" or "honour" (loadgen.sim.params)
+    params: dict[str, Literal["reject", "ignore", "honour"]] = Field(default_factory=dict)
     # which wire API the completion routes speak ("all": every one, each at its own path)
     protocol: Literal["all", "openai", "openai-responses", "ollama", "tgi-generate",
                       "llamacpp-completion", "triton-generate"] = "all"  # fmt: skip

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from loadgen.sim import protocols, text
+from loadgen.sim import params, protocols, text
 from loadgen.sim.config import FaultKind, SimConfig
 from loadgen.sim.engine import BatchEngine, FixedEngine, Scheduler, make_engine
 from loadgen.sim.faults import FAULT_HEADER, RateBudget, choose_faults
@@ -280,6 +280,11 @@ def _fill_plan(plan: Plan, raw: bytes, cfg: SimConfig) -> None:
         include_usage = bool(opts.get("include_usage", False))
         count = text.chat_prompt_tokens if plan.chat else text.completion_prompt_tokens
         prompt_tokens = count(body)
+        plan.effects = params.check(cfg.params, body)
+        if params.mode_of(cfg.params, "stream") == "ignore":
+            stream = False
+        if params.mode_of(cfg.params, "include_usage") == "ignore":
+            include_usage = False
     else:
         f = protocols.request_fields(plan.api, body, plan.path, cfg.default_max_tokens)
         stream, mt, include_usage = f["stream"], f["max_tokens"], f["include_usage"]
@@ -292,7 +297,7 @@ def _fill_plan(plan: Plan, raw: bytes, cfg: SimConfig) -> None:
         raise text.BadRequest(f"'max_tokens' must be an integer in 1..{cfg.max_tokens_limit}")
     plan.stream = stream
     plan.include_usage = include_usage
-    plan.max_tokens = mt
+    plan.max_tokens = min(params.plan_tokens(plan.effects, cfg.params, mt), cfg.max_tokens_limit)
     plan.prompt_tokens = prompt_tokens
 
 

@@ -10,10 +10,10 @@ import socket
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from loadgen.sim import protocols, text
+from loadgen.sim import params, protocols, text
 from loadgen.sim.config import FaultKind
 from loadgen.sim.faults import Faults, describe
 from loadgen.sim.http import LAST_CHUNK, chunk, response_head
@@ -42,6 +42,7 @@ class Plan:
     headers_ns: int
     request_ns: int
     api: str = "openai-chat"  # which wire API (loadgen.sim.protocols.route)
+    effects: dict[str, Any] = field(default_factory=dict)  # honoured parameters (sim.params)
 
 
 class Completion:
@@ -85,7 +86,9 @@ class Completion:
             if kind in faults:
                 self.fault_end = kind
                 self.fault_at = min(int(_arg(faults, kind, 3)), plan.max_tokens)
-        self.offset = text.word_offset(cfg.seed, plan.request_id)
+        seed = plan.effects.get("seed")
+        same = f"seed={seed}" if type(seed) is int else plan.request_id  # honoured seed: same text
+        self.offset = text.word_offset(cfg.seed, same)
         self.fmt = protocols.make_format(plan.api, plan.request_id, cfg.model, cfg.reasoning_field)
         self.generated = 0
         self.finished = False
@@ -283,6 +286,8 @@ class Completion:
             self.max_tokens,
             timings,
         )
+        if self.plan.effects and self.plan.api in ("openai-chat", "openai-completions"):
+            body = params.apply(self.plan.effects, body)
         extra = {"x-peakload-request-id": self.plan.request_id}
         elapsed_ms = max(now - self.plan.request_ns, 0) / 1e6
         extra.update(self.fmt.body_headers(self.prompt_tokens, self.max_tokens, elapsed_ms))

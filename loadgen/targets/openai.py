@@ -153,6 +153,16 @@ class OpenAITarget:
         """Origin-form request target of an API path (relative to the base URL's path)."""
         return f"{self._root}{path}{self._query}"
 
+    def request_parts(self, streaming: bool) -> tuple[str, dict[str, str]]:
+        """The URL (key included when it rides in the query) and headers (auth included) of a
+        request: for the probe, which reads whole answers with a plain HTTP client."""
+        base = urlsplit(self.spec.base_url)
+        return f"{base.scheme}://{base.netloc}{self._paths[streaming]}", dict(self._headers)
+
+    def scrub(self, text: str) -> str:
+        """`text` without the key (a server may echo our headers or URL)."""
+        return text.replace(self._secret, "[redacted]") if self._secret else text
+
     @property
     def _pool(self) -> RawPool | None:
         """The raw transport's pool (tests and diagnostics), None for httpx."""
