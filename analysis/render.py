@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from analysis.probe import probe_rows
 from analysis.render_server import cost_html, regions_html, server_fig, server_html
 from analysis.summary import CLIENT_VS_SERVER, client_vs_server_rows, connection_cell, search_line
 
@@ -459,6 +460,12 @@ def render_html(report: Mapping[str, Any]) -> str:
                 flag_rows,
                 ["shard", "region", "state", "valid", "clock ± ms", "start skew ms", "reasons"],
             )
+        )
+    probe = report.get("probe")
+    if probe:
+        parts.append(
+            f"<h2>Parameter probe ({html.escape(str(probe.get('probed_at', '')))})</h2>"
+            + _table(probe_rows(probe), ["parameter", "verdict", "detail"])
         )
     parts.append("</body></html>")
     return "".join(parts)

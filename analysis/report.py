@@ -21,6 +21,7 @@ from analysis import metrics as m
 from analysis import percentiles as pc
 from analysis import regions as rg
 from analysis import server_metrics as srv
+from analysis.probe import load_probe
 from analysis.summary import level_summary
 
 REPORT_VERSION = 1
@@ -232,4 +233,5 @@ def build_report(
             "sla_reason": judged.reason if judged else None,
         }
     )
+    out["probe"] = load_probe(conn, run_id)  # the target's handling of the run's parameters
     return out

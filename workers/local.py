@@ -40,6 +40,7 @@ from workers.server_metrics import MetricsRecorder
 from workers.store import runs as store_runs
 from workers.store.connect import connect_store
 from workers.store.connect import database_url as default_database_url
+from workers.store.probes import save_probe
 from workers.store.runs import level_row
 from workers.store.writer import StoreWriter
 
@@ -79,10 +80,12 @@ def run_local(
     on_tick: Callable[[Tick], None] | None = None,
     on_started: Callable[[str], None] | None = None,
     schedule_name: str | None = None,
+    probe_result: dict[str, Any] | None = None,
 ) -> LocalRun:
     """Run `spec` in this process and store everything. Raises PeakloadError subclasses for
     bad input (inputs, capacity, policy, preflight, store) before anything is written, and
-    RunFailed for a failure after the run row exists (the row then says `failed`, and why)."""
+    RunFailed for a failure after the run row exists (the row then says `failed`, and why).
+    `probe_result` (a parameter probe, workers.param_probe) is stored with the run."""
     hosted.guard(spec)  # over a provider's limits or max_cost_usd: refused before any work
     run_id = str(uuid.uuid4())
     plans = with_fraction_offsets(plan_run(spec, run_id))
@@ -100,7 +103,7 @@ def run_local(
             allowlist=policy.allowlist,
         )
     return run_measurement(
-        _run(spec, run_id, plans, database_url, on_tick, on_started, schedule_name)
+        _run(spec, run_id, plans, database_url, on_tick, on_started, schedule_name, probe_result)
     )
 
 
@@ -112,6 +115,7 @@ async def _run(
     on_tick: Callable[[Tick], None] | None,
     on_started: Callable[[str], None] | None,
     schedule_name: str | None,
+    probe_result: dict[str, Any] | None = None,
 ) -> LocalRun:
     # one pacer for the process: the shards of a local run share the provider's limits
     pacer = paced_by(spec, 1.0)
@@ -131,6 +135,8 @@ async def _run(
         store_runs.create_run(
             conn, run_id, spec, mode="local", schedule_name=schedule_name, owner=owner_id()
         )
+        if probe_result is not None:
+            save_probe(conn, run_id, probe_result)
         abort = asyncio.Event()
         loop = asyncio.get_running_loop()
 

@@ -13,9 +13,11 @@ from typing import Any
 
 import click
 import psycopg
+from rich.table import Table
 
 from analysis import figures, render, sla
 from analysis.exitcodes import Exit
+from analysis.probe import probe_rows
 from analysis.report import build_report
 from analysis.summary import render_client_vs_server_table, render_summary_table
 from loadgen.errors import SpecError, StoreError
@@ -91,6 +93,13 @@ def report_command(
         console.print(f"[bold]where the time went[/]: {diag['sentence']}")
     if report["cost"]["basis"]:
         console.print(f"[bold]cost[/]: {cost_line(report['cost'])}")
+    if report.get("probe"):
+        table = Table(title=f"parameter probe ({report['probe'].get('probed_at', '')})")
+        for col in ("parameter", "verdict", "detail"):
+            table.add_column(col, overflow="fold")
+        for row in probe_rows(report["probe"]):
+            table.add_row(*(str(c) for c in row))
+        console.print(table)
     if claims is not None:
         print_verdict(
             {

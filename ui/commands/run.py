@@ -55,8 +55,17 @@ def execute(
     *,
     quiet: bool = False,
     database_url: str | None = None,
+    probe: bool = False,
 ) -> int:
-    """Run, store, summarise; returns the exit code (shared by `run` and `demo`)."""
+    """Run, store, summarise; returns the exit code (shared by `run` and `demo`). With `probe`,
+    the spec's request parameters are probed first and a rejected one refuses the run."""
+    probe_result = None
+    if probe:
+        from loadgen import hosted
+        from workers.param_probe import checked_probe
+
+        hosted.guard(spec)  # a run its provider's limits refuse sends not even the probe
+        probe_result = checked_probe(spec)
     total = planned_seconds(spec)
     seen: dict[str, int] = {"done": 0, "errors": 0, "in_flight": 0}
     with Progress(
@@ -89,7 +98,11 @@ def execute(
             progress.update(task, stats=f"run {run_id}")
 
         result: LocalRun = run_local(
-            spec, database_url=database_url, on_tick=on_tick, on_started=on_started
+            spec,
+            database_url=database_url,
+            on_tick=on_tick,
+            on_started=on_started,
+            probe_result=probe_result,
         )
     summary = summarize_run(result.run_id, database_url)
     summary["status"] = result.status
@@ -110,13 +123,14 @@ def execute(
     "--json", "json_out", type=click.Path(dir_okay=False), help="write the summary as JSON"
 )
 @click.option("--quiet", is_flag=True, help="no progress bar or table")
-def run_command(spec_path: str, json_out: str | None, quiet: bool) -> None:
+@click.option("--no-probe", is_flag=True, help="do not probe the spec's parameters first")
+def run_command(spec_path: str, json_out: str | None, quiet: bool, no_probe: bool) -> None:
     """Run SPEC in this process, store every record, print a table per load level."""
     console = terminal_console()
     try:
         spec = load_spec(spec_path)
         print_estimate(spec, console)
-        code = execute(spec, console, json_out, quiet=quiet)
+        code = execute(spec, console, json_out, quiet=quiet, probe=not no_probe)
     except RunFailed as exc:  # the run exists, marked failed with this reason
         click.echo(f"peakload run: {exc}", err=True)
         sys.exit(Exit.PARTIAL)

@@ -58,6 +58,7 @@ def _workers_option(values: tuple[str, ...]) -> dict[str, int] | None:
     help="seconds for every shard to check in before the run is aborted",
 )
 @click.option("--no-preflight", is_flag=True, help="skip the streaming check and calibration")
+@click.option("--no-probe", is_flag=True, help="do not probe the spec's parameters first")
 @click.option("--quiet", is_flag=True, help="no live table")
 def submit_command(
     spec_path: str,
@@ -66,6 +67,7 @@ def submit_command(
     workers: tuple[str, ...],
     ready_timeout: float,
     no_preflight: bool,
+    no_probe: bool,
     quiet: bool,
 ) -> None:
     """Run SPEC across the region workers (PEAKLOAD_REDIS_URL, PEAKLOAD_DATABASE_URL)."""
@@ -79,12 +81,23 @@ def submit_command(
         spec = load_spec(spec_path)
         print_estimate(spec, console)
         coord = Coordinator.from_env()
+        probe_result = None
+        if not no_probe:
+            from workers.param_probe import checked_probe
+
+            probe_result = checked_probe(spec)
         opts = SubmitOptions(
             workers_per_region=_workers_option(workers),
             ready_timeout_s=ready_timeout,
             preflight=not no_preflight,
         )
         launch = coord.submit(spec, opts)
+        if probe_result is not None:
+            from workers.store.connect import connect_store
+            from workers.store.probes import save_probe
+
+            with connect_store(coord.database_url, autocommit=True) as conn:
+                save_probe(conn, launch.run_id, probe_result)
         if not launch.started:
             click.echo(
                 f"peakload submit: run {launch.run_id} aborted before the start: {launch.reason}",

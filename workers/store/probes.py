@@ -1,0 +1,20 @@
+"""The `run_probes` table: one probe result per run (loadgen.targets.probe), written once the
+run exists (analysis.probe reads it back for the report)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+
+
+def save_probe(conn: psycopg.Connection[Any], run_id: str, result: dict[str, Any]) -> None:
+    conn.execute(
+        "INSERT INTO run_probes (run_id, probed_at, target, result) VALUES (%s, %s, %s, %s)"
+        " ON CONFLICT (run_id) DO UPDATE SET probed_at = EXCLUDED.probed_at,"
+        " target = EXCLUDED.target, result = EXCLUDED.result",
+        (run_id, result["probed_at"], result["target"], json.dumps(result)),
+    )
+    if not conn.autocommit:
+        conn.commit()
