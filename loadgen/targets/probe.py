@@ -351,25 +351,38 @@ async def check_tools(p: Prober) -> Verdict:
     return Verdict("tools", IGNORED, "tool_choice forced a call, but none came back")
 
 
+SCHEMA_CAP = 256  # room for the JSON to close: a cut answer says nothing about the schema
+
+
+def _cut(obj: dict[str, Any]) -> bool:
+    return _choice(obj).get("finish_reason") == "length"
+
+
 async def check_response_format(p: Prober) -> Verdict:
-    a = await p.post(p._body("Answer in JSON.", cap=64, response_format=RESPONSE_FORMAT))
+    body = p._body("Answer in JSON: what colour is the sky?", cap=SCHEMA_CAP, temperature=0.0)
+    body["response_format"] = RESPONSE_FORMAT
+    a = await p.post(body)
     if (v := _failed("response_format", a)) is not None:
         return v
     assert a.obj is not None
     if _schema_ok(_text(a.obj)):
         return Verdict("response_format", HONOURED, "the output matches the JSON schema")
+    if _cut(a.obj):
+        return Verdict("response_format", INCONCLUSIVE, f"cut at {SCHEMA_CAP} tokens")
     return Verdict("response_format", IGNORED, "the output breaks the JSON schema")
 
 
 async def check_tools_with_schema(p: Prober) -> Verdict:
-    body = p._body("What is the weather in Paris?", cap=64, tools=TOOLS, tool_choice="auto",
-                   response_format=RESPONSE_FORMAT)  # fmt: skip
+    body = p._body("What is the weather in Paris?", cap=SCHEMA_CAP, temperature=0.0)
+    body.update(tools=TOOLS, tool_choice="auto", response_format=RESPONSE_FORMAT)
     a = await p.post(body)
     if (v := _failed("tools_with_schema", a)) is not None:
         return v
     assert a.obj is not None
     if _tool_calls(a.obj) or _schema_ok(_text(a.obj)):
         return Verdict("tools_with_schema", HONOURED, "a tool call or schema-valid output")
+    if _cut(a.obj):
+        return Verdict("tools_with_schema", INCONCLUSIVE, f"cut at {SCHEMA_CAP} tokens")
     return Verdict("tools_with_schema", IGNORED, "neither a tool call nor schema-valid output")
 
 
