@@ -355,7 +355,8 @@ SCHEMA_CAP = 256  # room for the JSON to close: a cut answer says nothing about 
 
 
 def _cut(obj: dict[str, Any]) -> bool:
-    return _choice(obj).get("finish_reason") == "length"
+    """A JSON answer cut at the cap (prose that hit the cap broke the schema all the same)."""
+    return _choice(obj).get("finish_reason") == "length" and _text(obj).lstrip()[:1] == "{"
 
 
 async def check_response_format(p: Prober) -> Verdict:
