@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from loadgen.sim import params, protocols, text
+from loadgen.sim import formats, params, text
 from loadgen.sim.config import FaultKind
 from loadgen.sim.faults import Faults, describe
 from loadgen.sim.http import LAST_CHUNK, chunk, response_head
@@ -89,7 +89,7 @@ class Completion:
         seed = plan.effects.get("seed")
         same = f"seed={seed}" if type(seed) is int else plan.request_id  # honoured seed: same text
         self.offset = text.word_offset(cfg.seed, same)
-        self.fmt = protocols.make_format(plan.api, plan.request_id, cfg.model, cfg.reasoning_field)
+        self.fmt = formats.make_format(plan.api, plan.request_id, cfg.model, cfg.reasoning_field)
         self.generated = 0
         self.finished = False
         self._plain = (

@@ -28,7 +28,8 @@ from loadgen.targets.http_common import StreamTruncated, display_url, parse_retr
 from loadgen.targets.httpx_transport import HttpxTransport
 from loadgen.targets.openai_stream import body_summary
 from loadgen.targets.policy import TargetPolicy
-from loadgen.targets.rawhttp import DEFAULT_KEEPALIVE_EXPIRY_S, RawPool, RawTransport
+from loadgen.targets.rawhttp import DEFAULT_KEEPALIVE_EXPIRY_S, RawPool
+from loadgen.targets.rawtransport import RawTransport
 from loadgen.targets.sse import SSEParser
 from loadgen.targets.transport import Exchange, HttpRequest, Transport
 
@@ -334,9 +335,6 @@ class OpenAITarget:
 
     async def aclose(self) -> None:
         await self._transport.aclose()
-
-
-HttpTarget = OpenAITarget  # the name says what it is now: every HTTP API, not only OpenAI's
 
 
 def _end_name(api: Api) -> str:

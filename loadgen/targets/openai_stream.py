@@ -129,6 +129,7 @@ class OpenAIStreamDecoder:
             raise StreamProtocolError("event data has an unexpected shape", t_ns=t_ns) from None
 
     def _events(self, obj: dict[str, Any], t_ns: int, out: list[StreamEvent]) -> None:
+        before = len(out)
         choices = obj.get("choices")
         if choices:
             for choice in choices:  # n > 1: every choice's deltas, each marked with its index
@@ -160,7 +161,7 @@ class OpenAIStreamDecoder:
             if "time_info" in obj and isinstance(obj["time_info"], dict):
                 self.timings = parse_provider_times(obj["time_info"], self.timings)
             self._usage_event(usage, timings, t_ns, out)
-        elif "x_groq" in obj or "time_info" in obj:
+        elif len(out) == before and ("x_groq" in obj or "time_info" in obj):  # a closing chunk
             self._provider_usage(obj, t_ns, out)
 
     def _provider_usage(self, obj: dict[str, Any], t_ns: int, out: list[StreamEvent]) -> None:

@@ -1,13 +1,12 @@
-"""The raw HTTP/1.1 transport (loadgen.targets.transport): `RawTransport` serialises requests
-for one origin; `RawExchange` is one request/response on a pooled connection (see rawpool), with
-chunked and Content-Length bodies and one timer handle per request, rescheduled lazily (reads
-only note the loop time). Each body read keeps the stamp its bytes got on arrival.
+"""The raw HTTP/1.1 exchange (loadgen.targets.transport; `rawtransport` opens them): one
+request/response on a pooled connection (see rawpool), with chunked and Content-Length bodies
+and one timer handle per request, rescheduled lazily (reads only note the loop time). Each body
+read keeps the stamp its bytes got on arrival.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ssl
 from collections.abc import AsyncIterator
 
 from loadgen.errors import PhaseTimeout, StreamProtocolError, TransportError
@@ -28,80 +27,10 @@ from loadgen.targets.rawpool import (
     RawPool,
     Read,
 )
-from loadgen.targets.transport import HttpRequest, Sent
+from loadgen.targets.transport import Sent
 
 MAX_HEAD_BYTES = 64 * 1024
-__all__ = ["DEFAULT_KEEPALIVE_EXPIRY_S", "RawExchange", "RawPool", "RawTransport"]
-
-
-class RawTransport:
-    """Requests to one origin over a `RawPool`; the static part of each request head (request
-    line, host, the target's fixed headers) is serialised once per method and path."""
-
-    name = "raw"
-
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        host_header: str,
-        headers: dict[str, str],
-        *,
-        ssl_context: ssl.SSLContext | None,
-        max_connections: int,
-        connect_timeout_s: float,
-        keepalive_expiry_s: float = DEFAULT_KEEPALIVE_EXPIRY_S,
-    ) -> None:
-        self.pool = RawPool(
-            host,
-            port,
-            ssl_context=ssl_context,
-            max_connections=max_connections,
-            connect_timeout_s=connect_timeout_s,
-            keepalive_expiry_s=keepalive_expiry_s,
-        )
-        self.connect_timeout_s = connect_timeout_s
-        self._static = f"host: {host_header}\r\n" + "".join(
-            f"{k}: {v}\r\n" for k, v in headers.items()
-        )
-        self._prefixes: dict[tuple[str, str], bytes] = {}
-
-    @property
-    def reuse(self) -> bool:
-        return self.pool.reuse
-
-    @property
-    def stale(self) -> int:
-        return self.pool.stale
-
-    def serialise(self, request: HttpRequest) -> bytes:
-        """The request's bytes: head (ours, then the request's headers) and body."""
-        key = (request.method, request.target)
-        prefix = self._prefixes.get(key)
-        if prefix is None:
-            prefix = f"{request.method} {request.target} HTTP/1.1\r\n{self._static}".encode(
-                "latin-1"
-            )
-            self._prefixes[key] = prefix
-        extra = "".join(f"{k}: {v}\r\n" for k, v in request.headers.items())
-        if not self.pool.reuse:  # the server closes after each response: say we know
-            extra += "connection: close\r\n"
-        if request.body or request.method != "GET":
-            extra += f"content-length: {len(request.body)}\r\n"
-        return b"%s%s\r\n%s" % (prefix, extra.encode("latin-1"), request.body)
-
-    def exchange(
-        self, request: HttpRequest, clock: Clock, deadline_s: float, idle_s: float
-    ) -> RawExchange:
-        return RawExchange(
-            self.pool, self.serialise(request), clock, deadline_s, idle_s, request.end_marker
-        )
-
-    async def warm(self, connections: int, probe_target: str) -> None:
-        await self.pool.warm(connections, self.connect_timeout_s)
-
-    async def aclose(self) -> None:
-        self.pool.close()
+__all__ = ["DEFAULT_KEEPALIVE_EXPIRY_S", "RawExchange", "RawPool"]
 
 
 class RawExchange:
