@@ -83,7 +83,7 @@ async def probe(
             result.verdicts.append(await generic(key, p.extra.get(key))(p))
             continue
         fn = CHECK_FUNCS[name]
-        if name in ("stream", "include_usage"):
+        if name in ("stream", "include_usage", "max_tokens"):  # through the target: every API
             if name == "include_usage" and api not in OPENAI_APIS:
                 continue
         elif api not in OPENAI_APIS:

@@ -14,6 +14,7 @@ from loadgen.targets.prober import (
     HONOURED,
     IGNORED,
     INCONCLUSIVE,
+    OPENAI_APIS,
     RESPONSE_FORMAT,
     SHORT_PROMPT,
     TOOL_CHOICE,
@@ -65,7 +66,27 @@ async def _cap(p: Prober, name: str) -> Verdict:
 
 
 async def check_max_tokens(p: Prober) -> Verdict:
+    if p.spec.api not in OPENAI_APIS:
+        return await _native_cap(p)
     return await _cap(p, "max_tokens")
+
+
+async def _native_cap(p: Prober) -> Verdict:
+    """The output cap of a native API (each module names it: num_predict, max_new_tokens,
+    n_predict, max_tokens), streamed through the target: usage, else the deltas counted."""
+    body = p._body(cap=None, stream=True)
+    body["max_tokens"] = 4
+    events, exc = await p.stream(body)
+    if exc is not None:
+        return stream_failure("max_tokens", exc)
+    usage = [e.usage for e in events if e.kind == EventKind.USAGE and e.usage is not None]
+    n = usage[-1].completion_tokens if usage else None
+    what = "tokens"
+    if n is None:
+        n, what = sum(e.tokens for e in events if e.kind == EventKind.CONTENT), "deltas"
+    if n > 4:
+        return Verdict("max_tokens", IGNORED, f"output longer than the cap of 4: {n} {what}")
+    return Verdict("max_tokens", HONOURED, f"{n} {what} for a cap of 4")
 
 
 async def check_max_completion_tokens(p: Prober) -> Verdict:

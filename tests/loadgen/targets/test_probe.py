@@ -102,3 +102,19 @@ def test_probe_command_with_a_spec_and_json(tmp_path: Path) -> None:
 def test_probe_command_bad_target_is_bad_input(bad: str) -> None:
     r = CliRunner().invoke(cli, ["probe", bad, "--model", "m"])
     assert r.exit_code == 2 and "TARGET" in r.output
+
+
+NATIVE = ["openai-responses", "ollama-chat", "ollama-generate", "tgi-generate",
+          "llamacpp-completion", "triton-generate"]  # fmt: skip
+
+
+def test_native_apis_probe_stream_and_cap_through_the_target() -> None:
+    with start_sim(FAST) as sim:
+        root = sim.base_url.removesuffix("/v1")
+        for api in NATIVE:
+            base = sim.base_url if api == "openai-responses" else root
+            spec = TargetSpec(api=api, base_url=base, model="m")  # type: ignore[arg-type]
+            got = {v.param: v for v in probe_sync(spec, ["stream", "max_tokens", "n"]).verdicts}
+            assert got["stream"].verdict == HONOURED, (api, got["stream"])
+            assert got["max_tokens"].verdict == HONOURED, (api, got["max_tokens"])
+            assert got["n"].verdict == "inconclusive" and api in got["n"].detail
