@@ -239,6 +239,23 @@ class TargetSpec(_Strict):
 # ---------------------------------------------------------------- workload
 
 
+class OutputSpec(_Strict):
+    """Structured output asked of every request: JSON fitting `json_schema` (sent as
+    `response_format`), or a call of one of `tools` (forced by `tool_choice`). An answer that
+    breaks the schema counts as a failed request (outcome stream_error, phase `schema`)."""
+
+    json_schema: dict[str, Any] | None = None
+    schema_name: str = Field(default="output", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] = "required"
+
+    @model_validator(mode="after")
+    def _one(self) -> OutputSpec:
+        if (self.json_schema is None) == (self.tools is None):
+            raise ValueError("give either json_schema or tools")
+        return self
+
+
 class WorkloadSpec(_Strict):
     prompt_tokens: LengthDist = Field(default_factory=lambda: FixedLength(value=128))
     output_tokens: LengthDist = Field(default_factory=lambda: FixedLength(value=128))
@@ -247,6 +264,7 @@ class WorkloadSpec(_Strict):
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     system_prompt: str | None = None
     sessions: SessionSpec | None = None
+    output: OutputSpec | None = None  # structured output (JSON schema or a tool call)
 
     _coerce_prompt = field_validator("prompt_tokens", "output_tokens", mode="before")(
         _coerce_length

@@ -174,6 +174,12 @@ def request_body(spec: RunSpec, prompt: Prompt) -> dict[str, Any]:
         body["prompt"] = "\n\n".join(m["content"] for m in prompt.messages)
     if t.ignore_eos:
         body["ignore_eos"] = True
+    out = spec.workload.output
+    if out is not None and out.json_schema is not None:
+        fmt = {"name": out.schema_name, "schema": out.json_schema, "strict": True}
+        body["response_format"] = {"type": "json_schema", "json_schema": fmt}
+    elif out is not None:
+        body["tools"], body["tool_choice"] = out.tools, out.tool_choice
     for k, v in spec.labels.generation.items():
         body.setdefault(k, v)
     for k, v in t.extra_body.items():

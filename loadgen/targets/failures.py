@@ -23,6 +23,7 @@ from loadgen.errors import (
 )
 from loadgen.records import Outcome
 from loadgen.targets.http_common import ConnectFailed, StreamReset, StreamTruncated
+from loadgen.targets.structured import StructuredOutputError
 
 MAX_DETAIL = 240
 _SECRETS = re.compile(
@@ -79,6 +80,8 @@ def _ours(exc: TransportError) -> Failure:
         return Outcome.HTTP_ERROR, None, exc.status, detail
     if isinstance(exc, PhaseTimeout):
         return Outcome.TIMEOUT, exc.phase, None, detail
+    if isinstance(exc, StructuredOutputError):  # the answer broke the requested schema
+        return Outcome.STREAM_ERROR, "schema", None, detail
     if isinstance(exc, InBandError):
         return Outcome.STREAM_ERROR, "in_band", None, detail
     if isinstance(exc, ConnectFailed):

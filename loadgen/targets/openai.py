@@ -31,6 +31,7 @@ from loadgen.targets.policy import TargetPolicy
 from loadgen.targets.rawhttp import DEFAULT_KEEPALIVE_EXPIRY_S, RawPool
 from loadgen.targets.rawtransport import RawTransport
 from loadgen.targets.sse import SSEParser
+from loadgen.targets.structured import StructuredOutputError, structured_check
 from loadgen.targets.transport import Exchange, HttpRequest, Transport
 
 TRANSPORTS = ("auto", "raw", "httpx")
@@ -232,6 +233,7 @@ class OpenAITarget:
                     raise await self._unexpected(ex, ctype, head.t_ns, streaming=True)
                 parser = SSEParser() if api.framing == "sse" else NDJSONParser()
                 decoder = api.decoder()
+                check = structured_check(request.body)
                 out: list[StreamEvent] = []
                 try:
                     async for t, chunk in ex.body():
@@ -249,6 +251,13 @@ class OpenAITarget:
                                 _mark_spread(out, t - ex.lo if len(payloads) > 1 else 0)
                             if not saw_output:
                                 saw_output = any(ev.kind in _OUTPUT for ev in out)
+                            if check is not None:
+                                check.feed(out)
+                                if decoder.done and (why := check.error()) is not None:
+                                    for ev in out:
+                                        if ev.kind != EventKind.DONE:
+                                            yield ev
+                                    raise StructuredOutputError(why, t_ns=t)
                             for ev in out:
                                 yield ev
                             out = []
@@ -283,6 +292,14 @@ class OpenAITarget:
                 events = api.decode_body(b"".join(parts), last)
                 if timings is not None:
                     _attach_timings(events, timings, last)
+                check = structured_check(request.body)
+                if check is not None:
+                    check.feed(events)
+                    if (why := check.error()) is not None:
+                        for ev in events:
+                            if ev.kind != EventKind.DONE:
+                                yield ev
+                        raise StructuredOutputError(why, t_ns=last)
                 for ev in events:
                     yield ev
         except PhaseTimeout as e:

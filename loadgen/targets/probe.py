@@ -54,6 +54,11 @@ def spec_checks(spec: RunSpec) -> tuple[list[str], dict[str, Any]]:
     if t.ignore_eos:
         names.append("ignore_eos")
     extra = {**spec.labels.generation, **t.extra_body}
+    out = spec.workload.output
+    if out is not None and out.json_schema is not None:  # goes out with every request
+        extra["response_format"] = {"type": "json_schema"}
+    elif out is not None:
+        extra.update(tools=out.tools, tool_choice=out.tool_choice)
     for key in extra:
         names.append(KEY_CHECKS.get(key, f"key:{key}"))
     if "tools" in extra and "response_format" in extra:
