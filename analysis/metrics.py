@@ -432,7 +432,8 @@ def goodput(
 
 def failure_kind(df: pd.DataFrame) -> pd.Series:
     """A failure's kind: `http_<status>` for HTTP errors, `timeout:<phase>`, `not_sent:<reason>`,
-    else the outcome (`stream_error`, `cancelled`); `ok` for successes."""
+    `stream_error:schema` for answers that broke the requested structured output, else the
+    outcome (`stream_error`, `cancelled`); `ok` for successes."""
     outcome = df["outcome"].astype(object).to_numpy()
     kind = outcome.copy()
     http = np.flatnonzero(outcome == "http_error")
@@ -440,7 +441,10 @@ def failure_kind(df: pd.DataFrame) -> pd.Series:
         status = df["http_status"].to_numpy(dtype=np.float64, na_value=np.nan)[http]
         kind[http] = [f"http_{int(x)}" if np.isfinite(x) else "http_unknown" for x in status]
     phase = df["error_phase"].astype(object).to_numpy()
-    timed = np.flatnonzero(((outcome == "timeout") | (outcome == "not_sent")) & pd.notna(phase))
+    schema = (outcome == "stream_error") & (phase == "schema")
+    timed = np.flatnonzero(
+        ((outcome == "timeout") | (outcome == "not_sent") | schema) & pd.notna(phase)
+    )
     if timed.size:
         kind[timed] = [
             f"{o}:{p}" if p else o for o, p in zip(outcome[timed], phase[timed], strict=True)

@@ -45,3 +45,27 @@ def test_probe_is_stored_with_the_run_and_reported(store_url: str, tmp_path: Pat
     assert r.returncode == 0, r.stderr
     assert "parameter probe" in r.stdout
     assert json.loads(out.read_text())["probe"]["verdicts"][3]["param"] == "seed"
+
+
+def test_structured_output_failures_are_counted(store_url: str, tmp_path: Path) -> None:
+    """A workload asking for JSON from a server that ignores the schema: the probe says
+    ignored, the run goes ahead and every answer counts as a schema failure in the report."""
+    schema = '{ type = "object", properties = { answer = { type = "string" } } }'
+    with start_sim([*FAST, "--param", "response_format=ignore"]) as sim:
+        spec = tmp_path / "s.toml"
+        text = spec_text(sim.base_url, stream="false")
+        spec.write_text(
+            text.replace("[load]", f"[workload.output]\njson_schema = {schema}\n[load]")
+        )
+        r = peakload(["run", str(spec), "--quiet"], store_url, tmp_path)
+        assert r.returncode in (1, 4), r.stderr  # failed (schema failures), or invalid: load
+    with psycopg.connect(store_url) as conn:
+        run_id, probe = conn.execute("SELECT run_id::text, result FROM run_probes").fetchone()
+        phases = conn.execute(
+            "SELECT DISTINCT outcome, error_phase FROM requests WHERE run_id = %s", (run_id,)
+        ).fetchall()
+    assert {v["param"]: v["verdict"] for v in probe["verdicts"]}["response_format"] == "ignored"
+    assert phases == [("stream_error", "schema")]
+    out = tmp_path / "report.json"
+    assert peakload(["report", run_id, "--json", str(out)], store_url, tmp_path).returncode == 0
+    assert json.loads(out.read_text())["error_rates"]["stream_error:schema"]["rate"] == 1.0
