@@ -32,6 +32,7 @@ from analysis import render as arender
 from analysis import report as areport
 from analysis import server_metrics as asrv
 from analysis.export import write_requests
+from analysis.probe import load_probe, probe_rows
 from analysis.summary import CLIENT_VS_SERVER, client_vs_server_rows, level_summary
 from analysis.summary import search_line as search_line
 from ui import derive
@@ -165,6 +166,15 @@ def run(run_id: str) -> dict[str, Any]:
     """One run's row (analysis.load.load_run); LookupError if absent."""
     with store().conn() as c:
         return al.load_run(c, run_id)
+
+
+@st.cache_data(ttl=RUNS_TTL_S, show_spinner=False)
+def probe(run_id: str) -> pd.DataFrame:
+    """The parameter probe stored with the run (analysis.probe): one row per parameter."""
+    with store().conn() as c:
+        result = load_probe(c, run_id)
+    cols = ["parameter", "verdict", "detail"]
+    return pd.DataFrame(probe_rows(result) if result else [], columns=cols)
 
 
 def choices(df: pd.DataFrame) -> dict[str, str]:

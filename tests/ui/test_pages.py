@@ -225,3 +225,36 @@ def test_no_canary_in_any_page(app_page: Page, app_env: UiStore) -> None:
         seen += json.dumps([f for f in figures(at)])
         assert CANARY_KEY not in seen, name
         assert CANARY_PROMPT.split()[0] not in seen, name
+
+
+def test_run_page_shows_the_parameter_probe(app_page: Page, app_env: UiStore) -> None:
+    rid = app_env.ids["regions"]
+    verdicts = [
+        {"param": "seed", "verdict": "ignored", "detail": "differs"},
+        {"param": "n", "verdict": "honoured", "detail": "2 choices"},
+    ]
+    result = {
+        "target": "http://t/v1/chat/completions",
+        "api": "openai-chat",
+        "model": "m",
+        "probed_at": "2026-12-01T09:00:00+00:00",
+        "verdicts": verdicts,
+    }
+    with psycopg.connect(app_env.url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO run_probes (run_id, probed_at, target, result) VALUES (%s, %s, %s, %s)",
+            (rid, result["probed_at"], result["target"], json.dumps(result)),
+        )
+    try:
+        from ui import data
+
+        data.probe.clear()  # an earlier page of this run cached "no probe"
+        at = app_page("run", run=rid)
+        probe = next(d.value for d in at.dataframe if "verdict" in d.value.columns)
+        assert list(zip(probe["parameter"], probe["verdict"], strict=True)) == [
+            ("seed", "ignored"),
+            ("n", "honoured"),
+        ]
+    finally:
+        with psycopg.connect(app_env.url, autocommit=True) as conn:
+            conn.execute("DELETE FROM run_probes WHERE run_id = %s", (rid,))

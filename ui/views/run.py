@@ -152,6 +152,10 @@ with tabs["Failures"]:
 
 with tabs["Labels"]:
     st.dataframe(data.labels_table(run), hide_index=True)
+    probed = data.probe(run_id)
+    if not probed.empty:
+        st.write("What the target did with the run's request parameters (`peakload probe`):")
+        st.dataframe(probed, hide_index=True)
 
 if server_timed:
     with tabs["Client vs server"]:
