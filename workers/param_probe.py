@@ -11,9 +11,9 @@ from loadgen.spec import RunSpec
 from loadgen.targets.probe import ProbeResult, probe_sync, spec_checks
 
 
-def probe_spec(spec: RunSpec) -> ProbeResult:
+def probe_spec(spec: RunSpec, *, allow_private: bool = True) -> ProbeResult:
     checks, extra = spec_checks(spec)
-    return probe_sync(spec.target, checks, extra)
+    return probe_sync(spec.target, checks, extra, allow_private=allow_private)
 
 
 def refuse_rejected(result: ProbeResult) -> None:
@@ -26,8 +26,9 @@ def refuse_rejected(result: ProbeResult) -> None:
         )
 
 
-def checked_probe(spec: RunSpec) -> dict[str, Any]:
-    """Probe, refuse a rejected parameter, return the result to store."""
-    result = probe_spec(spec)
+def checked_probe(spec: RunSpec, *, allow_private: bool = True) -> dict[str, Any]:
+    """Probe, refuse a rejected parameter, return the result to store. `allow_private`: a
+    local run may aim at private addresses; a distributed one only as its policy says."""
+    result = probe_spec(spec, allow_private=allow_private)
     refuse_rejected(result)
     return result.to_dict()

@@ -15,6 +15,7 @@ from typing import Any
 from loadgen.spec import RunSpec, TargetSpec
 from loadgen.targets.apis import is_chat
 from loadgen.targets.openai import OpenAITarget
+from loadgen.targets.policy import check_target, policy_from_env
 from loadgen.targets.probe_checks import CHECK_FUNCS, generic
 from loadgen.targets.prober import (
     ACCEPTED,
@@ -101,9 +102,21 @@ async def probe(
 
 
 def probe_sync(
-    target_spec: TargetSpec, checks: list[str] | None = None, extra: dict[str, Any] | None = None
+    target_spec: TargetSpec,
+    checks: list[str] | None = None,
+    extra: dict[str, Any] | None = None,
+    *,
+    allow_private: bool = True,
 ) -> ProbeResult:
-    """`probe` on a fresh event loop with its own target (for commands)."""
+    """`probe` on a fresh event loop with its own target (for commands), after the target
+    policy's check (PolicyError): `allow_private` as the run it precedes would allow (a local
+    run: the operator's own network; link-local and metadata addresses stay refused)."""
+    policy = policy_from_env()
+    check_target(
+        target_spec.base_url,
+        allow_private=policy.allow_private or allow_private,
+        allowlist=policy.allowlist,
+    )
 
     async def main() -> ProbeResult:
         target = OpenAITarget(target_spec, max_connections=2)

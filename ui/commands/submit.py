@@ -85,7 +85,7 @@ def submit_command(
         if not no_probe:
             from workers.param_probe import checked_probe
 
-            probe_result = checked_probe(spec)
+            probe_result = checked_probe(spec, allow_private=False)  # as the workers' policy
         opts = SubmitOptions(
             workers_per_region=_workers_option(workers),
             ready_timeout_s=ready_timeout,

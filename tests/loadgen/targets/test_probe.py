@@ -118,3 +118,9 @@ def test_native_apis_probe_stream_and_cap_through_the_target() -> None:
             assert got["stream"].verdict == HONOURED, (api, got["stream"])
             assert got["max_tokens"].verdict == HONOURED, (api, got["max_tokens"])
             assert got["n"].verdict == "inconclusive" and api in got["n"].detail
+
+
+def test_probe_honours_the_target_policy() -> None:
+    """The probe sends requests: a metadata address is refused before any is sent."""
+    r = CliRunner().invoke(cli, ["probe", "http://169.254.169.254/v1"])
+    assert r.exit_code == 2 and "metadata address" in r.output
