@@ -106,5 +106,12 @@ share = 0.5
     assert set(level["regions"]) == {"eu", "us"}
     assert level["requests_ok"] == 16  # pooled from raw rows of both regions
     assert sum(r["requests_ok"] for r in level["regions"].values()) == 16
+    # submit probed the spec's parameters first and stored the result with the run
+    with psycopg.connect(cluster_env["PEAKLOAD_DATABASE_URL"]) as conn:
+        row = conn.execute(
+            "SELECT result FROM run_probes WHERE run_id = %s", (summary["run_id"],)
+        ).fetchone()
+    assert row is not None
+    assert {v["param"]: v["verdict"] for v in row[0]["verdicts"]}["max_tokens"] == "honoured"
     bad = CliRunner().invoke(cli, ["submit", str(spec_path), "--json", str(out)])
     assert bad.exit_code != 0 and "--json needs --wait" in bad.output
