@@ -83,8 +83,10 @@ def submit_command(
         coord = Coordinator.from_env()
         probe_result = None
         if not no_probe:
+            from loadgen import hosted
             from workers.param_probe import checked_probe
 
+            hosted.guard(spec)  # a run its provider's limits refuse sends not even the probe
             probe_result = checked_probe(spec, allow_private=False)  # as the workers' policy
         opts = SubmitOptions(
             workers_per_region=_workers_option(workers),
