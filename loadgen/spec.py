@@ -379,10 +379,6 @@ class LoadSpec(_Strict):
             )
         return self
 
-    @property
-    def closed_loop(self) -> bool:
-        return self.concurrency is not None
-
 
 # ---------------------------------------------------------------- SLOs, regions, labels
 

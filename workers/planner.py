@@ -124,11 +124,3 @@ def plan_run(
             )
         )
     return plans
-
-
-def shards_by_region(plans: Sequence[ShardPlan]) -> dict[str, list[ShardPlan]]:
-    """Plans grouped by region, keeping plan order."""
-    out: dict[str, list[ShardPlan]] = {}
-    for p in plans:
-        out.setdefault(p.region, []).append(p)
-    return out

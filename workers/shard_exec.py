@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg
 import redis
 
+from loadgen import admission
 from loadgen.plan import ShardPlan
 from loadgen.runtime import run_measurement
 from workers import leases, runctl
@@ -77,12 +78,8 @@ def planned_duration_s(plan: ShardPlan) -> float:
 
 
 def warm_connections(plan: ShardPlan) -> int:
-    """Connections to open before check-in: the busiest level's users, or for open loop a
-    modest pool (its concurrency depends on the server's latency, not known yet)."""
-    spec = plan.run_spec()
-    if plan.users_per_level:
-        return max(1, min(max(plan.users_per_level), spec.load.max_concurrency))
-    return max(1, min(64, spec.load.max_concurrency))
+    """Connections to open before check-in (loadgen.admission's rule, as local runs use it)."""
+    return admission.warm_connections(plan.run_spec(), plan)
 
 
 def execute_shard(
