@@ -26,7 +26,7 @@ from loadgen.spec import RunSpec, spec_from_dict
 from workers import leases, runctl
 from workers.app import TASK_RUN_SHARD, region_queue, shard_time_limits
 from workers.clocks import reference_now_ns
-from workers.planner import plan_run
+from workers.planner import plan_run, with_fraction_offsets
 from workers.server_metrics import with_metrics_scraper
 from workers.shard_exec import planned_duration_s
 
@@ -91,7 +91,6 @@ class Coordinator:
         from loadgen.schedule import static_levels
         from loadgen.secrets import literal_secrets
         from loadgen.targets import check_target, policy_from_env
-        from workers.local import with_fraction_offsets
         from workers.store import runs as store_runs
 
         if urlsplit(spec.target.base_url).query:
@@ -187,7 +186,6 @@ class Coordinator:
                 runctl.request_abort(conn, run_id, reason)
                 runctl.finalize_run(conn, run_id)
                 return Launch(run_id, False, None, reason)
-            from workers.local import with_fraction_offsets
 
             plans = with_metrics_scraper(
                 with_fraction_offsets(plan_run(spec, run_id)), spec.target.metrics_url

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import signal
 import time
 import uuid
@@ -34,7 +33,7 @@ from loadgen.secrets import ScrubbingSink, resolve_target, secret_values
 from loadgen.spec import RunSpec
 from loadgen.targets import OpenAITarget, check_target, policy_from_env, preflight
 from workers.local_lease import LocalLease, owner_id, reap_dead_local_runs
-from workers.planner import plan_run
+from workers.planner import plan_run, with_fraction_offsets
 from workers.probes import probe_network
 from workers.server_metrics import MetricsRecorder
 from workers.store import runs as store_runs
@@ -59,15 +58,6 @@ class LocalRun:
     requests_scheduled: int
     tokens_per_word: float
     shards: list[ShardResult]
-
-
-def with_fraction_offsets(plans: list[ShardPlan]) -> list[ShardPlan]:
-    """Give each shard the start of its slice of [0, 1) (trace replay partitions by it)."""
-    out, lo = [], 0.0
-    for p in plans:
-        out.append(dataclasses.replace(p, extra={**p.extra, "fraction_lo": lo}))
-        lo += p.fraction
-    return out
 
 
 warm_connections = admission.warm_connections

@@ -5,6 +5,7 @@ give the same plans, so local mode and the distributed coordinator agree shard f
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
@@ -124,3 +125,12 @@ def plan_run(
             )
         )
     return plans
+
+
+def with_fraction_offsets(plans: list[ShardPlan]) -> list[ShardPlan]:
+    """Give each shard the start of its slice of [0, 1) (trace replay partitions by it)."""
+    out, lo = [], 0.0
+    for p in plans:
+        out.append(dataclasses.replace(p, extra={**p.extra, "fraction_lo": lo}))
+        lo += p.fraction
+    return out
