@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import streamlit as st
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
@@ -45,6 +46,8 @@ def app_env(ui_store: UiStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[UiSt
     monkeypatch.delenv("PEAKLOAD_UI_REQUIRE_AUTH", raising=False)
     before = st_config.get_option("server.address")
     st_config.set_option("server.address", "127.0.0.1")
+    # data cached in this process by a test that read another store must not answer here
+    st.cache_data.clear()
     yield ui_store
     st_config.set_option("server.address", before)
 

@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+import streamlit as st
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
@@ -34,6 +35,7 @@ def empty_store(
     st_config.set_option("server.address", "127.0.0.1")
     yield ids
     st_config.set_option("server.address", before)
+    st.cache_data.clear()  # what the pages cached of this store must not outlive it
     db.drop()
 
 
