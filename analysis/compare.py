@@ -21,6 +21,7 @@ from scipy import stats
 
 from analysis import metrics as m
 from analysis import percentiles as pc
+from analysis.ranks import bootstrap_ranks
 
 COMPARE_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 COMPARE_PERCENTILES = (50.0, 90.0, 99.0)
@@ -39,7 +40,7 @@ def _samples(df: pd.DataFrame, metric: str, level: int, chunks: m.ChunkArrays | 
 
 def _draws(v: np.ndarray, q: np.ndarray, resamples: int, seed: int) -> np.ndarray:
     """Bootstrap replicates (resamples, len(q)) of the percentiles of v."""
-    idx = pc.bootstrap_ranks(v.size, q, resamples, seed)
+    idx = bootstrap_ranks(v.size, q, resamples, seed)
     return pc.order_statistics(v, idx.ravel()).reshape(idx.shape)
 
 

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from analysis.ranks import KEY_SHIFT, band_from, band_sample_ranks, float_key, lerp, linear_ranks
+
 BLOCK = 1 << 21
 SUB_BLOCK = 1 << 16  # elements per step within a block: temporaries stay in the CPU's cache
-_SHIFT = 40
 
 # yields, for a block [i, j) of the sample, (values float64 >= 0, labels int, weights int)
 BlockFn = Callable[[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
@@ -45,9 +48,7 @@ FLOOR = 2.0**-20  # values below share the lowest bin (the candidates are sorted
 
 
 def _key_range(value_max: float) -> tuple[int, int]:
-    lo = int(np.array([FLOOR]).view(np.int64)[0] >> _SHIFT)
-    hi = int(np.array([max(value_max, FLOOR)]).view(np.int64)[0] >> _SHIFT)
-    return lo, hi
+    return float_key(FLOOR), float_key(max(value_max, FLOOR))
 
 
 def _combined(
@@ -57,12 +58,34 @@ def _combined(
     The bin is the float64's top bits clamped to [kmin, kmax], minus kmin: monotone in v for
     v >= 0; every value below FLOOR (and any negative) lands in bin 0 and every value above the
     bound in the top bin, so the result stays exact: bins are only a filter."""
-    k = np.right_shift(v.view(np.int64), _SHIFT, out=out)
+    k = np.right_shift(v.view(np.int64), KEY_SHIFT, out=out)
     np.maximum(k, kmin, out=k)
     np.minimum(k, kmax, out=k)
     k += np.multiply(lab, nb, dtype=np.int64)
     k += nb - kmin
     return k
+
+
+@dataclass(frozen=True, slots=True)
+class _Cells:
+    """How a sample's values become histogram cells: `nb` bins per label and `fill` (a CellFn);
+    `kmin`/`kmax` the clamp of the float keys when the bins are ours (`_combined`), else 0."""
+
+    nb: int
+    fill: CellFn
+    kmin: int = 0
+    kmax: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Located:
+    """Where a set's wanted ranks fall: the distinct ranks, the inverse that restores the
+    caller's order, the bin of each and the weight in the set's earlier bins."""
+
+    ranks: np.ndarray
+    inverse: np.ndarray
+    bins: np.ndarray
+    before: np.ndarray
 
 
 def grouped_order_statistics(
@@ -90,35 +113,74 @@ def grouped_order_statistics(
     without a float conversion) and `block` is not called."""
     if n <= 0:
         return {}, {s: 0 for s in sets}
-    if binning is not None:
-        if pick is None:
-            raise ValueError("binning needs pick")
-        nb, fill = binning.nb, binning.fill
-        kmin = kmax = 0
-    elif value_max is None:
-        value_max = FLOOR
-        for i in range(0, n, BLOCK):
-            v, lab, _ = block(i, min(i + BLOCK, n))
-            sel = v[lab >= 0]
-            if sel.size:
-                if not np.isfinite(sel).all():
-                    raise ValueError("grouped percentiles need finite values")
-                value_max = max(value_max, float(sel.max()))
-    if binning is None:
-        kmin, kmax = _key_range(0.0 if value_max is None else value_max)
-        nb = kmax - kmin + 1
-
-        def fill(a: int, b: int, out: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-            v, lab, w = block(a, b)
-            comb = _combined(v, lab, kmin, kmax, nb, out=out)
-            heavy = w > 1  # weight k counts k times: the k - 1 more are added in bulk
-            return (comb[heavy], w[heavy] - 1) if bool(heavy.any()) else None
-
+    cells = _cells(n, block, binning, pick, value_max)
     # row 0 of the histogram takes the left-out values (label -1): no compaction per block
-    size = (n_labels + 1) * nb
+    size = (n_labels + 1) * cells.nb
     if binning is not None and size >= 2**31:
         raise ValueError("too many bins")
     kept = np.empty(n, dtype=np.int32) if pick is not None and size < 2**31 else None
+    hist = _histogram(n, cells.fill, size, kept)[cells.nb :].reshape(n_labels, cells.nb)
+    wanted, located, totals = _locate(hist, sets, ranks)
+    wanted_flat = np.r_[np.zeros(cells.nb, dtype=bool), wanted.ravel()]  # row 0: left out
+    found = _candidates(n, block, pick, kept, wanted_flat, cells)
+    del kept  # free the kept cells (4 bytes a value) before sorting
+    return _select(found, sets, located, n_labels), totals
+
+
+def _halves(n: int) -> list[int]:
+    """Bounds of the two halves of the blocks two threads share (numpy releases the GIL in most
+    of the passes), or of one range for small samples."""
+    return [0, (n // BLOCK + 1) // 2 * BLOCK, n] if n > 4 * BLOCK else [0, n]
+
+
+def _in_halves(n: int, fn: Callable[[int, int], Any]) -> list[Any]:
+    halves = _halves(n)
+    with ThreadPoolExecutor(max_workers=len(halves) - 1) as pool:
+        return list(pool.map(fn, halves[:-1], halves[1:]))
+
+
+def _cells(
+    n: int,
+    block: BlockFn,
+    binning: CellBins | None,
+    pick: PickFn | None,
+    value_max: float | None,
+) -> _Cells:
+    """The caller's `binning`, or our own bins of the float keys over [FLOOR, value_max]
+    (`value_max` found by a pass over the values when not given)."""
+    if binning is not None:
+        if pick is None:
+            raise ValueError("binning needs pick")
+        return _Cells(binning.nb, binning.fill)
+    if value_max is None:
+        value_max = _value_max(n, block)
+    kmin, kmax = _key_range(value_max)
+    nb = kmax - kmin + 1
+
+    def fill(a: int, b: int, out: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        v, lab, w = block(a, b)
+        comb = _combined(v, lab, kmin, kmax, nb, out=out)
+        heavy = w > 1  # weight k counts k times: the k - 1 more are added in bulk
+        return (comb[heavy], w[heavy] - 1) if bool(heavy.any()) else None
+
+    return _Cells(nb, fill, kmin, kmax)
+
+
+def _value_max(n: int, block: BlockFn) -> float:
+    """The largest value not left out (at least FLOOR); ValueError on a non-finite one."""
+    value_max = FLOOR
+    for i in range(0, n, BLOCK):
+        v, lab, _ = block(i, min(i + BLOCK, n))
+        sel = v[lab >= 0]
+        if sel.size:
+            if not np.isfinite(sel).all():
+                raise ValueError("grouped percentiles need finite values")
+            value_max = max(value_max, float(sel.max()))
+    return value_max
+
+
+def _histogram(n: int, fill: CellFn, size: int, kept: np.ndarray | None) -> np.ndarray:
+    """Pass 1: the weighted histogram of every cell (keeping each value's cell in `kept`)."""
 
     def count(lo: int, hi: int) -> np.ndarray:
         """The weighted histogram of blocks [lo, hi) (keeping their cells when `kept`)."""
@@ -153,20 +215,20 @@ def grouped_order_statistics(
             add_extra()
         return hist
 
-    # numpy releases the GIL in most of this: two threads over halves of the blocks
-    halves = [0, (n // BLOCK + 1) // 2 * BLOCK, n] if n > 4 * BLOCK else [0, n]
-    with ThreadPoolExecutor(max_workers=len(halves) - 1) as pool:
-        hists = list(pool.map(count, halves[:-1], halves[1:]))
-    hist = np.sum(hists, axis=0)
-    del hists
-    hist = hist[nb:]
-    hist2 = hist.reshape(n_labels, nb)
-    wanted = np.zeros((n_labels, nb), dtype=bool)
-    located: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+    out: np.ndarray = np.sum(_in_halves(n, count), axis=0)
+    return out
+
+
+def _locate(
+    hist: np.ndarray, sets: Mapping[str, Sequence[int]], ranks: Callable[[str, int], np.ndarray]
+) -> tuple[np.ndarray, dict[str, _Located], dict[str, int]]:
+    """From the per-label histograms (n_labels, nb): the cells holding any set's wanted ranks,
+    where each set's ranks fall, and every set's total weight."""
+    wanted = np.zeros(hist.shape, dtype=bool)
+    located: dict[str, _Located] = {}
     totals: dict[str, int] = {}
     for name, labels in sets.items():
-        h = hist2[list(labels)].sum(axis=0)
-        cum = np.cumsum(h)
+        cum = np.cumsum(hist[list(labels)].sum(axis=0))
         totals[name] = int(cum[-1]) if cum.size else 0
         if totals[name] == 0:
             continue
@@ -175,10 +237,22 @@ def grouped_order_statistics(
         bins = np.searchsorted(cum, uniq, side="right")
         before = np.where(bins > 0, cum[np.maximum(bins - 1, 0)], 0)
         wanted[np.ix_(np.asarray(labels, dtype=np.int64), np.unique(bins))] = True
-        located[name] = (uniq, inverse, bins, before)
-    wanted_flat = np.r_[np.zeros(nb, dtype=bool), wanted.ravel()]  # row 0: left out
+        located[name] = _Located(uniq, inverse, bins, before)
+    return wanted, located, totals
 
-    def candidates(lo: int, hi: int) -> tuple[np.ndarray, ...]:
+
+def _candidates(
+    n: int,
+    block: BlockFn,
+    pick: PickFn | None,
+    kept: np.ndarray | None,
+    wanted_flat: np.ndarray,
+    cells: _Cells,
+) -> tuple[np.ndarray, ...]:
+    """Pass 2: (values, labels, weights, bins) of the values in wanted cells."""
+    nb, kmin, kmax = cells.nb, cells.kmin, cells.kmax
+
+    def in_range(lo: int, hi: int) -> tuple[np.ndarray, ...]:
         """(values, labels, weights, bins) of blocks [lo, hi) in the wanted cells."""
         parts: list[tuple[np.ndarray, ...]] = []
         for i in range(lo, hi, BLOCK):
@@ -195,10 +269,19 @@ def grouped_order_statistics(
             parts.append((v, lab, w, comb - (lab.astype(np.int64) + 1) * nb))
         return tuple(np.concatenate([p[f] for p in parts]) for f in range(4))
 
-    with ThreadPoolExecutor(max_workers=len(halves) - 1) as pool:
-        found = list(pool.map(candidates, halves[:-1], halves[1:]))
-    kept = None  # free the kept cells (4 bytes a value) before sorting
-    cv, cl, cw, cb = (np.concatenate([f[k] for f in found]) for k in range(4))
+    found = _in_halves(n, in_range)
+    return tuple(np.concatenate([f[k] for f in found]) for k in range(4))
+
+
+def _select(
+    found: tuple[np.ndarray, ...],
+    sets: Mapping[str, Sequence[int]],
+    located: Mapping[str, _Located],
+    n_labels: int,
+) -> dict[str, np.ndarray]:
+    """Each located set's values at its wanted ranks, from the candidates: within the
+    rank's bin, the candidate whose cumulative weight (of the set's members) passes it."""
+    cv, cl, cw, cb = found
     # sorted by bin, then value: an order of the values too (a value's bin never decreases as
     # the value grows), and the bins stay sorted even when two bins hold equal values
     order = np.lexsort((cv, cb))
@@ -207,17 +290,17 @@ def grouped_order_statistics(
     for name, labels in sets.items():
         if name not in located:
             continue
-        uniq, inverse, bins, before = located[name]
+        at = located[name]
         member = np.zeros(n_labels + 1, dtype=bool)  # index -1 (left out) stays False
         member[np.asarray(list(labels), dtype=np.int64)] = True
         mine = member[cl]
         v, w, b = cv[mine], cw[mine].astype(np.int64), cb[mine]
         cumw = np.cumsum(w)
-        seg_start = np.searchsorted(b, bins, side="left")
+        seg_start = np.searchsorted(b, at.bins, side="left")
         base = np.where(seg_start > 0, cumw[np.maximum(seg_start - 1, 0)], 0)
-        pos = np.searchsorted(cumw, base + (uniq - before), side="right")
-        out[name] = v[pos][inverse]
-    return out, totals
+        pos = np.searchsorted(cumw, base + (at.ranks - at.before), side="right")
+        out[name] = v[pos][at.inverse]
+    return out
 
 
 def spectra_from_blocks(
@@ -236,19 +319,18 @@ def spectra_from_blocks(
     binning: CellBins | None = None,
 ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
     """Per set: (value, lower, upper, n) at the percentiles `grid` (linear interpolation; bands
-    by analysis.percentiles.bootstrap_band: exact by default, `resamples=0` for none). Passes
-    over the data: value range (unless `value_max`), weighted histograms per label, candidates
-    in the wanted bins (see `grouped_order_statistics` for `pick` and `binning`)."""
-    from analysis import percentiles as pc
-
+    as analysis.percentiles.bootstrap_band's, from analysis.ranks: exact by default,
+    `resamples=0` for none). Passes over the data: value range (unless `value_max`), weighted
+    histograms per label, candidates in the wanted bins (see `grouped_order_statistics` for
+    `pick` and `binning`)."""
     g = np.asarray(grid, dtype=np.float64)
     shapes: dict[str, tuple[int, ...]] = {}
 
     def ranks(name: str, total: int) -> np.ndarray:
-        lo, hi, _ = pc._linear_ranks(total, g)
+        lo, hi, _ = linear_ranks(total, g)
         if resamples <= 0:
             return np.concatenate([lo, hi])
-        idx = pc._band_ranks(total, g, confidence, resamples, exact, seed)
+        idx = band_sample_ranks(total, g, confidence, resamples, exact, seed)
         shapes[name] = idx.shape
         return np.concatenate([lo, hi, idx.ravel()])
 
@@ -262,10 +344,10 @@ def spectra_from_blocks(
             out[name] = (nan, nan.copy(), nan.copy(), 0)
             continue
         total, st = totals[name], stats[name]
-        _, _, t = pc._linear_ranks(total, g)
-        value = pc._lerp(st[: g.size], st[g.size : 2 * g.size], t)
+        _, _, t = linear_ranks(total, g)
+        value = lerp(st[: g.size], st[g.size : 2 * g.size], t)
         if resamples > 0:
-            lower, upper = pc._band_from(st[2 * g.size :], shapes[name], confidence, exact)
+            lower, upper = band_from(st[2 * g.size :], shapes[name], confidence, exact)
         else:
             lower, upper = np.full(g.shape, np.nan), np.full(g.shape, np.nan)
         out[name] = (value, lower, upper, total)

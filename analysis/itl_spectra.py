@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 from analysis import grouped
 from analysis import metrics as m
+from analysis.ranks import KEY_SHIFT, float_key
 
 
 def level_region_spectra(
@@ -144,7 +145,6 @@ def itl_group_spectra(
 
 
 LINEAR_US = 1 << 16  # integer µs keys below this get a bin each; above, 4,096 bins an octave
-_MANTISSA_SHIFT = 40  # float64 top bits: sign, exponent, 12 mantissa bits (as analysis.grouped)
 
 
 def _integer_bins(
@@ -164,8 +164,8 @@ def _integer_bins(
     off, tok, ptr = chunks.offsets_us, chunks.tokens, chunks.ptr
     bound = max(hi_off - lo_off, 0)  # every gap's |value| (and floor(gap / k)) is at most this
     linear = min(LINEAR_US, bound + 1)
-    log_lo = _top_bits(linear)
-    n_log = _top_bits(bound) - log_lo + 1 if bound >= linear else 0
+    log_lo = float_key(linear)
+    n_log = float_key(bound) - log_lo + 1 if bound >= linear else 0
     nb = linear + n_log
     if (n_labels + 1) * nb >= 2**31:
         return None
@@ -196,7 +196,7 @@ def _integer_bins(
         odd = out.view(np.uint64) >= linear  # negative or beyond the linear bins
         if bool(odd.any()):
             big = out[odd]
-            key = np.right_shift(big.astype(np.float64).view(np.int64), _MANTISSA_SHIFT)
+            key = np.right_shift(big.astype(np.float64).view(np.int64), KEY_SHIFT)
             np.clip(key - log_lo, 0, max(n_log - 1, 0), out=key)
             out[odd] = np.where(big < 0, 0, linear + key)
         out += rows
@@ -205,10 +205,6 @@ def _integer_bins(
         return out[heavy], kh.astype(np.int64) - 1
 
     return grouped.CellBins(nb, fill)
-
-
-def _top_bits(x: int) -> int:
-    return int(np.array([float(x)]).view(np.int64)[0] >> _MANTISSA_SHIFT)
 
 
 class _GapLabels:

@@ -12,10 +12,11 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-from scipy import special
 
 from analysis import itl_spectra
 from analysis import metrics as m
+from analysis.ranks import KEY_SHIFT, band_from, band_sample_ranks, lerp, linear_ranks
+from analysis.ranks import band_ranks as band_ranks  # part of this module's band API
 
 STEPS_PER_DECADE = 10
 TAIL_DECADES = 4  # up to 1 - 10^-4: p99.99
@@ -37,16 +38,7 @@ def tail_x(percentiles: npt.ArrayLike) -> np.ndarray:
         return 1.0 / (1.0 - q / 100.0)
 
 
-def _lerp(a: np.ndarray, b: np.ndarray, t: np.ndarray) -> np.ndarray:
-    # numpy's own formula (numpy/lib/_function_base_impl.py `_lerp`), so results match exactly
-    diff = b - a
-    out = a + diff * t
-    return np.asarray(np.where(t >= 0.5, b - diff * (1 - t), out), dtype=np.float64)
-
-
 _SELECT_MIN = 2_000_000  # below this a full sort is as fast
-
-
 _BLOCK = 1 << 20  # elements per pass: small temporaries, reused (big ones page-fault)
 
 
@@ -65,13 +57,13 @@ def order_statistics(values: np.ndarray, ranks: npt.ArrayLike) -> np.ndarray:
         return np.sort(values)[r]
     uniq, inverse = np.unique(r, return_inverse=True)
     bits = values.view(np.int64)
-    kmin = int(bits.min() >> 40)
-    nbins = int(bits.max() >> 40) - kmin + 1
+    kmin = int(bits.min() >> KEY_SHIFT)
+    nbins = int(bits.max() >> KEY_SHIFT) - kmin + 1
     counts = np.zeros(nbins, dtype=np.int64)
     buf = np.empty(_BLOCK, dtype=np.int64)
     for i in _blocks(n):
         k = buf[: min(_BLOCK, n - i)]
-        np.right_shift(bits[i : i + _BLOCK], 40, out=k)
+        np.right_shift(bits[i : i + _BLOCK], KEY_SHIFT, out=k)
         k -= kmin
         counts += np.bincount(k, minlength=nbins)
     cum = np.cumsum(counts)
@@ -81,11 +73,11 @@ def order_statistics(values: np.ndarray, ranks: npt.ArrayLike) -> np.ndarray:
     picked = []
     for i in _blocks(n):
         k = buf[: min(_BLOCK, n - i)]
-        np.right_shift(bits[i : i + _BLOCK], 40, out=k)
+        np.right_shift(bits[i : i + _BLOCK], KEY_SHIFT, out=k)
         k -= kmin
         picked.append(values[i : i + _BLOCK][wanted[k]])
     sub = np.sort(np.concatenate(picked))
-    sub_key = (sub.view(np.int64) >> 40) - kmin
+    sub_key = (sub.view(np.int64) >> KEY_SHIFT) - kmin
     before = np.where(bins > 0, cum[np.maximum(bins - 1, 0)], 0)  # values in earlier bins
     found = sub[np.searchsorted(sub_key, bins, side="left") + (uniq - before)]
     return np.asarray(found[inverse], dtype=np.float64)
@@ -98,12 +90,6 @@ def _finite(values: npt.ArrayLike) -> np.ndarray:
     return v[np.isfinite(v)]
 
 
-def _linear_ranks(n: int, qs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    h = (n - 1) * (qs / 100.0)
-    lo = np.floor(h).astype(np.int64)
-    return lo, np.minimum(lo + 1, n - 1), h - lo
-
-
 def exact_percentiles(values: npt.ArrayLike, q: npt.ArrayLike) -> np.ndarray:
     """np.percentile(values, q, method="linear") of the finite values (same numbers), in O(n)
     for large arrays (see `order_statistics`)."""
@@ -113,50 +99,10 @@ def exact_percentiles(values: npt.ArrayLike, q: npt.ArrayLike) -> np.ndarray:
         return np.full(qs.shape, np.nan)
     if v.size < _SELECT_MIN:
         return np.asarray(np.percentile(v, qs, method="linear"), dtype=np.float64)
-    lo, hi, t = _linear_ranks(v.size, qs)
+    lo, hi, t = linear_ranks(v.size, qs)
     stats = order_statistics(v, np.concatenate([lo.ravel(), hi.ravel()]))
     a, b = stats[: lo.size].reshape(lo.shape), stats[lo.size :].reshape(lo.shape)
-    return _lerp(a, b, t)
-
-
-def bootstrap_ranks(n: int, qs: np.ndarray, resamples: int, seed: int) -> np.ndarray:
-    """0-based ranks, shape (resamples, len(qs)), of Monte Carlo bootstrap replicates' quantiles
-    (see `bootstrap_band`). analysis.compare draws these for differences between two runs."""
-    rng = np.random.default_rng(seed)
-    r = 1.0 + (n - 1) * qs / 100.0
-    u = rng.beta(r, n + 1.0 - r, size=(resamples, qs.size))
-    return np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)
-
-
-def band_ranks(n: int, qs: np.ndarray, confidence: float) -> np.ndarray:
-    """0-based ranks, shape (2, len(qs)), of the lower and upper ends of the exact bootstrap band
-    (see `bootstrap_band`): ceil(n * B^-1(a)) - 1 for a = (1 - confidence)/2 and 1 - that,
-    B^-1 the Beta(r, n + 1 - r) quantile function."""
-    alpha = (1.0 - confidence) / 2.0
-    r = 1.0 + (n - 1) * qs / 100.0
-    ends = np.array([[alpha], [1.0 - alpha]])
-    u = np.asarray(special.betaincinv(r[None, :], n + 1.0 - r[None, :], ends), dtype=np.float64)
-    return np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)
-
-
-def _band(draws: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
-    alpha = (1.0 - confidence) / 2.0
-    return np.quantile(draws, alpha, axis=0), np.quantile(draws, 1.0 - alpha, axis=0)
-
-
-def _band_ranks(
-    n: int, qs: np.ndarray, confidence: float, resamples: int, exact: bool, seed: int
-) -> np.ndarray:
-    """The ranks a band needs: (2, len(qs)) when `exact`, else (resamples, len(qs))."""
-    return band_ranks(n, qs, confidence) if exact else bootstrap_ranks(n, qs, resamples, seed)
-
-
-def _band_from(
-    stats: np.ndarray, shape: tuple[int, ...], confidence: float, exact: bool
-) -> tuple[np.ndarray, np.ndarray]:
-    """(lower, upper) from the order statistics at `_band_ranks`' ranks (flattened)."""
-    s = stats.reshape(shape)
-    return (s[0].copy(), s[1].copy()) if exact else _band(s, confidence)
+    return lerp(a, b, t)
 
 
 def bootstrap_band(
@@ -182,8 +128,8 @@ def bootstrap_band(
     if v.size == 0:
         nan = np.full(qs.shape, np.nan)
         return nan, nan.copy()
-    idx = _band_ranks(v.size, qs, confidence, resamples, exact, seed)
-    return _band_from(order_statistics(v, idx.ravel()), idx.shape, confidence, exact)
+    idx = band_sample_ranks(v.size, qs, confidence, resamples, exact, seed)
+    return band_from(order_statistics(v, idx.ravel()), idx.shape, confidence, exact)
 
 
 def spectrum(
@@ -203,16 +149,16 @@ def spectrum(
     if v.size == 0:
         value = np.full(g.shape, np.nan)
     else:  # one sort (or selection pass) for the percentiles and the band
-        lo, hi, t = _linear_ranks(v.size, g)
+        lo, hi, t = linear_ranks(v.size, g)
         idx = (
-            _band_ranks(v.size, g, confidence, resamples, exact, seed)
+            band_sample_ranks(v.size, g, confidence, resamples, exact, seed)
             if resamples > 0
             else np.zeros((0, g.size), dtype=np.int64)
         )
         stats = order_statistics(v, np.concatenate([lo, hi, idx.ravel()]))
-        value = _lerp(stats[: g.size], stats[g.size : 2 * g.size], t)
+        value = lerp(stats[: g.size], stats[g.size : 2 * g.size], t)
         if resamples > 0:
-            lower, upper = _band_from(stats[2 * g.size :], idx.shape, confidence, exact)
+            lower, upper = band_from(stats[2 * g.size :], idx.shape, confidence, exact)
     return pd.DataFrame(
         {
             "percentile": g,
