@@ -1,6 +1,10 @@
 """Every metric peakload reports, one definition each, formula in the docstring. Vectorised over a
 requests DataFrame (see analysis.load.load_requests) and flat chunk arrays (`ChunkArrays`).
 
+Per-request formulas (TTFT, TPOT, E2E, ITL per token, …) are loadgen.formulas' (with their SQL
+forms, so the store and the runner compute the same numbers); this module applies them to
+frames and chunk arrays and defines the rest (throughput, goodput, connections, server times).
+
 Clocks: `*_ns` columns are ns on the measuring host's monotonic clock from the request's
 *scheduled* time; chunk offsets are µs from *send*. Latencies are returned in ms (float64), NaN
 where a request has no value. Percentiles are exact, from raw rows, numpy `method="linear"`.
@@ -15,6 +19,8 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+
+from loadgen import formulas
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -41,53 +47,46 @@ def percentile(values: npt.ArrayLike, q: float | Sequence[float]) -> Any:
 # ---------------------------------------------------------------- per-request latencies (ms)
 
 
+def of_frame(df: pd.DataFrame, metric: formulas.RequestMetric) -> FloatArray:
+    """A per-request metric (loadgen.formulas) of every row of `df`, from its stored columns."""
+    return metric.python(*(_col(df, c) for c in metric.columns))
+
+
 def ttft_ms(df: pd.DataFrame) -> FloatArray:
-    """Time to first token from send: (first_token_ns - sent_ns) / 1e6. The first token is the
-    first non-empty content *or* reasoning delta. This is the TTFT the summary reports."""
-    return (_col(df, "first_token_ns") - _col(df, "sent_ns")) / _NS_PER_MS
+    """TTFT from send (the TTFT the summary reports): loadgen.formulas.ttft_ms."""
+    return of_frame(df, formulas.TTFT)
 
 
 def ttft_sched_ms(df: pd.DataFrame) -> FloatArray:
-    """TTFT from the scheduled time: first_token_ns / 1e6 (includes any late send: shows
-    coordinated omission)."""
-    return _col(df, "first_token_ns") / _NS_PER_MS
+    """TTFT from the scheduled time (shows coordinated omission): loadgen.formulas.ttft_sched_ms."""
+    return of_frame(df, formulas.TTFT_SCHED)
 
 
 def ttfat_ms(df: pd.DataFrame) -> FloatArray:
-    """Time to first answer token from send: (first_answer_ns - sent_ns) / 1e6; for reasoning
-    models the first content delta after the reasoning, else equal to TTFT."""
-    return (_col(df, "first_answer_ns") - _col(df, "sent_ns")) / _NS_PER_MS
+    """Time to first answer token from send: loadgen.formulas.ttfat_ms."""
+    return of_frame(df, formulas.TTFAT)
 
 
 def tpot_ms(df: pd.DataFrame) -> FloatArray:
-    """Time per output token after the first: (end_ns - first_token_ns) / (output_tokens - 1) /
-    1e6, defined only when output_tokens > 1 (NaN otherwise)."""
-    out = _col(df, "output_tokens")
-    span = _col(df, "end_ns") - _col(df, "first_token_ns")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        v = span / (out - 1.0) / _NS_PER_MS
-    return np.where(out > 1, v, np.nan)
+    """Time per output token after the first (NaN for one-token answers):
+    loadgen.formulas.tpot_ms."""
+    return of_frame(df, formulas.TPOT)
 
 
 def e2e_ms(df: pd.DataFrame) -> FloatArray:
-    """End-to-end latency from send: (end_ns - sent_ns) / 1e6. This is the E2E reported."""
-    return (_col(df, "end_ns") - _col(df, "sent_ns")) / _NS_PER_MS
+    """End-to-end latency from send (the E2E reported): loadgen.formulas.e2e_ms."""
+    return of_frame(df, formulas.E2E)
 
 
 def e2e_sched_ms(df: pd.DataFrame) -> FloatArray:
-    """End-to-end latency from the scheduled time: end_ns / 1e6."""
-    return _col(df, "end_ns") / _NS_PER_MS
+    """End-to-end latency from the scheduled time: loadgen.formulas.e2e_sched_ms."""
+    return of_frame(df, formulas.E2E_SCHED)
 
 
 def output_speed_tps(df: pd.DataFrame) -> FloatArray:
-    """Per-request output speed, tokens/s after the first token:
-    (output_tokens - 1) / ((end_ns - first_token_ns) / 1e9), for output_tokens > 1 and a
-    positive span (NaN otherwise). Equals 1000 / TPOT_ms."""
-    out = _col(df, "output_tokens")
-    span_s = (_col(df, "end_ns") - _col(df, "first_token_ns")) / 1e9
-    with np.errstate(divide="ignore", invalid="ignore"):
-        v = (out - 1.0) / span_s
-    return np.where((out > 1) & (span_s > 0), v, np.nan)
+    """Per-request output speed, tokens/s after the first token (1000 / TPOT_ms):
+    loadgen.formulas.output_speed_tps."""
+    return of_frame(df, formulas.OUTPUT_SPEED)
 
 
 # ---------------------------------------------------------------- chunks and inter-token latency
@@ -146,7 +145,8 @@ def chunk_gaps(
     labels: npt.NDArray[np.integer[Any]] | None = None,
 ) -> Gaps:
     """Gaps between consecutive chunks carrying tokens (> 0), from the first such chunk, within
-    each selected request. Chunks with no tokens (role-only, usage-only) are skipped. `labels`
+    each selected request: loadgen.formulas.token_gaps of every selected request at once.
+    Chunks with no tokens (role-only, usage-only) are skipped. `labels`
     (one int per request; default the row index) is carried to each gap.
 
     When every chunk carries tokens, no per-chunk row index is built (memory: one bool per
@@ -180,9 +180,9 @@ def chunk_gaps(
 def per_token_values(g: Gaps) -> tuple[FloatArray, npt.NDArray[np.integer[Any]]]:
     """Per-token ITL samples (ms) and their labels: a gap g before a chunk of k tokens gives k
     samples of g/k."""
+    per = formulas.per_token_gap_ms(g.gap_us, g.tokens)
     if bool((g.tokens == 1).all()):
-        return g.gap_us.astype(np.float64) / 1e3, g.label
-    per = g.gap_us.astype(np.float64) / g.tokens / 1e3
+        return per, g.label
     return np.repeat(per, g.tokens), np.repeat(g.label, g.tokens)
 
 
@@ -193,9 +193,9 @@ def itl_per_chunk_ms(chunks: ChunkArrays, rows: BoolArray | None = None) -> Floa
 
 
 def itl_per_token_ms(chunks: ChunkArrays, rows: BoolArray | None = None) -> FloatArray:
-    """ITL per token (the ITL reported): a chunk carrying k tokens that arrived g after the
-    previous token-carrying chunk contributes k samples of g/k. Extra tokens in the *first*
-    chunk contribute nothing (they arrived with the first token, which TTFT measures)."""
+    """ITL per token (the ITL reported): loadgen.formulas.itl_per_token_ms of the selected
+    requests, concatenated (a chunk of k tokens g after the previous token-carrying chunk gives
+    k samples of g/k; the first chunk's extra tokens none)."""
     return per_token_values(chunk_gaps(chunks, rows))[0]
 
 
@@ -205,7 +205,7 @@ def max_itl_ms(chunks: ChunkArrays, rows: BoolArray | None = None) -> FloatArray
     g = chunk_gaps(chunks, rows)
     out = np.full(chunks.n_requests, np.nan)
     if g.label.size:
-        per = g.gap_us.astype(np.float64) / g.tokens / 1e3
+        per = formulas.per_token_gap_ms(g.gap_us, g.tokens)
         starts = np.flatnonzero(np.r_[True, g.label[1:] != g.label[:-1]])
         out[g.label[starts]] = np.maximum.reduceat(per, starts)
     return out

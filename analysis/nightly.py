@@ -25,25 +25,19 @@ import pandas as pd
 import psycopg
 from psycopg import sql
 
-# per-request metrics as SQL expressions over the requests table (ms; output speed in tokens/s,
-# as analysis.metrics.output_speed_tps defines it)
+from loadgen import formulas
+
+# per-request metrics computed in SQL: their loadgen.formulas SQL forms (ms; output speed in
+# tokens/s)
 _SQL_METRICS = {
-    "ttft_ms": "(first_token_ns - sent_ns) / 1e6",
-    "ttfat_ms": "(first_answer_ns - sent_ns) / 1e6",
-    "e2e_ms": "(end_ns - sent_ns) / 1e6",
-    "tpot_ms": "CASE WHEN output_tokens > 1 THEN (end_ns - first_token_ns) / 1e6 / "
-    "(output_tokens - 1) END",
-    "output_speed_tps": "CASE WHEN output_tokens > 1 AND end_ns > first_token_ns THEN "
-    "(output_tokens - 1) / ((end_ns - first_token_ns) / 1e9) END",
+    name: formulas.REQUEST_METRICS[name].sql
+    for name in ("ttft_ms", "ttfat_ms", "e2e_ms", "tpot_ms", "output_speed_tps")
 }
 # not a per-request value: each run's share of steady-phase requests not ok (`not_sent` too),
 # the same error rate as analysis.verdict's budget; the percentile does not apply
 ERROR_RATE = "error_rate"
 METRICS = (*_SQL_METRICS, ERROR_RATE)
-UNITS = {
-    m: ("tokens/s" if m == "output_speed_tps" else "fraction" if m == ERROR_RATE else "ms")
-    for m in METRICS
-}
+UNITS = {**{m: formulas.REQUEST_METRICS[m].unit for m in _SQL_METRICS}, ERROR_RATE: "fraction"}
 # a rise in these is an improvement; in every other metric (latencies) a rise is a regression
 HIGHER_IS_BETTER = frozenset({"output_speed_tps"})
 # runs; a new level is only found once it has lasted this long, so detection needs twice as many

@@ -16,8 +16,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import psycopg
+from psycopg import sql
 
 from analysis import metrics as m
+from loadgen import formulas
 
 PCTS = (50.0, 90.0, 99.0)
 # a shard less sure of its clock offset than this is marked (workers.clocks' bound, restated:
@@ -142,3 +144,55 @@ def compare_regions(
                 }
             )
     return rows
+
+
+def network_breakdown(conn: psycopg.Connection[Any], run_id: str) -> list[dict[str, Any]]:
+    """Per region, ms, straight from the store (`peakload submit`'s summary): TTFT median of
+    `ok` requests (loadgen.formulas.TTFT, in SQL), the network round trip (fastest warm-up probe
+    on a warm connection, median over the region's shards), connection setup (first probe's
+    extra time), and server time = TTFT - round trip. Start skew and clock uncertainty (max
+    over shards) say how well the region's clocks lined up."""
+    query = sql.SQL(
+        """
+        WITH s AS (
+            SELECT region,
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY network_rtt_ns) AS rtt,
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY connect_ns) AS conn_ns,
+                   max(abs(start_skew_ns)) AS skew, max(clock_uncertainty_ns) AS unc,
+                   bool_or(clock_suspect) AS suspect
+              FROM shards WHERE run_id = %(r)s GROUP BY region
+        ), q AS (
+            SELECT region,
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY {ttft}) AS ttft_ms,
+                   count(*) AS n
+              FROM requests
+             WHERE run_id = %(r)s AND outcome = 'ok' AND first_token_ns IS NOT NULL
+               AND sent_ns IS NOT NULL
+             GROUP BY region
+        )
+        SELECT s.region, q.ttft_ms, s.rtt, s.conn_ns, s.skew, s.unc, s.suspect, coalesce(q.n, 0)
+          FROM s LEFT JOIN q ON q.region = s.region ORDER BY s.region
+        """
+    ).format(ttft=sql.SQL(formulas.TTFT.sql))
+    rows = conn.execute(query, {"r": run_id}).fetchall()
+
+    def ms(x: Any) -> float | None:
+        return None if x is None else float(x) / 1e6
+
+    out = []
+    for region, ttft, rtt, conn_ns, skew, unc, suspect, n in rows:
+        server = None if ttft is None or rtt is None else max(0.0, ttft - float(rtt) / 1e6)
+        out.append(
+            {
+                "region": region,
+                "requests_ok": int(n),
+                "ttft_p50_ms": None if ttft is None else float(ttft),
+                "network_rtt_ms": ms(rtt),
+                "connection_setup_ms": ms(conn_ns),
+                "server_time_ms": server,
+                "start_skew_max_ms": ms(skew),
+                "clock_uncertainty_max_ms": ms(unc),
+                "clock_suspect": bool(suspect),
+            }
+        )
+    return out

@@ -6,10 +6,12 @@ kind. The one place a request's outcome becomes a record (loadgen/records.py).
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 import numpy as np
 
+from loadgen import formulas
 from loadgen.records import Outcome, Phase, RequestRecord, TokenSource, make_request_id
 from loadgen.shard import LevelWindow, Shard
 from loadgen.target import EventKind, PreparedRequest
@@ -189,25 +191,23 @@ def messages_text(messages: list[dict[str, str]]) -> str:
     return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
 
+SAMPLED_FORMULAS = (formulas.TTFT, formulas.E2E, formulas.TTFAT, formulas.TPOT)
+"""The per-request metrics the saturation search samples (with `itl_ms`, one sample a token)."""
+
+
 def sample_metrics(samples: dict[str, list[float]], rec: RequestRecord) -> None:
-    """Per-request values the saturation search judges a level by (failures count as misses)."""
+    """Per-request values the saturation search judges a level by, taken as `peakload sla`
+    takes them: loadgen.formulas' values of ok steady requests where they have one, per-token
+    ITL one sample a token; a failed steady request is a miss of every SLO."""
     if rec.outcome is not Outcome.OK or rec.phase is not Phase.STEADY:
         if rec.phase is Phase.STEADY:
             for v in samples.values():
                 v.append(float("inf"))
         return
-    sent = rec.sent_ns or 0
-    ft = rec.first_token_ns
-    end = rec.end_ns or 0
-    if ft is None:
-        return
-    samples["ttft_ms"].append((ft - sent) / 1e6)
-    samples["e2e_ms"].append((end - sent) / 1e6)
-    if rec.first_answer_ns is not None:
-        samples["ttfat_ms"].append((rec.first_answer_ns - sent) / 1e6)
-    if rec.output_tokens > 1:
-        samples["tpot_ms"].append((end - ft) / (rec.output_tokens - 1) / 1e6)
-    offs, toks = rec.chunk_offsets_us, rec.chunk_tokens
-    for i in range(1, len(offs)):
-        gap = (offs[i] - offs[i - 1]) / 1e3 / max(toks[i], 1)
-        samples["itl_ms"].extend([gap] * max(toks[i], 1))
+    for metric in SAMPLED_FORMULAS:
+        value = metric.of_record(rec)
+        if math.isfinite(value):
+            samples[metric.name].append(value)
+    offsets = np.asarray(rec.chunk_offsets_us, dtype=np.int64)
+    tokens = np.asarray(rec.chunk_tokens, dtype=np.int64)
+    samples["itl_ms"].extend(formulas.itl_per_token_ms(offsets, tokens).tolist())

@@ -14,12 +14,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+
+from loadgen import formulas
 from loadgen.calibrate import calibrate
 from loadgen.errors import PeakloadError
 from loadgen.fold import execute
@@ -65,10 +69,10 @@ class ShardStore(Protocol):
 
 
 def request_metrics(rec: RequestRecord) -> dict[str, Any]:
-    """What Locust is told about one record, with analysis.metrics' definitions (all ms, from
-    the send): `ttft` = first_token - sent; `tpot` = (end - first_token) / (output_tokens - 1)
-    when output_tokens > 1; `e2e` = end - sent; `itl` = [[per-token ms, k], ...]: each
-    token-carrying chunk after the first, its gap g to the previous one shared by its k tokens.
+    """What Locust is told about one record, by loadgen.formulas (all ms, from the send): `ttft`,
+    `tpot` (when output_tokens > 1) and `e2e` where the record has them; `itl` = [[per-token
+    ms, k], ...]: each token-carrying chunk after the first (`token_gaps`), its gap to the
+    previous one shared by its k tokens (`per_token_gap_ms`).
     `kind` is the failure kind (`ok`, `http_<status>`, `timeout:<phase>`, `stream_error`, ...)."""
     kind = rec.outcome.value
     if rec.outcome is Outcome.HTTP_ERROR:
@@ -76,22 +80,16 @@ def request_metrics(rec: RequestRecord) -> dict[str, Any]:
     elif rec.outcome in (Outcome.TIMEOUT, Outcome.NOT_SENT) and rec.error_phase:
         kind = f"{kind}:{rec.error_phase}"
     out: dict[str, Any] = {"kind": kind, "tokens": rec.output_tokens}
-    sent, ft, end = rec.sent_ns, rec.first_token_ns, rec.end_ns
-    if sent is not None and end is not None:
-        out["e2e"] = (end - sent) / 1e6
-    if sent is not None and ft is not None:
-        out["ttft"] = (ft - sent) / 1e6
-        if end is not None and rec.output_tokens > 1:
-            out["tpot"] = (end - ft) / (rec.output_tokens - 1) / 1e6
-    itl: list[list[float]] = []
-    prev = None
-    for off, k in zip(rec.chunk_offsets_us, rec.chunk_tokens, strict=True):
-        if k <= 0:
-            continue
-        if prev is not None:
-            itl.append([(off - prev) / 1e3 / k, k])
-        prev = off
-    out["itl"] = itl
+    for key, metric in (("e2e", formulas.E2E), ("ttft", formulas.TTFT), ("tpot", formulas.TPOT)):
+        value = metric.of_record(rec)
+        if math.isfinite(value):
+            out[key] = value
+    gaps, k = formulas.token_gaps(
+        np.asarray(rec.chunk_offsets_us, dtype=np.int64),
+        np.asarray(rec.chunk_tokens, dtype=np.int64),
+    )
+    per_token = formulas.per_token_gap_ms(gaps, k)
+    out["itl"] = [[float(g), int(n)] for g, n in zip(per_token, k, strict=True)]
     return out
 
 

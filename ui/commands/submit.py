@@ -11,10 +11,12 @@ infrastructure error.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.live import Live
+from rich.table import Table
 
 from analysis.exitcodes import Exit
 from loadgen.errors import PeakloadError
@@ -117,9 +119,10 @@ def submit_command(
 
 
 def _follow(coord: object, run_id: str, console: Console, json_out: str | None, quiet: bool) -> int:
+    from analysis.regions import network_breakdown
     from ui.results import print_summary, summarize_run, summary_exit_code, write_json
     from workers.coordinator import Coordinator
-    from workers.progress import network_breakdown, network_table, progress_table
+    from workers.progress import progress_table
     from workers.store.connect import connect_store
 
     assert isinstance(coord, Coordinator)
@@ -147,3 +150,33 @@ def _follow(coord: object, run_id: str, console: Console, json_out: str | None, 
             + (f": {summary['status_reason']}" if summary["status_reason"] else "")
         )
     return summary_exit_code(summary)
+
+
+def network_table(rows: list[dict[str, Any]]) -> Table:
+    """analysis.regions.network_breakdown's rows as a table."""
+    t = Table(title="TTFT by region: network round trip, connection setup, server time (ms)")
+    for col in (
+        "region",
+        "TTFT p50",
+        "network RTT",
+        "conn setup",
+        "server",
+        "start skew",
+        "clock ±",
+    ):
+        t.add_column(col, justify="left" if col == "region" else "right")
+
+    def f(x: Any) -> str:
+        return "-" if x is None else f"{x:.1f}"
+
+    for r in rows:
+        t.add_row(
+            r["region"] + (" (clock suspect)" if r["clock_suspect"] else ""),
+            f(r["ttft_p50_ms"]),
+            f(r["network_rtt_ms"]),
+            f(r["connection_setup_ms"]),
+            f(r["server_time_ms"]),
+            f(r["start_skew_max_ms"]),
+            f(r["clock_uncertainty_max_ms"]),
+        )
+    return t

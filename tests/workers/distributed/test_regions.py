@@ -19,6 +19,7 @@ import pytest
 import redis
 from psycopg import sql
 
+from analysis.regions import network_breakdown
 from tests.support.celery_workers import REPO, Cluster, RedisServer, SimServer
 from tests.support.stores import host_port, with_hostport
 from tests.support.tcpproxy import TcpProxy
@@ -32,7 +33,6 @@ from tests.workers.distributed.helpers import (
     wait_for,
 )
 from workers.coordinator import SubmitOptions
-from workers.progress import network_breakdown
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
