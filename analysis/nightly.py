@@ -1,7 +1,8 @@
 """Nightly history: one per-request metric's percentile across the runs of a schedule
 (runs.schedule_name), computed in SQL (`percentile_cont`, the same linear interpolation as numpy),
 change points in that series by binary segmentation on the mean with a BIC-type penalty, and
-the size and direction of each change.
+the size and direction of each change, and the verdict a nightly job is judged by (`verdict`:
+`peakload nightly` and the Nightly page both present it).
 
 Binary segmentation (Scott & Knott 1974; Killick & Eckley's `changepoint` uses the same cost):
 the cost of a segment is its sum of squared deviations from its mean; the best split of a
@@ -25,6 +26,7 @@ import pandas as pd
 import psycopg
 from psycopg import sql
 
+from analysis.exitcodes import Exit, run_state_code
 from loadgen import formulas
 
 # per-request metrics computed in SQL: their loadgen.formulas SQL forms (ms; output speed in
@@ -42,6 +44,7 @@ UNITS = {**{m: formulas.REQUEST_METRICS[m].unit for m in _SQL_METRICS}, ERROR_RA
 HIGHER_IS_BETTER = frozenset({"output_speed_tps"})
 # runs; a new level is only found once it has lasted this long, so detection needs twice as many
 MIN_SEGMENT = 3
+HISTORY_LIMIT = 365  # runs read unless told otherwise: a year of nightlies
 
 
 def schedule_names(conn: psycopg.Connection[Any]) -> list[str]:
@@ -60,7 +63,7 @@ def schedule_history(
     metric: str = "ttft_ms",
     percentile: float = 99.0,
     level: int | None = None,
-    limit: int = 365,
+    limit: int = HISTORY_LIMIT,
     since: dt.datetime | None = None,
 ) -> pd.DataFrame:
     """The newest `limit` runs of the schedule created at or after `since` (wall clock, aware),
@@ -246,3 +249,174 @@ def changes(hist: pd.DataFrame, cps: list[int]) -> list[Change]:
         seg = hist["segment"].iloc[c]
         out.append(Change(index=c, before=float(means[seg - 1]), after=float(means[seg])))
     return out
+
+
+# ---------------------------------------------------------------- the verdict
+
+MIN_RUNS = 2 * MIN_SEGMENT  # usable runs the detection needs
+DEFAULT_THRESHOLD_PCT = 5.0
+
+
+def judge_schedule(
+    conn: psycopg.Connection[Any],
+    schedule_name: str,
+    *,
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    include_invalid: bool = False,
+    metric: str = "ttft_ms",
+    **kwargs: Any,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The schedule's history (`history_with_changes`, `schedule_history`'s keywords; invalid
+    and unended runs left out of the detection unless `include_invalid`) and its `verdict`."""
+    hist, cps = history_with_changes(
+        conn, schedule_name, valid_only=not include_invalid, metric=metric, **kwargs
+    )
+    return hist, verdict(hist, cps, metric, threshold_pct, include_invalid=include_invalid)
+
+
+def verdict(
+    hist: pd.DataFrame,
+    cps: list[int],
+    metric: str,
+    threshold_pct: float,
+    *,
+    include_invalid: bool = False,
+) -> dict[str, Any]:
+    """Everything a nightly job is judged by (`peakload nightly` prints and writes it, the
+    Nightly page shows it): runs, change points, verdict and exit code (analysis.exitcodes).
+
+    The verdict comes from the latest change point larger than `threshold_pct` (a smaller,
+    later one must not hide a regression before it): "regression" (exit 1) if it is worse,
+    else "no regression" (0); "too few runs" (3) with fewer than MIN_RUNS usable. Then the
+    newest run decides first (see `_gate_newest`): no value (3), invalid (4), partial or not
+    ended (5), unless `include_invalid`; the history's own verdict is kept as
+    `detection_verdict`/`detection_exit_code` then."""
+    result = _result(hist, cps, metric, threshold_pct)
+    _gate_newest(result, include_invalid)
+    return result
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def _iso(t: Any) -> str | None:
+    return None if pd.isna(t) else pd.Timestamp(t).isoformat()
+
+
+def _result(
+    hist: pd.DataFrame, cps: list[int], metric: str, threshold_pct: float
+) -> dict[str, Any]:
+    found = changes(hist, cps)
+    by_index = {c.index: c for c in found}
+    runs = []
+    for i, r in enumerate(hist.to_dict("records")):
+        runs.append(
+            {
+                "run_id": r["run_id"],
+                "name": r["name"],
+                "created_at": _iso(r["created_at"]),
+                "started_at": _iso(r["started_at"]),
+                "status": r["status"],
+                "valid": None if pd.isna(r["valid"]) else bool(r["valid"]),
+                "value": _num(r["value"]),
+                "n": int(r["n"]),
+                "used": r["excluded"] == "",
+                "excluded": r["excluded"] or None,
+                "segment": None if pd.isna(r["segment"]) else int(r["segment"]),
+                "change_point": i in by_index,
+            }
+        )
+    points = [
+        {
+            "run_id": runs[c.index]["run_id"],
+            "index": c.index,
+            "started_at": runs[c.index]["started_at"],
+            "before": c.before,
+            "after": c.after,
+            "delta": c.delta,
+            "delta_pct": _num(c.delta_pct),
+            "direction": "up" if c.delta > 0 else "down",
+            "worse": c.worse(metric),
+            "regression": c.regression(metric, threshold_pct),
+        }
+        for c in found
+    ]
+    used = sum(1 for r in runs if r["used"])
+    # delta_pct is None only from a level of zero: any change from there is large
+    large = [p for p in points if p["delta_pct"] is None or abs(p["delta_pct"]) > threshold_pct]
+    deciding = large[-1] if large else None
+    if used < MIN_RUNS:
+        word, code = "too few runs", Exit.UNDECIDABLE
+    elif deciding is not None and deciding["regression"]:
+        word, code = "regression", Exit.FAILED
+    else:
+        word, code = "no regression", Exit.PASSED
+    return {
+        "runs": runs,
+        "runs_used": used,
+        "change_points": points,
+        "latest_change_point": points[-1] if points else None,
+        "deciding_change_point": deciding,
+        "verdict": word,
+        "exit_code": code,
+    }
+
+
+def _gate_newest(result: dict[str, Any], include_invalid: bool) -> None:
+    """The newest run decides first: a nightly job must not pass on a run that has no value,
+    or (unless invalid runs are let in) is partial or invalid, whatever the history says."""
+    runs = result["runs"]
+    if not runs:
+        return
+    newest = runs[-1]
+    code = None if include_invalid else run_state_code(newest["status"], newest["valid"])
+    if code is None and newest["value"] is None:
+        code = Exit.UNDECIDABLE
+    if code is None:
+        return
+    state = (
+        "has no value (no steady requests to measure)"
+        if code is Exit.UNDECIDABLE
+        else "is invalid"
+        if code is Exit.INVALID
+        else f"is {newest['status']}" + ("" if newest["valid"] is not None else ", not judged")
+    )
+    result["newest_run_problem"] = f"the newest run {newest['run_id'][:8]} {state}"
+    result["detection_verdict"], result["detection_exit_code"] = (
+        result["verdict"],
+        result["exit_code"],
+    )
+    result["verdict"] = code.name.lower()
+    result["exit_code"] = int(code)
+
+
+def pct_text(x: float | None) -> str:
+    """A change in percent as the verdict words it: "+12.3%" ("—" for a change from zero)."""
+    return "—" if x is None else f"{x:+.1f}%"
+
+
+def verdict_reason(result: dict[str, Any], metric: str, threshold_pct: float) -> str:
+    """The history's verdict in one sentence (before the newest run's own state, which
+    `result["newest_run_problem"]` words when it decides instead)."""
+    code = result.get("detection_exit_code", result["exit_code"])
+    p = result["deciding_change_point"]
+    beyond = f"the latest change point beyond the {threshold_pct:g}% threshold"
+    if code == Exit.UNDECIDABLE:
+        return (
+            f"Too few runs to decide: {result['runs_used']} usable, the detection needs "
+            f"at least {MIN_RUNS}."
+        )
+    if code == Exit.FAILED:
+        return (
+            f"REGRESSION at {beyond} (run {p['run_id'][:8]}): {metric} "
+            f"{p['direction']} {pct_text(p['delta_pct'])}."
+        )
+    if p is not None:
+        return (
+            f"No regression: {beyond} (run {p['run_id'][:8]}) is an improvement, "
+            f"{pct_text(p['delta_pct'])}."
+        )
+    if result["change_points"]:
+        return f"No regression: every change point is within the {threshold_pct:g}% threshold."
+    return "No change point: no regression."

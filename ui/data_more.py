@@ -121,16 +121,28 @@ NIGHTLY_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "ttfat_ms")
 
 
 @st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
-def nightly(schedule: str, metric: str, percentile: float) -> pd.DataFrame:
-    """A schedule's history, oldest first (analysis.nightly.history_with_changes): per run the
-    pooled `percentile` of `metric` (ms), with `change_point` true where a new mean starts."""
+def nightly(
+    schedule: str,
+    metric: str,
+    percentile: float,
+    threshold_pct: float = anightly.DEFAULT_THRESHOLD_PCT,
+    include_invalid: bool = False,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """A schedule's history, oldest first, and its verdict, as `peakload nightly` judges it
+    (analysis.nightly.judge_schedule): per run the pooled `percentile` of `metric` (ms), with
+    `change_point` true where a new mean starts."""
     with store().conn() as c:
-        hist, cps = anightly.history_with_changes(c, schedule, metric=metric, percentile=percentile)
-    hist["change_point"] = False
-    if cps:
-        hist.loc[hist.index[cps], "change_point"] = True
+        hist, result = anightly.judge_schedule(
+            c,
+            schedule,
+            threshold_pct=threshold_pct,
+            include_invalid=include_invalid,
+            metric=metric,
+            percentile=percentile,
+        )
+    hist["change_point"] = [bool(r["change_point"]) for r in result["runs"]]
     hist["valid"] = [validity_word(v) for v in hist["valid"]]
-    return hist
+    return hist, result
 
 
 def nightly_links(history: pd.DataFrame) -> list[dict[str, Any]]:

@@ -131,7 +131,7 @@ def test_every_page_in_a_browser(ui_store: UiStore, browser: object, tmp_path: P
         (f"run?run={ids['regions']}", "Run: ui-regions", ["Requests"]),
         (f"compare?runs={ids['sweep']},{ids['failures']}", "Compare runs", ["ui-failures"]),
         (f"sla?run={ids['sweep']}", "SLA verdicts", ["PASS", "p90 ttft_ms < 500"]),
-        ("nightly", "Nightly trends", ["nightly-sim"]),
+        ("nightly", "Nightly trends", ["nightly-sim", "Too few runs to decide"]),
         ("live", "Live", []),
         ("launch", "Launch a run", ["Mode: local"]),
     ]

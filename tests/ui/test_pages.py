@@ -6,15 +6,18 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psycopg
 import pytest
+from click.testing import CliRunner
 from streamlit.testing.v1 import AppTest
 
 from tests.ui.conftest import UiStore, page_text
 from tests.ui.stored_runs import CANARY_KEY, CANARY_PROMPT, SCHEDULE
+from ui.cli import cli
 
 Page = Callable[..., AppTest]
 
@@ -190,6 +193,30 @@ def test_nightly_page(app_page: Page, app_env: UiStore) -> None:
     assert len(points["x"]) == 3  # sweep, regions, failures ran on the schedule
     links = at.get("page_link")
     assert len(links) == 3
+
+
+def test_nightly_page_shows_the_cli_verdict(
+    app_page: Page, app_env: UiStore, tmp_path: Path
+) -> None:
+    at = app_page("nightly")
+    out = tmp_path / "nightly.json"
+    args = ["nightly", SCHEDULE, "--metric", "ttft_ms", "--percentile", "99", "--last", "365"]
+    res = CliRunner().invoke(cli, [*args, "--json", str(out)])
+    cli_result = json.loads(out.read_text())
+    assert res.exit_code == cli_result["exit_code"]
+    shown = [e.value for e in (*at.success, *at.error, *at.warning)]
+    verdicts = [v for v in shown if v.startswith("**")]
+    assert len(verdicts) == 1
+    # three runs on the schedule: too few to decide (the detection needs six)
+    assert res.exit_code in (3, 4, 5)
+    assert verdicts[0].startswith(
+        f"**{cli_result['verdict'].upper()}** (exit {res.exit_code}): Too few runs to decide: "
+        f"{cli_result['runs_used']} usable"
+    )
+    if cli_result.get("newest_run_problem"):
+        assert cli_result["newest_run_problem"] in verdicts[0]
+    assert at.warning and verdicts[0] in [e.value for e in at.warning]
+    assert f"`peakload nightly {SCHEDULE} --metric ttft_ms --percentile 99" in page_text(at)
 
 
 def test_launch_refuses_a_target_outside_the_policy(

@@ -1,16 +1,15 @@
 """`peakload nightly SCHEDULE`: one metric's percentile across the runs of a schedule, the change
-points in that history (analysis.nightly) and a verdict for cron jobs and CI, decided by the
-latest change point larger than the threshold (a smaller, later one must not hide a regression),
-after the newest run's own state. Exit codes (analysis.exitcodes): 0 that change is no regression
-(or there is none); 1 it is a regression; 3 too few usable runs, or the newest run has no value;
-4 the newest run is invalid; 5 it is partial or not ended; 2 bad input or store error; 6 no runs
-of that schedule."""
+points in that history and a verdict for cron jobs and CI (all analysis.nightly's; this command
+presents them), decided by the latest change point larger than the threshold (a smaller, later
+one must not hide a regression), after the newest run's own state. Exit codes
+(analysis.exitcodes): 0 that change is no regression (or there is none); 1 it is a regression;
+3 too few usable runs, or the newest run has no value; 4 the newest run is invalid; 5 it is
+partial or not ended; 2 bad input or store error; 6 no runs of that schedule."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,18 +20,13 @@ import psycopg
 from rich.table import Table
 
 from analysis import nightly
-from analysis.exitcodes import Exit, run_state_code
+from analysis.exitcodes import Exit
 from loadgen.errors import StoreError
 from ui.commands.runs import analysis_store, fail
 from ui.output import stdout_console
 
-EXIT_OK, EXIT_REGRESSION, EXIT_TOO_FEW, EXIT_BAD_INPUT = (
-    Exit.PASSED,
-    Exit.FAILED,
-    Exit.UNDECIDABLE,
-    Exit.BAD_INPUT,
-)
-MIN_RUNS = 2 * nightly.MIN_SEGMENT
+EXIT_BAD_INPUT = Exit.BAD_INPUT
+_pct = nightly.pct_text
 DEFAULT_LAST = 60  # runs: two months of nightlies
 SINCE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
 
@@ -71,7 +65,7 @@ SINCE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
     "--threshold-pct",
     "--threshold",
     "threshold_pct",
-    default=5.0,
+    default=nightly.DEFAULT_THRESHOLD_PCT,
     show_default=True,
     type=click.FloatRange(0),
     help="changes up to this size (percent of the level before) do not decide the verdict",
@@ -127,10 +121,11 @@ def nightly_command(
             known = nightly.schedule_names(conn)
             if schedule not in known:
                 fail(_unknown_schedule(schedule, known), Exit.MISSING)
-            hist, cps = nightly.history_with_changes(
+            hist, result = nightly.judge_schedule(
                 conn,
                 schedule,
-                valid_only=not include_invalid,
+                threshold_pct=threshold_pct,
+                include_invalid=include_invalid,
                 metric=metric,
                 percentile=percentile,
                 level=level,
@@ -144,8 +139,6 @@ def nightly_command(
             f"level {level}: no run of schedule {schedule!r} has ok steady requests at it",
             EXIT_BAD_INPUT,
         )
-    result = _result(hist, cps, metric, threshold_pct)
-    _gate_newest(result, include_invalid)
     if json_out:
         out = {
             "schedule": schedule,
@@ -158,7 +151,7 @@ def nightly_command(
             "since": None if since is None else since.isoformat(),
             "threshold_pct": threshold_pct,
             "invalid_runs_in_detection": include_invalid,
-            "min_runs": MIN_RUNS,
+            "min_runs": nightly.MIN_RUNS,
             **result,
         }
         try:
@@ -172,107 +165,11 @@ def nightly_command(
     sys.exit(result["exit_code"])
 
 
-def _gate_newest(result: dict[str, Any], include_invalid: bool) -> None:
-    """The newest run decides first: a nightly job must not pass on a run that has no value,
-    or (unless invalid runs are let in) is partial or invalid, whatever the history says."""
-    runs = result["runs"]
-    if not runs:
-        return
-    newest = runs[-1]
-    code = None if include_invalid else run_state_code(newest["status"], newest["valid"])
-    if code is None and newest["value"] is None:
-        code = Exit.UNDECIDABLE
-    if code is None:
-        return
-    state = (
-        "has no value (no steady requests to measure)"
-        if code is Exit.UNDECIDABLE
-        else "is invalid"
-        if code is Exit.INVALID
-        else f"is {newest['status']}" + ("" if newest["valid"] is not None else ", not judged")
-    )
-    result["newest_run_problem"] = f"the newest run {newest['run_id'][:8]} {state}"
-    result["detection_verdict"], result["detection_exit_code"] = (
-        result["verdict"],
-        result["exit_code"],
-    )
-    result["verdict"] = code.name.lower()
-    result["exit_code"] = int(code)
-
-
 def _unknown_schedule(schedule: str, known: list[str]) -> str:
     if not known:
         return f"no runs of schedule {schedule!r}: the store has no scheduled runs yet"
     shown = ", ".join(known[:10]) + (f" (and {len(known) - 10} more)" if len(known) > 10 else "")
     return f"no runs of schedule {schedule!r} in the store; schedules with runs: {shown}"
-
-
-def _num(x: float) -> float | None:
-    return None if x is None or not math.isfinite(x) else float(x)
-
-
-def _iso(t: Any) -> str | None:
-    return None if pd.isna(t) else pd.Timestamp(t).isoformat()
-
-
-def _result(
-    hist: pd.DataFrame, cps: list[int], metric: str, threshold_pct: float
-) -> dict[str, Any]:
-    """Everything the table and the JSON show: runs, change points, verdict and exit code."""
-    found = nightly.changes(hist, cps)
-    by_index = {c.index: c for c in found}
-    runs = []
-    for i, r in enumerate(hist.to_dict("records")):
-        runs.append(
-            {
-                "run_id": r["run_id"],
-                "name": r["name"],
-                "created_at": _iso(r["created_at"]),
-                "started_at": _iso(r["started_at"]),
-                "status": r["status"],
-                "valid": None if pd.isna(r["valid"]) else bool(r["valid"]),
-                "value": _num(r["value"]),
-                "n": int(r["n"]),
-                "used": r["excluded"] == "",
-                "excluded": r["excluded"] or None,
-                "segment": None if pd.isna(r["segment"]) else int(r["segment"]),
-                "change_point": i in by_index,
-            }
-        )
-    points = [
-        {
-            "run_id": runs[c.index]["run_id"],
-            "index": c.index,
-            "started_at": runs[c.index]["started_at"],
-            "before": c.before,
-            "after": c.after,
-            "delta": c.delta,
-            "delta_pct": _num(c.delta_pct),
-            "direction": "up" if c.delta > 0 else "down",
-            "worse": c.worse(metric),
-            "regression": c.regression(metric, threshold_pct),
-        }
-        for c in found
-    ]
-    used = sum(1 for r in runs if r["used"])
-    # delta_pct is None only from a level of zero: any change from there is large
-    large = [p for p in points if p["delta_pct"] is None or abs(p["delta_pct"]) > threshold_pct]
-    deciding = large[-1] if large else None
-    if used < MIN_RUNS:
-        verdict, code = "too few runs", EXIT_TOO_FEW
-    elif deciding is not None and deciding["regression"]:
-        verdict, code = "regression", EXIT_REGRESSION
-    else:
-        verdict, code = "no regression", EXIT_OK
-    return {
-        "runs": runs,
-        "runs_used": used,
-        "change_points": points,
-        "latest_change_point": points[-1] if points else None,
-        "deciding_change_point": deciding,
-        "verdict": verdict,
-        "exit_code": code,
-    }
 
 
 def _table(
@@ -320,10 +217,6 @@ def _table(
     return t
 
 
-def _pct(x: float | None) -> str:
-    return "—" if x is None else f"{x:+.1f}%"
-
-
 def _notes(
     result: dict[str, Any], metric: str, threshold_pct: float, include_invalid: bool
 ) -> list[str]:
@@ -359,36 +252,13 @@ def _notes(
         when = (r["started_at"] or r["created_at"] or "")[:10]
         lines.append(
             f"  from run {p['run_id'][:8]} ({when}): {p['before']:,.2f} -> {p['after']:,.2f} "
-            f"{unit}, {p['direction']} {abs(p['delta']):,.2f} ({_pct(p['delta_pct'])}), "
+            f"{unit}, {p['direction']} {abs(p['delta']):,.2f} "
+            f"({_pct(p['delta_pct'])}), "
             f"{'worse' if p['worse'] else 'better'}"
         )
-    code, p = (
-        result.get("detection_exit_code", result["exit_code"]),
-        result["deciding_change_point"],
-    )
-    beyond = f"the latest change point beyond the {threshold_pct:g}% threshold"
-    if code == EXIT_TOO_FEW:
-        lines.append(
-            f"[yellow]Too few runs to decide: {result['runs_used']} usable, the detection needs "
-            f"at least {MIN_RUNS}.[/]"
-        )
-    elif code == EXIT_REGRESSION:
-        lines.append(
-            f"[bold red]REGRESSION at {beyond} (run {p['run_id'][:8]}): {metric} "
-            f"{p['direction']} {_pct(p['delta_pct'])}.[/]"
-        )
-    elif p is not None:
-        lines.append(
-            f"[green]No regression: {beyond} (run {p['run_id'][:8]}) is an improvement, "
-            f"{_pct(p['delta_pct'])}.[/]"
-        )
-    elif points:
-        lines.append(
-            f"[green]No regression: every change point is within the {threshold_pct:g}% "
-            f"threshold.[/]"
-        )
-    else:
-        lines.append("[green]No change point: no regression.[/]")
+    code = result.get("detection_exit_code", result["exit_code"])
+    style = {Exit.UNDECIDABLE: "yellow", Exit.FAILED: "bold red"}.get(code, "green")
+    lines.append(f"[{style}]{nightly.verdict_reason(result, metric, threshold_pct)}[/]")
     if result.get("newest_run_problem"):
         lines.append(
             f"[bold yellow]But {result['newest_run_problem']}: exit {result['exit_code']} "

@@ -1,10 +1,12 @@
-"""Nightly: each schedule's history per metric and level, with detected change points; click
-through to any run."""
+"""Nightly: each schedule's history per metric, with detected change points and the verdict
+`peakload nightly` gives (analysis.nightly); click through to any run."""
 
 from __future__ import annotations
 
 import streamlit as st
 
+from analysis import nightly as anightly
+from analysis.exitcodes import Exit
 from ui import charts, data_more
 from ui.views.common import METRICS, RUN_PARAM, chart, pick_metric
 
@@ -27,7 +29,30 @@ q = q_col.radio(
     format_func=lambda p: f"p{p:g}",
 )
 
-history = data_more.nightly(schedule, metric, q)
+t_col, i_col = st.columns(2)
+threshold = t_col.number_input(
+    "Threshold (%)",
+    min_value=0.0,
+    value=anightly.DEFAULT_THRESHOLD_PCT,
+    step=1.0,
+    key="n_threshold",
+    help="changes up to this size (percent of the level before) do not decide the verdict",
+)
+include_invalid = i_col.checkbox("Use invalid and unended runs in the detection", key="n_invalid")
+
+history, result = data_more.nightly(schedule, metric, q, threshold, include_invalid)
+code = Exit(result["exit_code"])
+verdict = (
+    f"**{result['verdict'].upper()}** (exit {int(code)}): "
+    f"{anightly.verdict_reason(result, metric, threshold)}"
+)
+if result.get("newest_run_problem"):
+    verdict += f" But {result['newest_run_problem']}: that decides."
+{Exit.PASSED: st.success, Exit.FAILED: st.error}.get(code, st.warning)(verdict)
+command = f"peakload nightly {schedule} --metric {metric} --percentile {q:g}"
+command += f" --last {anightly.HISTORY_LIMIT}"
+command += f" --threshold-pct {threshold:g}" + (" --include-invalid" if include_invalid else "")
+st.caption(f"The same verdict as `{command}`.")
 chart(
     charts.nightly(history, f"{schedule}: p{q:g} {METRICS[metric]} per run", f"p{q:g} (ms)"),
     history,
