@@ -15,6 +15,7 @@ from rich.table import Table
 
 from analysis import itl_spectra
 from analysis import metrics as m
+from loadgen import formulas
 from loadgen.reasons import STOPPED_BY_PEAKLOAD
 from loadgen.spec import DEFAULT_MAX_LOAD_SHORTFALL
 
@@ -22,14 +23,11 @@ SUMMARY_PERCENTILES = (50.0, 90.0, 99.0)
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 EXTRA_LATENCIES = ("ttft_sched_ms", "ttfat_ms", "e2e_sched_ms")
 
+_REQ = formulas.REQUEST_METRICS
 DEFINITIONS = {
-    "ttft_ms": "first_token_ns - sent_ns (from send; first content or reasoning delta), ms",
-    "ttft_sched_ms": "first_token_ns (from the scheduled time), ms",
-    "ttfat_ms": "first_answer_ns - sent_ns (first answer token, after reasoning), ms",
-    "tpot_ms": "(end_ns - first_token_ns) / (output_tokens - 1), requests with >1 token, ms",
-    "itl_ms": "per token: a chunk of k tokens after a gap g gives k samples of g/k, ms",
-    "e2e_ms": "end_ns - sent_ns (from send), ms",
-    "e2e_sched_ms": "end_ns (from the scheduled time), ms",
+    **{k: _REQ[k].definition for k in ("ttft_ms", "ttft_sched_ms", "ttfat_ms", "tpot_ms")},
+    "itl_ms": formulas.ITL_DEFINITION,
+    **{k: _REQ[k].definition for k in ("e2e_ms", "e2e_sched_ms")},
     "request_rate": "ok requests that completed inside the steady window / window, req/s",
     "output_tokens_per_s": "output tokens that arrived inside the steady window (a chunk of k "
     "tokens counts k at its arrival) / window, tokens/s, every level's requests pooled",

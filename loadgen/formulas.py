@@ -25,10 +25,43 @@ NS_PER_MS = 1e6
 US_PER_MS = 1e3
 
 
+@dataclass(frozen=True, slots=True)
+class RequestMetric:
+    """One per-request metric: its name and unit, the stored columns its formula reads (in the
+    order `python` takes them), the Python form, the SQL form (a float8 expression over those
+    columns of `requests`, in IEEE arithmetic as numpy's, so both give the same numbers) and
+    the one-line definition reports print (analysis.summary's `definitions`)."""
+
+    name: str
+    unit: str
+    columns: tuple[str, ...]
+    python: Callable[..., FloatArray]
+    sql: str
+    definition: str
+
+    def of_record(self, rec: Any) -> float:
+        """The metric of one request record (attributes named as the columns; None = NULL):
+        a float, NaN where it has no value."""
+        args = [
+            np.array([np.nan if (x := getattr(rec, c)) is None else float(x)]) for c in self.columns
+        ]
+        return float(self.python(*args)[0])
+
+
 def ttft_ms(first_token_ns: FloatArray, sent_ns: FloatArray) -> FloatArray:
     """Time to first token from send: (first_token_ns - sent_ns) / 1e6. The first token is the
     first non-empty content *or* reasoning delta. This is the TTFT the summary reports."""
     return (first_token_ns - sent_ns) / NS_PER_MS
+
+
+TTFT = RequestMetric(
+    "ttft_ms",
+    "ms",
+    ("first_token_ns", "sent_ns"),
+    ttft_ms,
+    "(first_token_ns - sent_ns)::float8 / 1e6",
+    "first_token_ns - sent_ns (from send; first content or reasoning delta), ms",
+)
 
 
 def ttft_sched_ms(first_token_ns: FloatArray) -> FloatArray:
@@ -37,10 +70,30 @@ def ttft_sched_ms(first_token_ns: FloatArray) -> FloatArray:
     return first_token_ns / NS_PER_MS
 
 
+TTFT_SCHED = RequestMetric(
+    "ttft_sched_ms",
+    "ms",
+    ("first_token_ns",),
+    ttft_sched_ms,
+    "first_token_ns::float8 / 1e6",
+    "first_token_ns (from the scheduled time), ms",
+)
+
+
 def ttfat_ms(first_answer_ns: FloatArray, sent_ns: FloatArray) -> FloatArray:
     """Time to first answer token from send: (first_answer_ns - sent_ns) / 1e6; for reasoning
     models the first content delta after the reasoning, else equal to TTFT."""
     return (first_answer_ns - sent_ns) / NS_PER_MS
+
+
+TTFAT = RequestMetric(
+    "ttfat_ms",
+    "ms",
+    ("first_answer_ns", "sent_ns"),
+    ttfat_ms,
+    "(first_answer_ns - sent_ns)::float8 / 1e6",
+    "first_answer_ns - sent_ns (first answer token, after reasoning), ms",
+)
 
 
 def tpot_ms(
@@ -53,14 +106,45 @@ def tpot_ms(
     return np.where(output_tokens > 1, v, np.nan)
 
 
+TPOT = RequestMetric(
+    "tpot_ms",
+    "ms",
+    ("end_ns", "first_token_ns", "output_tokens"),
+    tpot_ms,
+    "CASE WHEN output_tokens > 1 THEN "
+    "(end_ns - first_token_ns)::float8 / (output_tokens - 1) / 1e6 END",
+    "(end_ns - first_token_ns) / (output_tokens - 1), requests with >1 token, ms",
+)
+
+
 def e2e_ms(end_ns: FloatArray, sent_ns: FloatArray) -> FloatArray:
     """End-to-end latency from send: (end_ns - sent_ns) / 1e6. This is the E2E reported."""
     return (end_ns - sent_ns) / NS_PER_MS
 
 
+E2E = RequestMetric(
+    "e2e_ms",
+    "ms",
+    ("end_ns", "sent_ns"),
+    e2e_ms,
+    "(end_ns - sent_ns)::float8 / 1e6",
+    "end_ns - sent_ns (from send), ms",
+)
+
+
 def e2e_sched_ms(end_ns: FloatArray) -> FloatArray:
     """End-to-end latency from the scheduled time: end_ns / 1e6."""
     return end_ns / NS_PER_MS
+
+
+E2E_SCHED = RequestMetric(
+    "e2e_sched_ms",
+    "ms",
+    ("end_ns",),
+    e2e_sched_ms,
+    "end_ns::float8 / 1e6",
+    "end_ns (from the scheduled time), ms",
+)
 
 
 def output_speed_tps(
@@ -75,64 +159,17 @@ def output_speed_tps(
     return np.where((output_tokens > 1) & (span_s > 0), v, np.nan)
 
 
-@dataclass(frozen=True, slots=True)
-class RequestMetric:
-    """One per-request metric: its name and unit, the stored columns its formula reads (in
-    the order `python` takes them), the Python form and the SQL form (a float8 expression over
-    those columns of `requests`; IEEE arithmetic, as numpy's, so both give the same numbers)."""
-
-    name: str
-    unit: str
-    columns: tuple[str, ...]
-    python: Callable[..., FloatArray]
-    sql: str
-
-    def of_record(self, rec: Any) -> float:
-        """The metric of one request record (attributes named as the columns; None = NULL):
-        a float, NaN where it has no value."""
-        args = [
-            np.array([np.nan if (x := getattr(rec, c)) is None else float(x)]) for c in self.columns
-        ]
-        return float(self.python(*args)[0])
-
-
-_SPAN_NS = "(end_ns - first_token_ns)::float8"
-TTFT = RequestMetric(
-    "ttft_ms",
-    "ms",
-    ("first_token_ns", "sent_ns"),
-    ttft_ms,
-    "(first_token_ns - sent_ns)::float8 / 1e6",
-)
-TTFT_SCHED = RequestMetric(
-    "ttft_sched_ms", "ms", ("first_token_ns",), ttft_sched_ms, "first_token_ns::float8 / 1e6"
-)
-TTFAT = RequestMetric(
-    "ttfat_ms",
-    "ms",
-    ("first_answer_ns", "sent_ns"),
-    ttfat_ms,
-    "(first_answer_ns - sent_ns)::float8 / 1e6",
-)
-TPOT = RequestMetric(
-    "tpot_ms",
-    "ms",
-    ("end_ns", "first_token_ns", "output_tokens"),
-    tpot_ms,
-    f"CASE WHEN output_tokens > 1 THEN {_SPAN_NS} / (output_tokens - 1) / 1e6 END",
-)
-E2E = RequestMetric(
-    "e2e_ms", "ms", ("end_ns", "sent_ns"), e2e_ms, "(end_ns - sent_ns)::float8 / 1e6"
-)
-E2E_SCHED = RequestMetric("e2e_sched_ms", "ms", ("end_ns",), e2e_sched_ms, "end_ns::float8 / 1e6")
 OUTPUT_SPEED = RequestMetric(
     "output_speed_tps",
     "tokens/s",
     ("end_ns", "first_token_ns", "output_tokens"),
     output_speed_tps,
-    f"CASE WHEN output_tokens > 1 AND end_ns > first_token_ns THEN "
-    f"(output_tokens - 1)::float8 / ({_SPAN_NS} / 1e9) END",
+    "CASE WHEN output_tokens > 1 AND end_ns > first_token_ns THEN "
+    "(output_tokens - 1)::float8 / ((end_ns - first_token_ns)::float8 / 1e9) END",
+    "(output_tokens - 1) / ((end_ns - first_token_ns) / 1e9), requests with >1 token and a "
+    "positive span, tokens/s",
 )
+
 REQUEST_METRICS = {m.name: m for m in (TTFT, TTFT_SCHED, TTFAT, TPOT, E2E, E2E_SCHED, OUTPUT_SPEED)}
 """Every per-request metric with a formula over the stored scalar fields, by name."""
 
@@ -168,3 +205,7 @@ def itl_per_token_ms(
     tokens' `per_token_gap_ms` (k samples)."""
     gap, k = token_gaps(offsets_us, tokens)
     return np.repeat(per_token_gap_ms(gap, k), k)
+
+
+ITL_DEFINITION = "per token: a chunk of k tokens after a gap g gives k samples of g/k, ms"
+"""`itl_per_token_ms` in one line, as reports print it."""
