@@ -193,6 +193,8 @@ def messages_text(messages: list[dict[str, str]]) -> str:
 
 SAMPLED_FORMULAS = (formulas.TTFT, formulas.E2E, formulas.TTFAT, formulas.TPOT)
 """The per-request metrics the saturation search samples (with `itl_ms`, one sample a token)."""
+SAMPLED = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfat_ms")
+"""The metrics the saturation search judges SLOs on: SAMPLED_FORMULAS' and `itl_ms`."""
 
 
 def sample_metrics(samples: dict[str, list[float]], rec: RequestRecord) -> None:

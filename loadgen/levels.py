@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from loadgen.fold import SAMPLED
 from loadgen.loadmodels import SPAWN_INTERVAL_NS, closed_loop_user, open_loop
 from loadgen.pool import SamplePool
 from loadgen.reasons import LEVEL_ENDED
@@ -101,13 +102,7 @@ async def run_level(shard: Shard, level: Level, start: int) -> LevelWindow:
     window = LevelWindow(level, start, start + int(level.duration_s * NS))
     shard.window = window
     if shard.spec.load.saturation is not None:
-        window.samples = {
-            "ttft_ms": [],
-            "tpot_ms": [],
-            "itl_ms": [],
-            "e2e_ms": [],
-            "ttfat_ms": [],
-        }
+        window.samples = {name: [] for name in SAMPLED}
     shard.level_index = level.index
     p, load = shard.plan, shard.spec.load
     seed = int(np.random.default_rng([p.seed, level.index]).integers(0, 2**62))

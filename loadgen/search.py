@@ -20,13 +20,12 @@ from typing import Any
 import numpy as np
 
 from loadgen.binomial import Verdict, decide
+from loadgen.fold import SAMPLED
 from loadgen.levels import LevelResult, drain, level_result, run_level
 from loadgen.pool import SamplePool
 from loadgen.schedule import Level, saturation_levels
 from loadgen.shard import NS, Shard
 from loadgen.spec import RunSpec
-
-SAMPLED = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfat_ms")
 
 
 def judge(
