@@ -2,7 +2,8 @@
 rows stored in TimescaleDB: analysis.metrics over the loaded frame, the record form the
 saturation search samples by, and the SQL the nightly history and the per-region split run.
 Edge rows: failed and unsent requests, no first token, one-token answers, a zero span,
-reasoning before the answer, and offsets large enough for float rounding to show."""
+reasoning before the answer, and offsets large enough for float rounding to show. And the
+saturation search samples what `peakload sla` counts."""
 
 from __future__ import annotations
 
@@ -17,8 +18,19 @@ from psycopg import sql
 from analysis import metrics as m
 from analysis.load import load_requests
 from analysis.regions import network_breakdown
+from analysis.sla import Claim, claim_samples
 from loadgen import formulas
-from tests.analysis.storedata import MS, insert_run, level_row, request_row, run_row, streamed
+from loadgen.fold import SAMPLED, sample_metrics
+from loadgen.records import Outcome, Phase, RequestRecord
+from tests.analysis.storedata import (
+    MS,
+    frame,
+    insert_run,
+    level_row,
+    request_row,
+    run_row,
+    streamed,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -153,3 +165,33 @@ def test_region_ttft_median_in_sql(stored: psycopg.Connection[Any]) -> None:
         p50 = m.percentile(m.ttft_ms(sub), 50.0)
         assert row["ttft_p50_ms"] == pytest.approx(p50, rel=1e-12)
         assert row["server_time_ms"] == pytest.approx(p50 - 1.234567, rel=1e-12)
+
+
+def test_the_search_samples_what_sla_counts() -> None:
+    # the saturation search (loadgen.fold.sample_metrics) and `peakload sla`
+    # (analysis.sla.claim_samples) take the same samples from the same requests
+    rows = _rows()
+    samples: dict[str, list[float]] = {name: [] for name in SAMPLED}
+    for r in rows:
+        rec = RequestRecord(
+            request_id=r["request_id"],
+            run_id=RUN,
+            shard_id=r["shard_id"],
+            region=r["region"],
+            level=r["level"],
+            index=r["idx"],
+            scheduled_at_ns=0,
+            phase=Phase(r["phase"]),
+            outcome=Outcome(r["outcome"]),
+            **{c: r[c] for c in ("sent_ns", "first_token_ns", "first_answer_ns", "end_ns")},
+            output_tokens=r["output_tokens"],
+            chunk_offsets_us=list(r["chunk_offsets_us"]),
+            chunk_tokens=list(r["chunk_tokens"]),
+        )
+        sample_metrics(samples, rec)
+    df = frame(rows)
+    for name in SAMPLED:
+        values, misses = claim_samples(df, Claim(metric=name, percentile=99, threshold=1))
+        got = np.asarray(samples[name])
+        assert int(np.isinf(got).sum()) == misses == 3  # the 503, the unsent, the cut stream
+        assert np.array_equal(np.sort(got[np.isfinite(got)]), np.sort(values)), name
