@@ -41,11 +41,9 @@ class RequestMetric:
 
     def of_record(self, rec: Any) -> float:
         """The metric of one request record (attributes named as the columns; None = NULL):
-        a float, NaN where it has no value."""
-        args = [
-            np.array([np.nan if (x := getattr(rec, c)) is None else float(x)]) for c in self.columns
-        ]
-        return float(self.python(*args)[0])
+        a float, NaN where it has no value (the Python form on float64 scalars)."""
+        args = [np.float64(np.nan if (x := getattr(rec, c)) is None else x) for c in self.columns]
+        return float(self.python(*args))
 
 
 def ttft_ms(first_token_ns: FloatArray, sent_ns: FloatArray) -> FloatArray:
