@@ -1,5 +1,5 @@
 """Every metric peakload reports, one definition each, formula in the docstring. Vectorised over a
-requests DataFrame (see analysis.load.load_requests) and flat chunk arrays (`ChunkArrays`).
+requests DataFrame (see analysis.store.load.load_requests) and flat chunk arrays (`ChunkArrays`).
 
 Per-request formulas (TTFT, TPOT, E2E, ITL per token, …) are loadgen.formulas' (with their SQL
 forms, so the store and the runner compute the same numbers); this module applies them to
@@ -97,8 +97,8 @@ class ChunkArrays:
     """Every request's chunks concatenated: request i owns `offsets_us[ptr[i]:ptr[i+1]]` (µs from
     send) and `tokens[ptr[i]:ptr[i+1]]` (tokens attributed to each chunk)."""
 
-    offsets_us: npt.NDArray[np.integer[Any]]  # int64, or int32 from analysis.fastload
-    tokens: npt.NDArray[np.integer[Any]]  # int64, or int16 from analysis.fastload
+    offsets_us: npt.NDArray[np.integer[Any]]  # int64, or int32 from analysis.store.fastload
+    tokens: npt.NDArray[np.integer[Any]]  # int64, or int16 from analysis.store.fastload
     ptr: IntArray
 
     @property

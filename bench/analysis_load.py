@@ -8,7 +8,7 @@ The URL is an admin URL of a PostgreSQL/TimescaleDB server (default: PEAKLOAD_TE
 the run is generated server-side once into the database `peakload_bench` and reused, and its
 request_blocks are written once by workers.store.backfill (the writer's encoder, in the writer's
 5,000-row batches), as a writer would have written them. `--arrays` reads the int[] columns
-instead (analysis.fastload's fallback, the path of runs without blocks).
+instead (analysis.store.fastload's fallback, the path of runs without blocks).
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis import cache, fastload, frontier, load, percentiles
-from analysis.summary import level_summary
+from analysis.reports.summary import level_summary
+from analysis.stats import frontier, percentiles
+from analysis.store import cache, fastload, load
 from workers.store.backfill import pack_run
 
 DB = "peakload_bench"
@@ -226,7 +227,7 @@ def main() -> None:
         return len(curves), len(pts)
 
     t0 = time.perf_counter_ns()
-    # blocks are read over one connection (analysis.packed); --parallel is the int[] path's
+    # blocks are read over one connection (analysis.store.packed); --parallel is the int[] path's
     path = f"int[] columns, x{args.parallel}" if args.arrays else "request_blocks"
     df, chunks = timed(
         f"cold: load from the store ({path})",

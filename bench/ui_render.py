@@ -1,7 +1,7 @@
 """Benchmark: time for the Streamlit Run page (one run of N requests) and Compare page (five
 runs) to render: cold (empty Streamlit caches and analysis cache), a new server process whose
-runs are in analysis.cache's files already, and cached (a new session in the same server), with
-streamlit.testing.v1.AppTest: the time the page script takes on the server, which is what a
+runs are in analysis.store.cache's files already, and cached (a new session in the same server),
+with streamlit.testing.v1.AppTest: the time the page script takes on the server, which is what a
 person waits for before the browser draws.
 
     python bench/ui_render.py [--requests 100000] [--chunks 64] [--runs 5]
@@ -63,7 +63,7 @@ def render(page: str, **params: str) -> float:
 
 
 def clear_caches(cache_dir: Path | None) -> None:
-    """Empty Streamlit's caches and, with `cache_dir`, analysis.cache's files too."""
+    """Empty Streamlit's caches and, with `cache_dir`, analysis.store.cache's files too."""
     import streamlit as st
 
     st.cache_data.clear()
@@ -124,7 +124,7 @@ def main() -> None:
                 clear_caches(None)  # a restarted server: the runs' files are on disk already
                 disk.append(render(page, **params))
             results[f"{label}: cold (nothing cached)"] = cold
-            results[f"{label}: new server, runs on disk (analysis.cache)"] = disk
+            results[f"{label}: new server, runs on disk (analysis.store.cache)"] = disk
             results[f"{label}: cached (second visit)"] = cached
         print(
             f"\nui_render: {args.requests:,} requests x {args.chunks} chunks per run; "

@@ -1,11 +1,11 @@
 """The exact binomial rule every percentile verdict uses (`peakload sla`, the saturation search):
 a pure function of the sample count, the exceedances and the claim, with no data access, so the
-runner (which must not import analysis) and analysis/sla.py share one definition.
+runner (which must not import analysis) and analysis/verdicts/sla.py share one definition.
 
 For "p`P` of a metric < T" with allowed exceedance fraction e0 = 1 - P/100, n samples and k
 exceedances (samples >= T), at confidence C: pass if P(Binomial(n, e0) <= k) <= 1 - C; fail if
 P(Binomial(n, e0) >= k) <= 1 - C; else "insufficient samples" (never "pass"). See
-analysis/sla.py for the reasoning and the sample counts it implies.
+analysis/verdicts/sla.py for the reasoning and the sample counts it implies.
 """
 
 from __future__ import annotations

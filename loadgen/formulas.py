@@ -2,8 +2,8 @@
 of loadgen.storeformat, which loadgen.records.RequestRecord's fields are named after): its
 Python form, vectorised (float64 arrays, NaN for NULL), and beside it its SQL form over the
 `requests` table where the store computes it (NULL where the Python form gives NaN). Everything
-that computes a metric uses these: analysis.metrics (over frames), analysis.nightly and
-analysis.regions (SQL), the saturation search's samples (loadgen.fold) and the figures told to
+that computes a metric uses these: analysis.metrics (over frames), analysis.verdicts.nightly and
+analysis.stats.regions (SQL), the saturation search's samples (loadgen.fold) and the figures told to
 Locust (loadgen.locust_engine). tests/analysis/test_formula_parity.py checks each SQL form
 against the Python form on stored rows.
 
@@ -30,7 +30,7 @@ class RequestMetric:
     """One per-request metric: its name and unit, the stored columns its formula reads (in the
     order `python` takes them), the Python form, the SQL form (a float8 expression over those
     columns of `requests`, in IEEE arithmetic as numpy's, so both give the same numbers) and
-    the one-line definition reports print (analysis.summary's `definitions`)."""
+    the one-line definition reports print (analysis.reports.summary's `definitions`)."""
 
     name: str
     unit: str

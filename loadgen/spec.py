@@ -31,7 +31,7 @@ DEFAULT_IDLE_TIMEOUT_S = 60.0
 MAX_DEADLINE_S = 1800.0  # chunk offsets are stored as int32 µs: 35 minutes at most
 DEFAULT_MAX_REQUESTS = 1_000_000
 # of every verdict on a run's criteria, SLA claims and a saturation search's levels
-# (analysis.sla uses it too)
+# (analysis.verdicts.sla uses it too)
 DEFAULT_VERDICT_CONFIDENCE = 0.99
 # Bounds past which a value is a typo, not a test: they keep every later int(seconds * 1e9),
 # sample and allocation finite (a week-long level, 16 M tokens, a million requests/s).
@@ -436,8 +436,8 @@ class RunSpec(_Strict):
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     load: LoadSpec
     slos: list[SLO] = Field(default_factory=list)
-    # the run's pass criteria besides the SLOs (judged by analysis.verdict): the largest share of
-    # steady-phase requests that may fail, and the confidence of every verdict
+    # the run's pass criteria besides the SLOs (judged by analysis.verdicts.verdict): the largest
+    # share of steady-phase requests that may fail, and the confidence of every verdict
     max_error_rate: float = Field(default=DEFAULT_MAX_ERROR_RATE, ge=0, le=1)
     confidence: float = Field(default=DEFAULT_VERDICT_CONFIDENCE, gt=0.5, lt=1)
     regions: list[Region] = Field(default_factory=lambda: [Region(name=DEFAULT_REGION, share=1.0)])

@@ -86,7 +86,7 @@ def percentile_curves(df: pd.DataFrame, title: str, y_label: str) -> go.Figure:
 
 def over_time(df: pd.DataFrame, title: str) -> go.Figure:
     """Three stacked panels per region: output tokens/s, mean in flight, failed/s (from
-    analysis.load.timeseries; bucket start in UTC)."""
+    analysis.store.load.timeseries; bucket start in UTC)."""
     fig = make_subplots(
         rows=3,
         cols=1,
@@ -239,7 +239,7 @@ def failures(df: pd.DataFrame, title: str) -> go.Figure:
 
 
 def frontier(df: pd.DataFrame, title: str, y_label: str) -> go.Figure:
-    """Output tokens/s against a latency percentile per (run, level) (analysis.frontier), with
+    """Output tokens/s against a latency percentile per (run, level) (analysis.stats.frontier), with
     the bootstrap band as error bars; Pareto points ringed, the knee starred."""
     if df.empty:
         return _empty(title)
@@ -282,7 +282,7 @@ def frontier(df: pd.DataFrame, title: str, y_label: str) -> go.Figure:
 
 
 def nightly(df: pd.DataFrame, title: str, y_label: str) -> go.Figure:
-    """A schedule's history (analysis.nightly); change points marked with a diamond and a
+    """A schedule's history (analysis.verdicts.nightly); change points marked with a diamond and a
     dashed line where the new level starts."""
     if df.empty:
         return _empty(title)

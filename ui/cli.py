@@ -5,7 +5,7 @@ from the explicit table below: add a line there for a new command.
 
 The one error boundary of the CLI: a `PeakloadError` (or a database driver error) that a
 command does not handle itself is printed as one line naming the command, and the process
-exits with the shared code for bad input or infrastructure (analysis.exitcodes: 2). No user
+exits with the shared code for bad input or infrastructure (analysis.verdicts.exitcodes: 2). No user
 input reaches a traceback.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from analysis.exitcodes import Exit
+from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import PeakloadError
 
 # name -> (module, attribute, one-line help shown by `peakload --help`)

@@ -23,24 +23,24 @@ import pandas as pd
 import psycopg
 import streamlit as st
 
-from analysis import cache as acache
-from analysis import cost as acost
-from analysis import load as al
 from analysis import metrics as m
-from analysis import regions as aregions
-from analysis import render as arender
-from analysis import report as areport
-from analysis import server_metrics as asrv
-from analysis.export import write_requests
-from analysis.probe import load_probe, probe_rows
-from analysis.summary import CLIENT_VS_SERVER, client_vs_server_rows, level_summary
-from analysis.summary import search_line as search_line
+from analysis.reports import render as arender
+from analysis.reports import report as areport
+from analysis.reports.export import write_requests
+from analysis.reports.summary import CLIENT_VS_SERVER, client_vs_server_rows, level_summary
+from analysis.reports.summary import search_line as search_line
+from analysis.stats import cost as acost
+from analysis.stats import regions as aregions
+from analysis.stats import server_metrics as asrv
+from analysis.store import cache as acache
+from analysis.store import load as al
+from analysis.store.probe import load_probe, probe_rows
 from ui import derive
 
 RUNS_TTL_S = 5
 RESULT_TTL_S = 600
 TIMELINE_SAMPLE = 40
-LOAD_CONNECTIONS = 2  # connections reading one run at once (analysis.fastload)
+LOAD_CONNECTIONS = 2  # connections reading one run at once (analysis.store.fastload)
 
 
 class Store:
@@ -104,7 +104,7 @@ def runs(
     schedule: str | None = None,
     limit: int = 500,
 ) -> pd.DataFrame:
-    """Stored runs, newest first (analysis.load.load_runs); `label` is "key=value"."""
+    """Stored runs, newest first (analysis.store.load.load_runs); `label` is "key=value"."""
     labels = None
     if label and "=" in label:
         k, v = label.split("=", 1)
@@ -163,14 +163,14 @@ def validity_word(v: Any) -> str:
 
 @st.cache_data(ttl=RUNS_TTL_S, show_spinner=False)
 def run(run_id: str) -> dict[str, Any]:
-    """One run's row (analysis.load.load_run); LookupError if absent."""
+    """One run's row (analysis.store.load.load_run); LookupError if absent."""
     with store().conn() as c:
         return al.load_run(c, run_id)
 
 
 @st.cache_data(ttl=RUNS_TTL_S, show_spinner=False)
 def probe(run_id: str) -> pd.DataFrame:
-    """The parameter probe stored with the run (analysis.probe): one row per parameter."""
+    """The parameter probe stored with the run (analysis.store.probe): one row per parameter."""
     with store().conn() as c:
         result = load_probe(c, run_id)
     cols = ["parameter", "verdict", "detail"]
@@ -204,14 +204,14 @@ def version(run_id: str) -> str:
 
 @st.cache_resource(ttl=RESULT_TTL_S, max_entries=12, show_spinner=False)
 def _loaded(run_id: str, version: str) -> tuple[pd.DataFrame, m.ChunkArrays]:
-    """The run's requests and chunk arrays (analysis.cache.load_run_cached: fast binary load,
+    """The run's requests and chunk arrays (analysis.store.cache.load_run_cached: fast binary load,
     kept on disk once the run has ended), shared read-only; no content columns."""
     df, ch, _hit = acache.load_run_cached(store().url, run_id, parallel=LOAD_CONNECTIONS)
     return df, ch
 
 
 def requests(run_id: str) -> pd.DataFrame:
-    """All of a run's requests (the frame of analysis.fastload, in store order)."""
+    """All of a run's requests (the frame of analysis.store.fastload, in store order)."""
     return _loaded(run_id, version(run_id))[0]
 
 
@@ -227,7 +227,7 @@ def levels(run_id: str) -> pd.DataFrame:
 
 
 def summary(run_id: str) -> dict[str, Any]:
-    """analysis.summary.level_summary of the run."""
+    """analysis.reports.summary.level_summary of the run."""
     return _summary(run_id, version(run_id))
 
 
@@ -287,7 +287,7 @@ def level_table(s: dict[str, Any]) -> pd.DataFrame:
 def client_vs_server_table(s: dict[str, Any]) -> pd.DataFrame:
     """Per level (and region, where the run has several): the client's TTFT and ITL p50 against
     the server's own prefill(+queue) and time between tokens, and the gaps (ms); empty when the
-    server reported no timings (analysis.summary.client_vs_server_rows)."""
+    server reported no timings (analysis.reports.summary.client_vs_server_rows)."""
     cols = ["level", "region", *(head for head, _ in CLIENT_VS_SERVER), "requests"]
     rows = [
         [
@@ -312,7 +312,8 @@ def _spectra(run_id: str, version: str, metric: str, by: str) -> pd.DataFrame:
 
 
 def series(run_id: str, bucket_s: float = 1.0) -> pd.DataFrame:
-    """Throughput, in-flight and errors per time bucket and region (analysis.load.timeseries)."""
+    """Throughput, in-flight and errors per time bucket and region
+    (analysis.store.load.timeseries)."""
     return _series(run_id, version(run_id), bucket_s)
 
 
@@ -323,7 +324,7 @@ def _series(run_id: str, version: str, bucket_s: float) -> pd.DataFrame:
 
 
 def server_view(run_id: str, bucket_s: float = 1.0) -> dict[str, Any]:
-    """The server's own series beside the client's (analysis.server_metrics.server_section):
+    """The server's own series beside the client's (analysis.stats.server_metrics.server_section):
     `rows` per bucket (queue, running, KV use, server TTFT/queue ms, client TTFT p50/p90),
     `levels` per-level means, `diagnosis` and the `metrics` names that matched."""
     return _server_view(run_id, version(run_id), bucket_s)
@@ -338,7 +339,7 @@ def _server_view(run_id: str, version: str, bucket_s: float) -> dict[str, Any]:
 
 
 def region_network(run_id: str) -> pd.DataFrame:
-    """Per region (analysis.regions): TTFT, network round trip, server time, connection
+    """Per region (analysis.stats.regions): TTFT, network round trip, server time, connection
     set-up and clock offset / uncertainty, one row each, display names as columns (ms)."""
     return _region_network(run_id, version(run_id))
 
@@ -365,7 +366,7 @@ def _region_network(run_id: str, version: str) -> pd.DataFrame:
 
 
 def cost_overview(run_ids: Sequence[str]) -> pd.DataFrame:
-    """One row per run (analysis.cost.run_cost): price basis, what it cost, USD per million
+    """One row per run (analysis.stats.cost.run_cost): price basis, what it cost, USD per million
     output tokens at its best level's throughput, and the break-even when both prices exist."""
     rows = []
     for rid in run_ids:
@@ -469,7 +470,7 @@ def labels_table(r: dict[str, Any]) -> pd.DataFrame:
 
 
 def export_bytes(run_id: str, fmt: str) -> bytes:
-    """The run's requests as CSV or Parquet (analysis.export), content columns excluded."""
+    """The run's requests as CSV or Parquet (analysis.reports.export), content columns excluded."""
     with store().conn() as c:
         df = al.load_requests(c, run_id)  # every column, arrays included (not the fast frame)
     with tempfile.TemporaryDirectory() as d:
@@ -479,7 +480,8 @@ def export_bytes(run_id: str, fmt: str) -> bytes:
 
 
 def report_html(run_id: str) -> bytes:
-    """The run's self-contained HTML report (analysis.report.build_report, analysis.render)."""
+    """The run's self-contained HTML report (analysis.reports.report.build_report,
+    analysis.reports.render)."""
     with store().conn() as c:
         report = areport.build_report(c, run_id)
     return arender.render_html(report).encode("utf-8")

@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from analysis import load as al
 from analysis import metrics as m
-from analysis import nightly as anightly
-from analysis import sla as asla
+from analysis.store import load as al
+from analysis.verdicts import nightly as anightly
+from analysis.verdicts import sla as asla
 from ui import derive
 from ui.data import (
     RESULT_TTL_S,
@@ -64,7 +64,7 @@ def _compare_spectra(
 
 
 def frontier(run_ids: Sequence[str], metric: str, percentile: float) -> pd.DataFrame:
-    """Throughput against a latency percentile per (run, level) (analysis.frontier), with the
+    """Throughput against a latency percentile per (run, level) (analysis.stats.frontier), with the
     Pareto points and the knee marked."""
     return _frontier(tuple(run_ids), versions(run_ids), metric, percentile)
 
@@ -81,7 +81,7 @@ CHANGE_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
 
 
 def changes(run_ids: Sequence[str], baseline: str, with_itl: bool = False) -> pd.DataFrame:
-    """Each run against the baseline per metric, level and p50/p90/p99 (analysis.compare);
+    """Each run against the baseline per metric, level and p50/p90/p99 (analysis.verdicts.compare);
     ITL per token only when asked (one sample per token: slow on large runs)."""
     return _changes(tuple(run_ids), versions(run_ids), baseline, with_itl)
 
@@ -91,7 +91,7 @@ def _changes(
     run_ids: tuple[str, ...], versions: tuple[str, ...], baseline: str, with_itl: bool
 ) -> pd.DataFrame:
     frames = {r: requests(r) for r in run_ids}
-    if with_itl:  # analysis.compare reads ITL from the frame's chunk columns
+    if with_itl:  # analysis.verdicts.compare reads ITL from the frame's chunk columns
         frames = {r: with_chunk_columns(df, chunks(r)) for r, df in frames.items()}
     metrics = (*CHANGE_METRICS, "itl_ms") if with_itl else CHANGE_METRICS
     return derive.changes(frames, choices(runs_for(run_ids)), baseline, metrics)
@@ -129,8 +129,8 @@ def nightly(
     include_invalid: bool = False,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """A schedule's history, oldest first, and its verdict, as `peakload nightly` judges it
-    (analysis.nightly.judge_schedule): per run the pooled `percentile` of `metric` (ms), with
-    `change_point` true where a new mean starts."""
+    (analysis.verdicts.nightly.judge_schedule): per run the pooled `percentile` of `metric` (ms),
+    with `change_point` true where a new mean starts."""
     with store().conn() as c:
         hist, result = anightly.judge_schedule(
             c,
@@ -158,7 +158,7 @@ def nightly_links(history: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def parse_claims(text: str, where: str) -> asla.ClaimsFile:
-    """A claims TOML (analysis.sla); SpecError names the file and the field."""
+    """A claims TOML (analysis.verdicts.sla); SpecError names the file and the field."""
     import tomllib
 
     from loadgen.errors import SpecError
@@ -171,7 +171,8 @@ def parse_claims(text: str, where: str) -> asla.ClaimsFile:
 
 
 def verdicts(run_id: str, claims_text: str, where: str) -> pd.DataFrame:
-    """analysis.sla.evaluate of the claims against one run's requests, one row per claim."""
+    """analysis.verdicts.sla.evaluate of the claims against one run's requests, one row per
+    claim."""
     return _verdicts(run_id, version(run_id), claims_text, where)
 
 

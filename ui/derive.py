@@ -1,7 +1,7 @@
 """Arranging analysis/ results into the shapes the UI draws: percentile curves per level or
-region (analysis.percentiles), frontiers across runs (analysis.frontier), the change table
-against a baseline (analysis.compare). Every number is computed in analysis/; this module only
-selects samples, renames columns and concatenates. Pure functions, no Streamlit, no SQL.
+region (analysis.stats.percentiles), frontiers across runs (analysis.stats.frontier), the change
+table against a baseline (analysis.verdicts.compare). Every number is computed in analysis/; this
+module only selects samples, renames columns and concatenates. Pure functions, no Streamlit, no SQL.
 
 Units: latencies ms; throughput req/s and output tokens/s over each level's steady window.
 """
@@ -13,18 +13,20 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from analysis import compare as acmp
-from analysis import frontier as afr
 from analysis import metrics as m
-from analysis import percentiles as pc
+from analysis.stats import frontier as afr
+from analysis.stats import percentiles as pc
+from analysis.verdicts import compare as acmp
 
 BAND_CONFIDENCE = 0.95
-RESAMPLES = 400  # replicates of the change table (analysis.compare); spectra bands are exact
+RESAMPLES = (
+    400  # replicates of the change table (analysis.verdicts.compare); spectra bands are exact
+)
 CURVE_COLUMNS = ["series", "percentile", "x", "value_ms", "lo_ms", "hi_ms", "n"]
 
 
 def latency_rows(df: pd.DataFrame) -> np.ndarray:
-    """Requests whose latencies count: ok and in the steady phase (as analysis.summary)."""
+    """Requests whose latencies count: ok and in the steady phase (as analysis.reports.summary)."""
     return np.asarray(((df["outcome"] == "ok") & (df["phase"] == "steady")).to_numpy())
 
 
@@ -41,7 +43,7 @@ def metric_samples(
 
 
 def curve(values: np.ndarray, series: str) -> pd.DataFrame:
-    """One percentile curve (analysis.percentiles.spectrum: exact values, bootstrap band),
+    """One percentile curve (analysis.stats.percentiles.spectrum: exact values, bootstrap band),
     cut where the samples run out (beyond p = 1 - 1/n only the maximum is known)."""
     s = pc.spectrum(values, confidence=BAND_CONFIDENCE, resamples=RESAMPLES)
     n = int(s["n"].iloc[0]) if len(s) else 0
@@ -72,9 +74,9 @@ def frontier(
     metric: str,
     percentile: float,
 ) -> pd.DataFrame:
-    """Per run (requests, levels, chunks) the points of analysis.frontier.frontier_points,
-    with `run`, `load`, `pareto` (on analysis.frontier.pareto_frontier of that run) and `knee`
-    (analysis.frontier.knee) columns added."""
+    """Per run (requests, levels, chunks) the points of analysis.stats.frontier.frontier_points,
+    with `run`, `load`, `pareto` (on analysis.stats.frontier.pareto_frontier of that run) and `knee`
+    (analysis.stats.frontier.knee) columns added."""
     parts = []
     for rid, (df, levels, ch) in runs.items():
         pts = afr.frontier_points(
@@ -123,7 +125,7 @@ def changes(
     baseline: str,
     metrics: Sequence[str] = acmp.COMPARE_METRICS,
 ) -> pd.DataFrame:
-    """Each run against the baseline (analysis.compare.compare_runs: bootstrap CI of the
+    """Each run against the baseline (analysis.verdicts.compare.compare_runs: bootstrap CI of the
     difference, Mann-Whitney U, regression/improvement flags), with a `run` column."""
     parts = []
     for rid, df in frames.items():

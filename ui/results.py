@@ -9,13 +9,17 @@ from typing import Any
 
 from rich.console import Console
 
-from analysis import sla
-from analysis.cost import run_cost
-from analysis.exitcodes import Exit
-from analysis.load import load_levels, load_requests, load_run
-from analysis.server_metrics import server_section
-from analysis.summary import level_summary, render_client_vs_server_table, render_summary_table
-from analysis.verdict import judge_run
+from analysis.reports.summary import (
+    level_summary,
+    render_client_vs_server_table,
+    render_summary_table,
+)
+from analysis.stats.cost import run_cost
+from analysis.stats.server_metrics import server_section
+from analysis.store.load import load_levels, load_requests, load_run
+from analysis.verdicts import sla
+from analysis.verdicts.exitcodes import Exit
+from analysis.verdicts.verdict import judge_run
 from loadgen import hosted
 from loadgen.spec import RunSpec
 from workers.store.connect import connect_store
@@ -23,7 +27,8 @@ from workers.store.connect import connect_store
 
 def summarize_run(run_id: str, database_url: str | None = None) -> dict[str, Any]:
     """The `peakload run --json` summary of a stored run, with `verdict`: the run judged against
-    its spec's criteria (analysis.verdict), whose `exit_code` `run` and `submit` exit with."""
+    its spec's criteria (analysis.verdicts.verdict), whose `exit_code` `run` and `submit` exit
+    with."""
     with connect_store(database_url, autocommit=True) as conn:
         run = load_run(conn, run_id)
         requests = load_requests(conn, run_id)

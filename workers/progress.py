@@ -1,6 +1,6 @@
 """What a distributed run looks like from the coordinator while it runs: live per-region
 progress (from the ticks) as a rich table. (The per-region network split of TTFT afterwards is
-analysis.regions.network_breakdown's.)
+analysis.stats.regions.network_breakdown's.)
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Synthetic stored runs for the analysis tests: build runs / run_levels / requests / ticks rows
-as plain dicts (or a DataFrame shaped like analysis.load.load_requests) and insert them with
+as plain dicts (or a DataFrame shaped like analysis.store.load.load_requests) and insert them with
 plain SQL and COPY into a real store. Offsets follow deploy/sql/0001_core.sql."""
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def streamed(
 
 
 def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
-    """Rows shaped like `analysis.load.load_requests` returns them (without a store)."""
+    """Rows shaped like `analysis.store.load.load_requests` returns them (without a store)."""
     df = pd.DataFrame(list(rows))
     df["scheduled_at"] = pd.to_datetime(df["scheduled_at"], utc=True)
     for c in (

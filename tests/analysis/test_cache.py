@@ -10,7 +10,7 @@ import pandas as pd
 import psycopg
 import pytest
 
-from analysis import cache
+from analysis.store import cache
 from tests.analysis.storedata import insert_run, request_row, synthetic_run
 
 RID = "00000000-0000-0000-0000-0000000000ca"

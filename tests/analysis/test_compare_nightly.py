@@ -11,7 +11,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from analysis import compare, nightly
+from analysis.verdicts import compare, nightly
 from tests.analysis.storedata import frame, insert_run, level_row, request_row, run_row, streamed
 
 

@@ -1,12 +1,12 @@
-"""analysis.cost against hand-computed values: what a run cost, per million tokens per level at
-the measured throughput, billed tokens (usage first; a 429 is not billed), the break-even."""
+"""analysis.stats.cost against hand-computed values: what a run cost, per million tokens per level
+at the measured throughput, billed tokens (usage first; a 429 is not billed), the break-even."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from analysis.cost import billed_tokens, run_cost
+from analysis.stats.cost import billed_tokens, run_cost
 
 
 def _df() -> pd.DataFrame:

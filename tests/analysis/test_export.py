@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from analysis.export import export_run
+from analysis.reports.export import export_run
 from tests.analysis.storedata import MS, insert_run, level_row, request_row, run_row, streamed
 from ui.commands.export import export_command
 

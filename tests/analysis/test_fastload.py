@@ -9,9 +9,9 @@ import pandas as pd
 import psycopg
 import pytest
 
-from analysis import fastload, load
 from analysis import metrics as m
-from analysis.summary import level_summary
+from analysis.reports.summary import level_summary
+from analysis.store import fastload, load
 from tests.analysis.storedata import insert_run, request_row, synthetic_run
 
 RID = "00000000-0000-0000-0000-0000000000d9"

@@ -16,9 +16,9 @@ import pytest
 from psycopg import sql
 
 from analysis import metrics as m
-from analysis.load import load_requests
-from analysis.regions import network_breakdown
-from analysis.sla import Claim, claim_samples
+from analysis.stats.regions import network_breakdown
+from analysis.store.load import load_requests
+from analysis.verdicts.sla import Claim, claim_samples
 from loadgen import formulas
 from loadgen.fold import SAMPLED, sample_metrics
 from loadgen.records import Outcome, Phase, RequestRecord
@@ -169,7 +169,7 @@ def test_region_ttft_median_in_sql(stored: psycopg.Connection[Any]) -> None:
 
 def test_the_search_samples_what_sla_counts() -> None:
     # the saturation search (loadgen.fold.sample_metrics) and `peakload sla`
-    # (analysis.sla.claim_samples) take the same samples from the same requests
+    # (analysis.verdicts.sla.claim_samples) take the same samples from the same requests
     rows = _rows()
     samples: dict[str, list[float]] = {name: [] for name in SAMPLED}
     for r in rows:

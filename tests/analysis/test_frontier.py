@@ -7,7 +7,7 @@ import datetime as dt
 import pandas as pd
 import pytest
 
-from analysis import frontier as fr
+from analysis.stats import frontier as fr
 from tests.analysis.storedata import T0, frame, level_row, streamed
 
 RUN = "00000000-0000-0000-0000-0000000000a7"

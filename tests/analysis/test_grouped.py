@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis import grouped
-from analysis import percentiles as pc
+from analysis.stats import grouped
+from analysis.stats import percentiles as pc
 
 
 @pytest.mark.parametrize("kind", ["continuous", "integers"])

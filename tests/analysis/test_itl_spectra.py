@@ -1,4 +1,4 @@
-"""analysis.itl_spectra's integer binning (the fast path) gives exactly the spectra of the
+"""analysis.stats.itl_spectra's integer binning (the fast path) gives exactly the spectra of the
 general path and of np.percentile of the expanded per-token sample, edge cases included."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis import grouped, itl_spectra
 from analysis import metrics as m
-from analysis import percentiles as pc
+from analysis.stats import grouped, itl_spectra
+from analysis.stats import percentiles as pc
 
 
 def _chunks(dtype: str, rng: np.random.Generator) -> tuple[m.ChunkArrays, np.ndarray]:

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 from rich.console import Console
 
-from analysis import load
-from analysis.summary import level_summary, render_summary_table, summarize_run
+from analysis.reports.summary import level_summary, render_summary_table, summarize_run
+from analysis.store import load
 from tests.analysis.storedata import (
     MS,
     T0,

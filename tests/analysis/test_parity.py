@@ -9,8 +9,8 @@ import pandas as pd
 import psycopg
 import pytest
 
-from analysis import load
-from analysis.report import build_report
+from analysis.reports.report import build_report
+from analysis.store import load
 from tests.analysis.storedata import insert_run, synthetic_run
 
 RID = "00000000-0000-0000-0000-0000000000c7"

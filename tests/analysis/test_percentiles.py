@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis import percentiles as pc
+from analysis.stats import percentiles as pc
 from tests.analysis.storedata import frame, streamed
 
 RUN = "00000000-0000-0000-0000-0000000000f1"

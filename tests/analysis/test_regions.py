@@ -1,4 +1,4 @@
-"""analysis.regions by hand: server time = TTFT - the region's probe round trip at every
+"""analysis.stats.regions by hand: server time = TTFT - the region's probe round trip at every
 percentile, per-request connection set-up where stored, clock marks, and compare's rows."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.regions import compare_regions, region_breakdown
+from analysis.stats.regions import compare_regions, region_breakdown
 
 
 def _requests(region: str, ttfts_ms: list[float]) -> pd.DataFrame:

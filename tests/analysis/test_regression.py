@@ -1,4 +1,4 @@
-"""`peakload compare`'s verdict (analysis.regression): error rate by Fisher's exact test,
+"""`peakload compare`'s verdict (analysis.verdicts.regression): error rate by Fisher's exact test,
 throughput, latencies, levels paired by configured load, and "cannot compare"."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.exitcodes import Exit
-from analysis.regression import compare_stored, pair_levels
+from analysis.verdicts.exitcodes import Exit
+from analysis.verdicts.regression import compare_stored, pair_levels
 from tests.analysis.storedata import frame, level_row, request_row, run_row, streamed
 
 B, C = "00000000-0000-0000-0000-0000000000b1", "00000000-0000-0000-0000-0000000000c1"

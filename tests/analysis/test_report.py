@@ -13,8 +13,9 @@ import pytest
 from click.testing import CliRunner
 from plotly.offline import get_plotlyjs
 
-from analysis import figures, render, sla
-from analysis.report import build_report
+from analysis.reports import figures, render
+from analysis.reports.report import build_report
+from analysis.verdicts import sla
 from tests.analysis.storedata import insert_run, synthetic_run
 from ui.commands.report import report_command
 

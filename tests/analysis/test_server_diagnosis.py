@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from analysis import render
-from analysis.report import build_report
+from analysis.reports import render
+from analysis.reports.report import build_report
 from loadgen.spec import spec_from_dict
 from tests.support.sim import start_sim
 from workers.local import run_local

@@ -1,4 +1,4 @@
-"""analysis.server_metrics without a store: role mapping (preset selectors, label matching),
+"""analysis.stats.server_metrics without a store: role mapping (preset selectors, label matching),
 bucketing of gauges and histogram deltas, per-level stats, and the diagnosis rules."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis import server_metrics as sm
+from analysis.stats import server_metrics as sm
 
 T0 = pd.Timestamp("2026-12-01 10:00:00", tz="UTC")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis import sla
+from analysis.verdicts import sla
 from loadgen.errors import SpecError
 from tests.analysis.storedata import frame, request_row, streamed
 
@@ -123,7 +123,9 @@ def test_evaluate_on_requests() -> None:
     )
     (v5,) = sla.evaluate(df, itl)
     assert v5.n == len([i for i in range(500) if i % 3 == 0]) and v5.verdict == "pass"
-    assert sla.exit_code([v, v2]) == 3 and sla.exit_code([v, v2, v3]) == 1  # analysis.exitcodes
+    assert (
+        sla.exit_code([v, v2]) == 3 and sla.exit_code([v, v2, v3]) == 1
+    )  # analysis.verdicts.exitcodes
     assert sla.exit_code([v]) == 0
     assert np.isfinite(v3.exceed_upper)
 

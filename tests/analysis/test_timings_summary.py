@@ -14,9 +14,9 @@ import pytest
 from rich.console import Console
 
 from analysis import metrics as m
-from analysis import render
-from analysis.report import build_report
-from analysis.summary import (
+from analysis.reports import render
+from analysis.reports.report import build_report
+from analysis.reports.summary import (
     render_client_vs_server_table,
     render_summary_table,
     summarize_run,
@@ -106,7 +106,7 @@ def test_summary_and_report_numbers_by_hand(store_url: str, tmp_path: Path) -> N
     _store(store_url)
     with psycopg.connect(store_url, autocommit=True) as conn:
         summary = summarize_run(conn, RUN)  # the `run --json` path: the int[] rows
-        report = build_report(conn, RUN, resamples=10)  # analysis.fastload
+        report = build_report(conn, RUN, resamples=10)  # analysis.store.fastload
         plain = summarize_run(conn, PLAIN)
     _check(summary)
     _check(report["summary"])

@@ -1,5 +1,5 @@
-"""A run judged against its spec's criteria (analysis.verdict): the error budget with the exact
-binomial rule, the SLOs as claims, and the run's state first; the one exit-code table."""
+"""A run judged against its spec's criteria (analysis.verdicts.verdict): the error budget with the
+exact binomial rule, the SLOs as claims, and the run's state first; the one exit-code table."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis import exitcodes, verdict
-from analysis.exitcodes import Exit
+from analysis.verdicts import exitcodes, verdict
+from analysis.verdicts.exitcodes import Exit
 from tests.analysis.storedata import frame, level_row, request_row, run_row, streamed
 
 RUN = "00000000-0000-0000-0000-0000000000e1"

@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from analysis.exitcodes import Exit
+from analysis.verdicts.exitcodes import Exit
 from tests.cli.test_run_command import PEAKLOAD, ROOT, count_runs, peakload
 from tests.support.sim import SimProcess
 from tests.support.stores import TIMESCALE_ENV, FreshDatabase

@@ -1,6 +1,6 @@
-"""The exit-code table end to end (analysis.exitcodes): `peakload run` against the simulated
-engine with seeded faults, then `sla`, `report --claims`, `compare` and `export` on the stored
-runs. Validity bounds are set far off (or impossibly tight) so the test checks the rule, not
+"""The exit-code table end to end (analysis.verdicts.exitcodes): `peakload run` against the
+simulated engine with seeded faults, then `sla`, `report --claims`, `compare` and `export` on the
+stored runs. Validity bounds are set far off (or impossibly tight) so the test checks the rule, not
 this machine's speed."""
 
 from __future__ import annotations

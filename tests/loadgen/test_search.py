@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from analysis import sla
+from analysis.verdicts import sla
 from loadgen.pool import LocalPool
 from loadgen.records import Outcome, Phase
 from loadgen.runner import ShardResult, run_shard

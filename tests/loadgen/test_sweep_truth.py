@@ -27,7 +27,7 @@ LEVEL = {"duration_s": 4.0, "warmup_s": 1.0, "cooldown_s": 0.5}
 
 
 def frame_of(records: list[RequestRecord]) -> pd.DataFrame:
-    """The columns analysis.metrics needs, shaped as analysis.load returns them. The runs use
+    """The columns analysis.metrics needs, shaped as analysis.store.load returns them. The runs use
     the monotonic clock as their wall anchor (tests/support/shards.py), so `scheduled_at` here
     is a monotonic time: comparable with the engine's log."""
     return pd.DataFrame(

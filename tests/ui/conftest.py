@@ -24,7 +24,7 @@ PAGE_TIMEOUT_S = 120
 class UiStore:
     url: str
     ids: dict[str, str]  # kind -> run_id: sweep, regions, failures, invalid
-    cache_dir: str  # analysis.cache's directory for these tests (PEAKLOAD_ANALYSIS_CACHE)
+    cache_dir: str  # analysis.store.cache's directory for these tests (PEAKLOAD_ANALYSIS_CACHE)
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
-"""The Run page's exports (CSV and Parquet of the requests via analysis.export, the HTML report
-via analysis.report), chart builders, and the Launch page starting a real run."""
+"""The Run page's exports (CSV and Parquet of the requests via analysis.reports.export, the HTML
+report via analysis.reports.report), chart builders, and the Launch page starting a real run."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def test_launch_page_starts_a_run_on_an_allowed_target(
 def test_nightly_chart_marks_change_points() -> None:
     import numpy as np
 
-    from analysis.nightly import change_points
+    from analysis.verdicts.nightly import change_points
 
     values = [50.0, 51.0, 49.5, 50.5, 50.0, 80.0, 81.0, 79.5, 80.5]
     cps = change_points(values)

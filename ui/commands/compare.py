@@ -1,9 +1,9 @@
-"""`peakload compare BASELINE CANDIDATE`: whether the candidate regressed (analysis.regression):
-levels paired by configured load; per pair the error rate (Fisher's exact test), throughput and
-every latency metric at each percentile (bootstrap CI of the difference, Mann-Whitney U).
-Exit codes (analysis.exitcodes): 0 no significant regression; 1 at least one; 7 cannot compare
-(a side invalid, partial or empty, or no load in common); 2 bad input or store error; 6 no such
-run."""
+"""`peakload compare BASELINE CANDIDATE`: whether the candidate regressed
+(analysis.verdicts.regression): levels paired by configured load; per pair the error rate (Fisher's
+exact test), throughput and every latency metric at each percentile (bootstrap CI of the difference,
+Mann-Whitney U). Exit codes (analysis.verdicts.exitcodes): 0 no significant regression; 1 at least
+one; 7 cannot compare (a side invalid, partial or empty, or no load in common); 2 bad input or store
+error; 6 no such run."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ import pandas as pd
 import psycopg
 from rich.table import Table
 
-from analysis.compare import label_differences
-from analysis.cost import cost_change
-from analysis.exitcodes import Exit
-from analysis.load import load_levels, load_requests, load_run
-from analysis.regions import compare_regions, region_breakdown, shard_probes
-from analysis.regression import LATENCY_METRICS, compare_stored
+from analysis.stats.cost import cost_change
+from analysis.stats.regions import compare_regions, region_breakdown, shard_probes
+from analysis.store.load import load_levels, load_requests, load_run
+from analysis.verdicts.compare import label_differences
+from analysis.verdicts.exitcodes import Exit
+from analysis.verdicts.regression import LATENCY_METRICS, compare_stored
 from loadgen.errors import StoreError
 from ui.commands.runs import analysis_store, fail, resolve_or_fail
 from ui.output import stdout_console

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import click
 import httpx
 
-from analysis.exitcodes import Exit
+from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import PeakloadError, RunFailed
 from loadgen.spec import spec_from_dict
 from ui.commands.run import EXIT_ERROR, execute, terminal_console

@@ -8,7 +8,7 @@ from typing import cast
 import click
 import psycopg
 
-from analysis.export import FORMATS, Format, export_run
+from analysis.reports.export import FORMATS, Format, export_run
 from loadgen.errors import StoreError
 from ui.commands.runs import analysis_store, fail, resolve_or_fail
 

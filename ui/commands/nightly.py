@@ -1,10 +1,10 @@
 """`peakload nightly SCHEDULE`: one metric's percentile across the runs of a schedule, the change
-points in that history and a verdict for cron jobs and CI (all analysis.nightly's; this command
-presents them), decided by the latest change point larger than the threshold (a smaller, later
-one must not hide a regression), after the newest run's own state. Exit codes
-(analysis.exitcodes): 0 that change is no regression (or there is none); 1 it is a regression;
-3 too few usable runs, or the newest run has no value; 4 the newest run is invalid; 5 it is
-partial or not ended; 2 bad input or store error; 6 no runs of that schedule."""
+points in that history and a verdict for cron jobs and CI (all analysis.verdicts.nightly's; this
+command presents them), decided by the latest change point larger than the threshold (a smaller,
+later one must not hide a regression), after the newest run's own state. Exit codes
+(analysis.verdicts.exitcodes): 0 that change is no regression (or there is none); 1 it is a
+regression; 3 too few usable runs, or the newest run has no value; 4 the newest run is invalid; 5 it
+is partial or not ended; 2 bad input or store error; 6 no runs of that schedule."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import pandas as pd
 import psycopg
 from rich.table import Table
 
-from analysis import nightly
-from analysis.exitcodes import Exit
+from analysis.verdicts import nightly
+from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import StoreError
 from ui.commands.runs import analysis_store, fail
 from ui.output import stdout_console

@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from analysis.exitcodes import Exit
+from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import SpecError
 from loadgen.presets import Preset, all_presets, load_preset
 

@@ -15,7 +15,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from analysis.exitcodes import Exit
+from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import PeakloadError, SpecError
 from loadgen.presets import load_preset, preset_names
 from loadgen.spec import TargetSpec, load_spec

@@ -1,7 +1,7 @@
 """`peakload report RUN [--html FILE] [--json FILE] [--png-dir DIR] [--claims FILE]`: the summary
 table, and optionally a self-contained HTML report, its numbers as JSON, and PNG figures.
-Exit codes (analysis.exitcodes): 0 written; with --claims exactly as `peakload sla` (1 a claim
-or the error budget fails, 3 undecidable or empty, 4 invalid, 5 partial); 2 bad input, store
+Exit codes (analysis.verdicts.exitcodes): 0 written; with --claims exactly as `peakload sla` (1 a
+claim or the error budget fails, 3 undecidable or empty, 4 invalid, 5 partial); 2 bad input, store
 or write error; 6 no such run."""
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import click
 import psycopg
 from rich.table import Table
 
-from analysis import figures, render, sla
-from analysis.exitcodes import Exit
-from analysis.probe import probe_rows
-from analysis.report import build_report
-from analysis.summary import render_client_vs_server_table, render_summary_table
+from analysis.reports import figures, render
+from analysis.reports.report import build_report
+from analysis.reports.summary import render_client_vs_server_table, render_summary_table
+from analysis.store.probe import probe_rows
+from analysis.verdicts import sla
+from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import SpecError, StoreError
 from ui.commands.runs import analysis_store, fail, resolve_or_fail
 from ui.output import stdout_console

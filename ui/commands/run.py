@@ -1,9 +1,9 @@
 """`peakload run SPEC`: a run in this process with live progress, stored, then summarised.
 
-Exit codes (analysis.exitcodes, judged by analysis.verdict against the spec's `[[slos]]` and
-`max_error_rate`): 0 passed; 1 criteria failed; 3 undecidable (too few samples) or empty;
-4 measurement invalid (the self-check fired); 5 partial, aborted or failed (what was measured is
-stored; a run that failed after its row was written says why); 2 bad input or infrastructure
+Exit codes (analysis.verdicts.exitcodes, judged by analysis.verdicts.verdict against the spec's
+`[[slos]]` and `max_error_rate`): 0 passed; 1 criteria failed; 3 undecidable (too few samples) or
+empty; 4 measurement invalid (the self-check fired); 5 partial, aborted or failed (what was measured
+is stored; a run that failed after its row was written says why); 2 bad input or infrastructure
 error (nothing written).
 """
 
@@ -15,7 +15,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from analysis.exitcodes import Exit
+from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import PeakloadError, RunFailed
 from loadgen.records import Tick
 from loadgen.spec import RunSpec, load_spec

@@ -14,8 +14,8 @@ import pandas as pd
 import psycopg
 from rich.table import Table
 
-from analysis.exitcodes import Exit
-from analysis.load import load_runs, resolve_run_id
+from analysis.store.load import load_runs, resolve_run_id
+from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import StoreError
 from ui.output import FORMATS, stdout_console, write_plain
 
@@ -52,7 +52,7 @@ def resolve_or_fail(conn: psycopg.Connection[Any], ref: str) -> str:
 
 
 def fail(message: str, exit_code: int = Exit.BAD_INPUT) -> NoReturn:
-    """Print one error line to stderr and exit with `exit_code` (analysis.exitcodes)."""
+    """Print one error line to stderr and exit with `exit_code` (analysis.verdicts.exitcodes)."""
     click.echo(f"Error: {message}", err=True)
     sys.exit(exit_code)
 

@@ -1,8 +1,8 @@
 """`peakload sla RUN --claims FILE`: a verdict per SLA claim, and on the run's error budget, from
-the exact binomial rule (analysis.sla, analysis.verdict). Exit codes (analysis.exitcodes): 0 all
-pass; 1 any fails (a disproved claim dominates); 3 none fails but some lack samples, or the run
-is empty; 4 the run is invalid; 5 partial or not ended; 2 bad input or store error; 6 no such
-run."""
+the exact binomial rule (analysis.verdicts.sla, analysis.verdicts.verdict). Exit codes
+(analysis.verdicts.exitcodes): 0 all pass; 1 any fails (a disproved claim dominates); 3 none fails
+but some lack samples, or the run is empty; 4 the run is invalid; 5 partial or not ended; 2 bad
+input or store error; 6 no such run."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
-from analysis import sla
-from analysis.exitcodes import Exit
-from analysis.load import load_requests, load_run
-from analysis.verdict import ERROR_METRIC, RunJudgement, judge_claims
+from analysis.store.load import load_requests, load_run
+from analysis.verdicts import sla
+from analysis.verdicts.exitcodes import Exit
+from analysis.verdicts.verdict import ERROR_METRIC, RunJudgement, judge_claims
 from loadgen.errors import SpecError, StoreError
 from ui.commands.runs import analysis_store, fail, resolve_or_fail
 from ui.output import stdout_console

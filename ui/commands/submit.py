@@ -2,7 +2,7 @@
 region. Returns once the synchronized start is set (or aborted with a reason); `--wait` follows
 per-region progress to the end and prints the same summary as `peakload run`, per region too.
 
-Exit codes as `peakload run` (analysis.exitcodes): with --wait the run judged against its
+Exit codes as `peakload run` (analysis.verdicts.exitcodes): with --wait the run judged against its
 spec's criteria, 0 passed, 1 criteria failed, 3 undecidable or empty, 4 invalid, 5 partial,
 aborted or failed; without --wait 0 once it started; 5 aborted before the start; 2 bad input or
 infrastructure error.
@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from analysis.exitcodes import Exit
+from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import PeakloadError
 from loadgen.spec import load_spec
 from ui.output import stdout_console
@@ -119,7 +119,7 @@ def submit_command(
 
 
 def _follow(coord: object, run_id: str, console: Console, json_out: str | None, quiet: bool) -> int:
-    from analysis.regions import network_breakdown
+    from analysis.stats.regions import network_breakdown
     from ui.results import print_summary, summarize_run, summary_exit_code, write_json
     from workers.coordinator import Coordinator
     from workers.progress import progress_table
@@ -153,7 +153,7 @@ def _follow(coord: object, run_id: str, console: Console, json_out: str | None, 
 
 
 def network_table(rows: list[dict[str, Any]]) -> Table:
-    """analysis.regions.network_breakdown's rows as a table."""
+    """analysis.stats.regions.network_breakdown's rows as a table."""
     t = Table(title="TTFT by region: network round trip, connection setup, server time (ms)")
     for col in (
         "region",

@@ -1,12 +1,12 @@
 """Nightly: each schedule's history per metric, with detected change points and the verdict
-`peakload nightly` gives (analysis.nightly); click through to any run."""
+`peakload nightly` gives (analysis.verdicts.nightly); click through to any run."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from analysis import nightly as anightly
-from analysis.exitcodes import Exit
+from analysis.verdicts import nightly as anightly
+from analysis.verdicts.exitcodes import Exit
 from ui import charts, data_more
 from ui.views.common import METRICS, RUN_PARAM, chart, pick_metric
 

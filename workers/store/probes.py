@@ -1,5 +1,5 @@
 """The `run_probes` table: one probe result per run (loadgen.targets.probe), written once the
-run exists (analysis.probe reads it back for the report)."""
+run exists (analysis.store.probe reads it back for the report)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from analysis.regions import network_breakdown
+from analysis.stats.regions import network_breakdown
 from tests.support.celery_workers import Cluster, SimServer
 from tests.workers.distributed.helpers import coordinator, ledger, make_spec, run_status, shards
 from ui.cli import cli

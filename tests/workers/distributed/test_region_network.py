@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from analysis import render
-from analysis.report import build_report
+from analysis.reports import render
+from analysis.reports.report import build_report
 from tests.support.celery_workers import Cluster, SimServer
 from tests.support.stores import host_port
 from tests.support.tcpproxy import TcpProxy

@@ -19,7 +19,7 @@ import pytest
 import redis
 from psycopg import sql
 
-from analysis.regions import network_breakdown
+from analysis.stats.regions import network_breakdown
 from tests.support.celery_workers import REPO, Cluster, RedisServer, SimServer
 from tests.support.stores import host_port, with_hostport
 from tests.support.tcpproxy import TcpProxy

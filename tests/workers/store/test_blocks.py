@@ -13,9 +13,9 @@ import pandas as pd
 import psycopg
 import pytest
 
-from analysis import fastload, packed
 from analysis import metrics as m
-from analysis import percentiles as pc
+from analysis.stats import percentiles as pc
+from analysis.store import fastload, packed
 from loadgen.records import Batch, Outcome, Phase, RequestRecord
 from tests.support.stores import FreshDatabase
 from tests.workers.store._records import make_records

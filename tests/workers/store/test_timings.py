@@ -1,7 +1,7 @@
 """The connection and server-timing fields of a record (deploy/sql/0120) through the writer and
-back through every read path: request_blocks (format 2), the int[] rows (analysis.fastload and
-analysis.load), exports; a format 1 block and a spool file of the previous layout still read and
-replay, with NULL in the fields they predate; on plain PostgreSQL and TimescaleDB alike."""
+back through every read path: request_blocks (format 2), the int[] rows (analysis.store.fastload and
+analysis.store.load), exports; a format 1 block and a spool file of the previous layout still read
+and replay, with NULL in the fields they predate; on plain PostgreSQL and TimescaleDB alike."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pandas as pd
 import psycopg
 import pytest
 
-from analysis import fastload, load, packed
-from analysis.export import write_requests
+from analysis.reports.export import write_requests
+from analysis.store import fastload, load, packed
 from loadgen.records import Batch, RequestRecord
 from tests.workers.store._records import make_records
 from workers.store import blocks, copyenc
@@ -251,7 +251,7 @@ def test_a_run_packed_later_keeps_the_new_fields_and_their_nulls(
 def test_a_local_run_against_a_server_reporting_timings_keeps_them(
     store_url: str, tmp_path: Path
 ) -> None:
-    from analysis.summary import summarize_run
+    from analysis.reports.summary import summarize_run
     from loadgen.spec import spec_from_dict
     from tests.support.sim import start_sim
     from workers.local import run_local

@@ -26,7 +26,7 @@ import pandas as pd
 import psycopg
 from psycopg import sql
 
-from analysis.exitcodes import Exit, run_state_code
+from analysis.verdicts.exitcodes import Exit, run_state_code
 from loadgen import formulas
 
 # per-request metrics computed in SQL: their loadgen.formulas SQL forms (ms; output speed in
@@ -36,7 +36,7 @@ _SQL_METRICS = {
     for name in ("ttft_ms", "ttfat_ms", "e2e_ms", "tpot_ms", "output_speed_tps")
 }
 # not a per-request value: each run's share of steady-phase requests not ok (`not_sent` too),
-# the same error rate as analysis.verdict's budget; the percentile does not apply
+# the same error rate as analysis.verdicts.verdict's budget; the percentile does not apply
 ERROR_RATE = "error_rate"
 METRICS = (*_SQL_METRICS, ERROR_RATE)
 UNITS = {**{m: formulas.REQUEST_METRICS[m].unit for m in _SQL_METRICS}, ERROR_RATE: "fraction"}
@@ -283,7 +283,8 @@ def verdict(
     include_invalid: bool = False,
 ) -> dict[str, Any]:
     """Everything a nightly job is judged by (`peakload nightly` prints and writes it, the
-    Nightly page shows it): runs, change points, verdict and exit code (analysis.exitcodes).
+    Nightly page shows it): runs, change points, verdict and exit code
+    (analysis.verdicts.exitcodes).
 
     The verdict comes from the latest change point larger than `threshold_pct` (a smaller,
     later one must not hide a regression before it): "regression" (exit 1) if it is worse,

@@ -1,6 +1,6 @@
 """Per-token (or per-chunk) ITL percentile spectra of many groups of requests at once, exact,
-straight from the flat chunk arrays (analysis.grouped's passes): the ITL curves of
-analysis.percentiles and the ITL columns of analysis.summary.
+straight from the flat chunk arrays (analysis.stats.grouped's passes): the ITL curves of
+analysis.stats.percentiles and the ITL columns of analysis.reports.summary.
 """
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from analysis import grouped
 from analysis import metrics as m
-from analysis.ranks import KEY_SHIFT, float_key
+from analysis.stats import grouped
+from analysis.stats.ranks import KEY_SHIFT, float_key
 
 
 def level_region_spectra(
@@ -77,7 +77,7 @@ def itl_group_spectra(
     seed: int = 0,
 ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
     """ITL spectra (value, lower, upper, n) of each set of request labels (-1 = left out),
-    exact, in three passes over the chunks (analysis.grouped). Per token (default): a gap of g
+    exact, in three passes over the chunks (analysis.stats.grouped). Per token (default): a gap of g
     µs before a chunk of k tokens is the value g/k ms with weight k, as
     metrics.itl_per_token_ms; `per_chunk`: the value g ms with weight 1. `resamples=0`: no
     bands (NaN)."""
@@ -127,7 +127,7 @@ def itl_group_spectra(
                 return gap / 1e3, gp.label[i:j], np.ones(k.size, dtype=np.int64)
             return gap / k / 1e3, gp.label[i:j], k
 
-    # bounds every gap (ms); values beyond a bound stay exact (analysis.grouped)
+    # bounds every gap (ms); values beyond a bound stay exact (analysis.stats.grouped)
     vmax = max(float(off_hi), -float(off_lo)) / 1e3 * key_scale if off.size else None
     return grouped.spectra_from_blocks(
         n,

@@ -1,6 +1,6 @@
 """Reading a run from `request_blocks` (deploy/sql/0110_request_blocks.sql specifies the body,
 0120_request_timings.sql its format 2): one binary COPY of a few large bytea values per
-connection, copied into the result arrays in place. Used by analysis.fastload when the blocks
+connection, copied into the result arrays in place. Used by analysis.store.fastload when the blocks
 cover exactly the run's rows; None otherwise. Format 1 blocks read as format 2 with NULL in the
 fields format 2 added.
 """
@@ -24,7 +24,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from analysis.copyout import HEADER, SIGNATURE, copy_out
+from analysis.store.copyout import HEADER, SIGNATURE, copy_out
 from loadgen.storeformat import (
     BLOCK_CODED,
     BLOCK_FLOAT_FIELDS,
@@ -80,7 +80,7 @@ def _reuse_message_buffers() -> Iterator[None]:
 
 @dataclass(slots=True)
 class Packed:
-    """A run as arrays: fields (n, 1 + N_SCALARS + N_CODED) int64 in analysis.fastload's
+    """A run as arrays: fields (n, 1 + N_SCALARS + N_CODED) int64 in analysis.store.fastload's
     column order (chunks per request, the scalars, then global codes into `dicts`; NULL as
     `NULL`, the FLOAT_FIELDS as float64 bits with NULL as NaN), flat chunk offsets (int32) and
     tokens (int16), request ids (n, 16) bytes."""
@@ -160,7 +160,7 @@ class _Filler:
         return n, c
 
     def finish(self) -> Packed:
-        """Global dictionaries (sorted, as analysis.fastload's) and codes into them."""
+        """Global dictionaries (sorted, as analysis.store.fastload's) and codes into them."""
         dicts: list[list[str]] = [
             sorted({v for _, _, d in self.local for v in d[j]}) for j in range(N_CODED)
         ]

@@ -162,8 +162,8 @@ def level_rates(
     run: Mapping[str, Any], df: pd.DataFrame, levels: pd.DataFrame
 ) -> list[dict[str, Any]]:
     """Per stored level its output tokens/s, by the summary's one definition (tokens that
-    arrived inside the level's steady window; analysis.summary.level_summary)."""
-    from analysis.summary import level_summary
+    arrived inside the level's steady window; analysis.reports.summary.level_summary)."""
+    from analysis.reports.summary import level_summary
 
     return [
         {"level": lv["level"], "output_tokens_per_s": lv.get("output_tokens_per_s")}
@@ -180,9 +180,9 @@ def cost_change(
     c_levels: pd.DataFrame,
 ) -> dict[str, Any]:
     """The cost side of `compare`: each run's total and basis, and per load both runs ran
-    (levels paired as analysis.regression pairs them) USD per million output tokens at each
+    (levels paired as analysis.verdicts.regression pairs them) USD per million output tokens at each
     side's measured throughput, with the relative change. Informational: never a verdict."""
-    from analysis.regression import pair_levels
+    from analysis.verdicts.regression import pair_levels
 
     b = run_cost(b_run, b_df, level_rates(b_run, b_df, b_levels))
     c = run_cost(c_run, c_df, level_rates(c_run, c_df, c_levels))

@@ -58,7 +58,7 @@ KNOWN_NAMES: dict[str, tuple[str, ...]] = {
         "trtllm_request_queue_time_seconds",
     ),
 }
-_ORIGIN = pd.Timestamp("1970-01-01", tz="UTC")  # analysis.load.timeseries buckets from here
+_ORIGIN = pd.Timestamp("1970-01-01", tz="UTC")  # analysis.store.load.timeseries buckets from here
 
 # Diagnosis thresholds, stated with the numbers they judge: a latency "grows" when its p50 at
 # the busiest level is at least GROWS x its p50 one level below; it is "flat" below FLAT x; a
@@ -168,7 +168,7 @@ def _bucket(t: pd.Series, bucket_s: float) -> pd.Series:
 
 
 def bucketed(series: pd.DataFrame, bucket_s: float) -> pd.DataFrame:
-    """Per time bucket (the buckets of analysis.load.timeseries): mean queue, running and KV
+    """Per time bucket (the buckets of analysis.store.load.timeseries): mean queue, running and KV
     use over the bucket's scrapes, and the server's mean TTFT and queue time (ms) of the
     requests its histograms counted in the bucket (delta sum / delta count)."""
     cols = ["bucket", "queue", "running", "kv_cache", "server_ttft_ms", "server_queue_ms"]

@@ -1,7 +1,7 @@
 """`peakload compare`'s verdict: whether a candidate run regressed from a baseline. Levels are
 paired by their configured load (kind and value), not by index; each pair is judged on every
-latency metric (analysis.compare), on throughput and on the error rate; a side that is invalid,
-partial or empty cannot be compared at all.
+latency metric (analysis.verdicts.compare), on throughput and on the error rate; a side that is
+invalid, partial or empty cannot be compared at all.
 
 - Error rate: steady-phase requests not ok (`not_sent` included) over all steady requests, by
   Fisher's exact test (one-sided: the candidate's proportion is larger) at 1 - confidence; a
@@ -24,11 +24,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis import compare as cmp
 from analysis import metrics as m
-from analysis.exitcodes import Exit, run_state_code
-from analysis.sla import CLAIM_METRICS
-from analysis.summary import level_window
+from analysis.reports.summary import level_window
+from analysis.verdicts import compare as cmp
+from analysis.verdicts.exitcodes import Exit, run_state_code
+from analysis.verdicts.sla import CLAIM_METRICS
 
 LATENCY_METRICS = CLAIM_METRICS  # every per-request latency the store can give
 THROUGHPUT_METRICS = ("request_rate", "output_tokens_per_s")

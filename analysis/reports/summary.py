@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 from rich.table import Table
 
-from analysis import itl_spectra
 from analysis import metrics as m
+from analysis.stats import itl_spectra
 from loadgen import formulas
 from loadgen.reasons import STOPPED_BY_PEAKLOAD
 from loadgen.spec import DEFAULT_MAX_LOAD_SHORTFALL
@@ -386,7 +386,7 @@ def search_line(summary: Mapping[str, Any]) -> str | None:
 
 def summarize_run(conn: Any, run_id: str) -> dict[str, Any]:
     """Load a stored run (psycopg connection) and return `level_summary` for it."""
-    from analysis.load import load_levels, load_requests, load_run
+    from analysis.store.load import load_levels, load_requests, load_run
 
     run = load_run(conn, run_id)
     return level_summary(load_requests(conn, run_id), load_levels(conn, run_id), run)

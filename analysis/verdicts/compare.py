@@ -7,7 +7,7 @@ A regression (latency metrics: higher is worse) is a row where
 - the bootstrap CI (at `confidence`) of the difference lies entirely above 0, and
 - for the median (p50) also the one-sided Mann-Whitney U p-value is below 1 - confidence
   (the U test compares whole distributions, so it is not required for tail percentiles).
-Bootstrap draws use the exact order-statistic resampling of analysis.percentiles, seeded.
+Bootstrap draws use the exact order-statistic resampling of analysis.stats.percentiles, seeded.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import pandas as pd
 from scipy import stats
 
 from analysis import metrics as m
-from analysis import percentiles as pc
-from analysis.ranks import bootstrap_ranks
+from analysis.stats import percentiles as pc
+from analysis.stats.ranks import bootstrap_ranks
 
 COMPARE_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 COMPARE_PERCENTILES = (50.0, 90.0, 99.0)

@@ -1,5 +1,5 @@
-"""Rendering a report (analysis/report.py) as one self-contained HTML file: plotly with its
-JavaScript inlined (no CDN, no network). PNG figures for CI artifacts: analysis/figures.py.
+"""Rendering a report (analysis/reports/report.py) as one self-contained HTML file: plotly with its
+JavaScript inlined (no CDN, no network). PNG figures for CI artifacts: analysis/reports/figures.py.
 """
 
 from __future__ import annotations
@@ -16,9 +16,14 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from analysis.probe import probe_rows
-from analysis.render_server import cost_html, regions_html, server_fig, server_html
-from analysis.summary import CLIENT_VS_SERVER, client_vs_server_rows, connection_cell, search_line
+from analysis.reports.render_server import cost_html, regions_html, server_fig, server_html
+from analysis.reports.summary import (
+    CLIENT_VS_SERVER,
+    client_vs_server_rows,
+    connection_cell,
+    search_line,
+)
+from analysis.store.probe import probe_rows
 
 TICKS = [
     (0.0, "p0"),

@@ -13,10 +13,10 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from analysis import itl_spectra
 from analysis import metrics as m
-from analysis.ranks import KEY_SHIFT, band_from, band_sample_ranks, lerp, linear_ranks
-from analysis.ranks import band_ranks as band_ranks  # part of this module's band API
+from analysis.stats import itl_spectra
+from analysis.stats.ranks import KEY_SHIFT, band_from, band_sample_ranks, lerp, linear_ranks
+from analysis.stats.ranks import band_ranks as band_ranks  # part of this module's band API
 
 STEPS_PER_DECADE = 10
 TAIL_DECADES = 4  # up to 1 - 10^-4: p99.99

@@ -1,5 +1,5 @@
-"""PNG figures of a report (analysis/report.py) for CI artifacts: percentile spectra, frontier,
-time series per region, and a timeline of sampled requests (matplotlib, Agg backend).
+"""PNG figures of a report (analysis/reports/report.py) for CI artifacts: percentile spectra,
+frontier, time series per region, and a timeline of sampled requests (matplotlib, Agg backend).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from analysis.render import METRIC_TITLES, TICKS, _x
+from analysis.reports.render import METRIC_TITLES, TICKS, _x
 
 
 def write_pngs(report: Mapping[str, Any], out_dir: str | Path) -> list[Path]:

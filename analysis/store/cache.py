@@ -1,5 +1,5 @@
-"""A local cache of loaded runs (analysis.fastload's frame and chunk arrays) for runs that have
-ended, so a second report, comparison or UI page on a large run reads memory-mapped numpy files
+"""A local cache of loaded runs (analysis.store.fastload's frame and chunk arrays) for runs that
+have ended, so a second report, comparison or UI page on a large run reads memory-mapped numpy files
 instead of the store. Entries hold no prompt or response text (fastload never loads it).
 
 An entry is used only if the run's status, end time, row count and last scheduled time still
@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 import psycopg
 
-from analysis import fastload
 from analysis.metrics import ChunkArrays
+from analysis.store import fastload
 
 CACHE_ENV = "PEAKLOAD_ANALYSIS_CACHE"
 FORMAT = 2  # 2: the frame has the connection and server timing columns (deploy/sql/0120)
@@ -127,7 +127,7 @@ def load_run_cached(
     url: str, run_id: str, *, parallel: int = 2, directory: Path | None = None
 ) -> tuple[pd.DataFrame, ChunkArrays, bool]:
     """(frame, chunks, hit): from the cache when it matches the store, else loaded with
-    analysis.fastload (and cached if the run has ended). Chunk arrays of a hit are
+    analysis.store.fastload (and cached if the run has ended). Chunk arrays of a hit are
     memory-mapped, read-only."""
     with psycopg.connect(url, autocommit=True) as conn:
         fp = fingerprint(conn, run_id)

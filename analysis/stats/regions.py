@@ -120,7 +120,8 @@ def compare_regions(
     base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
     """Regions both runs have: network round trip, server time p50/p99 and connection set-up,
-    baseline vs candidate (informational; compare's verdict stays analysis.regression's)."""
+    baseline vs candidate (informational; compare's verdict stays
+    analysis.verdicts.regression's)."""
     b_by = {r["region"]: r for r in base}
     rows = []
     for c in cand:

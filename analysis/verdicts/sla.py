@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from scipy import stats
 
 from analysis import metrics as m
-from analysis.exitcodes import Exit
+from analysis.verdicts.exitcodes import Exit
 from loadgen.binomial import Verdict as Verdict
 from loadgen.binomial import decide as decide
 from loadgen.binomial import fail_p_value as fail_p_value
@@ -99,7 +99,8 @@ def _prompt_label(r: PromptRange | None) -> str:
 class ClaimsFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     confidence: float = Field(default=DEFAULT_CONFIDENCE, gt=0.5, lt=1)
-    # the error budget judged beside the claims (analysis.verdict); None: the run spec's own
+    # the error budget judged beside the claims (analysis.verdicts.verdict); None: the run spec's
+    # own
     max_error_rate: float | None = Field(default=None, ge=0, le=1)
     claims: list[Claim] = Field(min_length=1)
 
@@ -298,7 +299,7 @@ def evaluate(
 
 def exit_code(verdicts: Sequence[ClaimVerdict]) -> Exit:
     """FAILED if any claim fails (a disproved claim dominates), else UNDECIDABLE if any has
-    insufficient samples, else PASSED (analysis.exitcodes)."""
+    insufficient samples, else PASSED (analysis.verdicts.exitcodes)."""
     if any(v.verdict == "fail" for v in verdicts):
         return Exit.FAILED
     if any(v.verdict == "insufficient samples" for v in verdicts):

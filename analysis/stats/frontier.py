@@ -13,9 +13,9 @@ import numpy.typing as npt
 import pandas as pd
 
 from analysis import metrics as m
-from analysis import percentiles as pc
-from analysis import sla
-from analysis.summary import level_window
+from analysis.reports.summary import level_window
+from analysis.stats import percentiles as pc
+from analysis.verdicts import sla
 
 
 def frontier_points(
@@ -118,8 +118,8 @@ def max_load_meeting_slos(
     chunks: m.ChunkArrays | None = None,
 ) -> dict[str, Any]:
     """The highest configured load whose level passes every SLO (the exact binomial verdict of
-    analysis.sla at `confidence`), with its uncertainty: the next level up, and why it did not
-    pass (fail or insufficient samples). Levels are ordered by configured value."""
+    analysis.verdicts.sla at `confidence`), with its uncertainty: the next level up, and why it did
+    not pass (fail or insufficient samples). Levels are ordered by configured value."""
     if not slos:
         return {"max_value": None, "level": None, "reason": "no SLOs", "levels": []}
     ch = chunks

@@ -20,7 +20,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from analysis.ranks import KEY_SHIFT, band_from, band_sample_ranks, float_key, lerp, linear_ranks
+from analysis.stats.ranks import (
+    KEY_SHIFT,
+    band_from,
+    band_sample_ranks,
+    float_key,
+    lerp,
+    linear_ranks,
+)
 
 BLOCK = 1 << 21
 SUB_BLOCK = 1 << 16  # elements per step within a block: temporaries stay in the CPU's cache
@@ -319,7 +326,7 @@ def spectra_from_blocks(
     binning: CellBins | None = None,
 ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
     """Per set: (value, lower, upper, n) at the percentiles `grid` (linear interpolation; bands
-    as analysis.percentiles.bootstrap_band's, from analysis.ranks: exact by default,
+    as analysis.stats.percentiles.bootstrap_band's, from analysis.stats.ranks: exact by default,
     `resamples=0` for none). Passes over the data: value range (unless `value_max`), weighted
     histograms per label, candidates in the wanted bins (see `grouped_order_statistics` for
     `pick` and `binning`)."""

@@ -15,7 +15,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.load import load_requests
+from analysis.store.load import load_requests
 from loadgen.storeformat import CONTENT_COLUMNS
 
 Format = Literal["csv", "parquet", "jsonl"]

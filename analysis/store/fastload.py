@@ -1,7 +1,7 @@
 """Loading a large run fast: one `COPY (SELECT …) TO STDOUT (FORMAT BINARY)` whose rows are
 fixed-width scalars (text columns as dictionary codes, NULLs as a sentinel) followed by the two
 chunk arrays, parsed with numpy block by block. Gives the same frame as
-analysis.load.load_requests (without ids, error text or content) plus flat `ChunkArrays`.
+analysis.store.load.load_requests (without ids, error text or content) plus flat `ChunkArrays`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pandas as pd
 import psycopg
 from psycopg import sql
 
-from analysis.copyout import HEADER, SIGNATURE, copy_out
 from analysis.metrics import ChunkArrays
-from analysis.packed import load_packed
+from analysis.store.copyout import HEADER, SIGNATURE, copy_out
+from analysis.store.packed import load_packed
 
 NULL = -(2**63)  # sentinel for SQL NULL in int8 fields
 _CODED = ("region", "shard_id", "phase", "outcome", "error_phase", "token_source")
@@ -52,7 +52,7 @@ _SCALARS: tuple[tuple[str, str, bool], ...] = (
     ("server_queue_ms", "server_queue_ms", True),
 )
 # sent as float8 (the same 8 bytes), NULL as NaN; in the parsed fields as their bits, as
-# analysis.packed's FLOAT_FIELDS are
+# analysis.store.packed's FLOAT_FIELDS are
 _FLOATS = frozenset(("server_prefill_ms", "server_decode_ms", "server_queue_ms"))
 _FIELD = 12  # int32 length + int8 value
 _N_FIELDS = len(_SCALARS) + len(_CODED) + 2
@@ -69,7 +69,7 @@ def _dictionaries(conn: psycopg.Connection[Any], run_id: str) -> dict[str, list[
         cur.execute(sql.SQL("SELECT {} FROM requests WHERE run_id = %s").format(aggs), (run_id,))
         row = cur.fetchone()
     assert row is not None
-    # sorted in Python, as analysis.packed's (so both paths give the same categories)
+    # sorted in Python, as analysis.store.packed's (so both paths give the same categories)
     return {c: sorted(v or [], key=_text_key) for c, v in zip(_CODED, row, strict=True)}
 
 
@@ -260,7 +260,7 @@ def load_requests_fast(
     columns included, NaN where NULL); arrays only in `chunks` (offsets µs
     from send, int32; tokens int16). Row order is the store's (not sorted).
 
-    When the run's request_blocks cover exactly its rows (analysis.packed checks counts, ids
+    When the run's request_blocks cover exactly its rows (analysis.store.packed checks counts, ids
     and time span), they are read instead of the int[] columns (`packed=False`: never): the
     same frame and arrays, far cheaper for the server. Otherwise, with a connection URL and
     `parallel` > 1, the run is read over that many connections at once (partitioned by idx

@@ -1,7 +1,7 @@
 """A run's report as data: every number the HTML report, the PNG figures and `--json` show
 (summary, percentile curves, frontier, time series per region, a sample timeline of requests,
 test-matrix labels, validity, SLA verdicts). Never prompts, responses or keys.
-Rendering lives in analysis/render.py.
+Rendering lives in analysis/reports/render.py.
 """
 
 from __future__ import annotations
@@ -14,15 +14,16 @@ import numpy as np
 import pandas as pd
 import psycopg
 
-from analysis import cost as acost
-from analysis import fastload, load, sla, verdict
-from analysis import frontier as fr
 from analysis import metrics as m
-from analysis import percentiles as pc
-from analysis import regions as rg
-from analysis import server_metrics as srv
-from analysis.probe import load_probe
-from analysis.summary import level_summary
+from analysis.reports.summary import level_summary
+from analysis.stats import cost as acost
+from analysis.stats import frontier as fr
+from analysis.stats import percentiles as pc
+from analysis.stats import regions as rg
+from analysis.stats import server_metrics as srv
+from analysis.store import fastload, load
+from analysis.store.probe import load_probe
+from analysis.verdicts import sla, verdict
 
 REPORT_VERSION = 1
 TIMELINE_SAMPLE = 40
@@ -152,7 +153,7 @@ def build_report(
 ) -> dict[str, Any]:
     """Everything in the report for one stored run (JSON-safe). Latencies ms, rates per s."""
     run = load.load_run(conn, run_id)
-    # one binary COPY (analysis.fastload): fast on big runs; never loads content columns
+    # one binary COPY (analysis.store.fastload): fast on big runs; never loads content columns
     df, chunks = fastload.load_requests_fast(conn, run_id)
     levels = load.load_levels(conn, run_id)
     shards = load.load_shards(conn, run_id)
@@ -216,7 +217,7 @@ def build_report(
             },
             "timeseries": {"bucket_s": bucket_s, "rows": _records(ts)},
             # the server's own series on the same buckets, the client TTFT beside them, and
-            # the diagnosis they support (analysis.server_metrics)
+            # the diagnosis they support (analysis.stats.server_metrics)
             "server": {
                 "metrics": server["metrics"],
                 "rows": _records(server["rows"]),
@@ -228,7 +229,8 @@ def build_report(
             "regions_network": rg.region_breakdown(df, rg.shard_probes(conn, run_id)),
             "timeline": timeline_sample(df, chunks, run.get("started_at"), seed=seed),
             "sla": [v.to_json() for v in verdicts],
-            # the run's state first, as `peakload sla` exits (analysis.verdict.judge_claims)
+            # the run's state first, as `peakload sla` exits
+            # (analysis.verdicts.verdict.judge_claims)
             "sla_exit_code": int(judged.code) if judged else None,
             "sla_reason": judged.reason if judged else None,
         }

@@ -1,11 +1,11 @@
-"""Rank and band maths shared by the percentile code (analysis.percentiles, analysis.grouped,
-analysis.itl_spectra), with no imports from analysis: which 0-based order statistics a linear
-percentile or a bootstrap band needs, how the percentile is interpolated from them, and the
-monotone integer key (a float64's top bits) the O(n) selections bin values by.
+"""Rank and band maths shared by the percentile code (analysis.stats.percentiles,
+analysis.stats.grouped, analysis.stats.itl_spectra), with no imports from analysis: which 0-based
+order statistics a linear percentile or a bootstrap band needs, how the percentile is interpolated
+from them, and the monotone integer key (a float64's top bits) the O(n) selections bin values by.
 
 Percentiles are numpy's `method="linear"`: rank h = (n - 1)·q/100, value = x[⌊h⌋] +
 (x[⌊h⌋+1] - x[⌊h⌋])·(h - ⌊h⌋), by numpy's own interpolation formula (`lerp`), so the numbers
-are np.percentile's exactly. Bands: see analysis.percentiles.bootstrap_band.
+are np.percentile's exactly. Bands: see analysis.stats.percentiles.bootstrap_band.
 """
 
 from __future__ import annotations

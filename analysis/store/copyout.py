@@ -1,6 +1,7 @@
 """A binary `COPY ... TO STDOUT` read at the libpq level (one call per message, no Python object
-per row), shared by the two fast readers: the int[] rows (`analysis.fastload`) and the packed
-blocks (`analysis.packed`). The caller reads `pgconn.get_copy_data(0)` until it returns < 0."""
+per row), shared by the two fast readers: the int[] rows (`analysis.store.fastload`) and the packed
+blocks (`analysis.store.packed`). The caller reads `pgconn.get_copy_data(0)` until it returns <
+0."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A stored run judged against its own spec's criteria: the `[[slos]]` as SLA claims and the
-error budget `max_error_rate`, both decided by the exact binomial rule of analysis.sla, and the
-run's state (partial, invalid, empty) first. This is what `run`, `submit` and `sla` exit with.
+error budget `max_error_rate`, both decided by the exact binomial rule of analysis.verdicts.sla, and
+the run's state (partial, invalid, empty) first. This is what `run`, `submit` and `sla` exit with.
 
 The error budget is a claim on the failure fraction of the steady-phase requests: with
 e0 = max_error_rate, n steady requests (every outcome, `not_sent` included: a request the run
@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import metrics as m
-from analysis import sla
-from analysis.exitcodes import Exit, run_state_code
+from analysis.verdicts import sla
+from analysis.verdicts.exitcodes import Exit, run_state_code
 from loadgen.spec import DEFAULT_MAX_ERROR_RATE
 
 ERROR_METRIC = "error_rate"
@@ -132,7 +132,7 @@ def judge_run(
     levels: pd.DataFrame | None = None,
     criteria: Criteria | None = None,
 ) -> RunJudgement:
-    """`run` (analysis.load.load_run) and its requests against `criteria` (default: its own
+    """`run` (analysis.store.load.load_run) and its requests against `criteria` (default: its own
     spec's). A saturation search is judged at its best level: the highest configured load
     whose criteria pass (else the lowest code over its levels)."""
     crit = criteria if criteria is not None else criteria_from_spec(_spec(run))
