@@ -43,6 +43,12 @@ class Plan:
     request_ns: int
     api: str = "openai-chat"  # which wire API (loadgen.sim.protocols.route)
     effects: dict[str, Any] = field(default_factory=dict)  # honoured parameters (sim.params)
+    extra_headers: dict[str, str] = field(default_factory=dict)  # e.g. advertised rate limits
+
+
+def _head_extra(plan: Plan) -> dict[str, str]:
+    """The response head's own headers: the request id echoed, then the plan's extras."""
+    return {"x-peakload-request-id": plan.request_id, **plan.extra_headers}
 
 
 class Completion:
@@ -126,6 +132,7 @@ class Completion:
             status, body, extra, outcome = self.reject
             ctype = extra.pop("content-type", "application/json")
             extra["x-peakload-request-id"] = self.plan.request_id
+            extra.update(self.plan.extra_headers)
             keep = self.plan.keep_alive
             head = response_head(
                 status,
@@ -155,7 +162,7 @@ class Completion:
             length=None,
             keep_alive=self.plan.keep_alive,
             keepalive_header=self.state.cfg.keepalive_header,
-            extra={"x-peakload-request-id": self.plan.request_id},
+            extra=_head_extra(self.plan),
         )
         role = self.fmt.role_event() if self.plan.chat else b""
         first = chunk(role) if role else b""
@@ -288,7 +295,7 @@ class Completion:
         )
         if self.plan.effects and self.plan.api in ("openai-chat", "openai-completions"):
             body = params.apply(self.plan.effects, body)
-        extra = {"x-peakload-request-id": self.plan.request_id}
+        extra = _head_extra(self.plan)
         elapsed_ms = max(now - self.plan.request_ns, 0) / 1e6
         extra.update(self.fmt.body_headers(self.prompt_tokens, self.max_tokens, elapsed_ms))
         head = response_head(
@@ -387,7 +394,7 @@ class Completion:
             length=None,
             keep_alive=self.plan.keep_alive,
             keepalive_header=self.state.cfg.keepalive_header,
-            extra={"x-peakload-request-id": self.plan.request_id},
+            extra=_head_extra(self.plan),
         )
         self.t.write(head)
         self.response_headers_ns = time.perf_counter_ns()
@@ -422,5 +429,5 @@ def _json_head(status: int, length: int, c: Completion) -> bytes:
         length=length,
         keep_alive=c.plan.keep_alive,
         keepalive_header=c.state.cfg.keepalive_header,
-        extra={"x-peakload-request-id": c.plan.request_id},
+        extra=_head_extra(c.plan),
     )
