@@ -77,6 +77,12 @@ def _stall(text: str | None) -> tuple[float, float] | tuple[None, None]:
     help="End each stream with llama.cpp's `timings` object.",
 )
 @click.option(
+    "--timings-as",
+    type=click.Choice(["llamacpp", "groq"]),
+    help="How the OpenAI routes report timings: llama.cpp's `timings` (no queue time) or "
+    "Groq's `x_groq.usage` (queue, prompt and completion times) [llamacpp].",
+)
+@click.option(
     "--param",
     "param_modes",
     multiple=True,
@@ -128,6 +134,7 @@ def sim(
     keepalive_header: str | None,
     idle_close_s: float | None,
     report_timings: bool | None,
+    timings_as: str | None,
     param_modes: tuple[str, ...],
     protocol: str | None,
     timer_spin_us: float | None,
@@ -170,6 +177,7 @@ def sim(
             "keepalive_header": keepalive_header,
             "idle_close_s": idle_close_s,
             "report_timings": report_timings,
+            "timings_as": timings_as,
             "protocol": protocol,
             "params": dict(_params(param_modes)) if param_modes else None,
             "faults": [parse_fault_rule(f) for f in faults],

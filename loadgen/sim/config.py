@@ -143,6 +143,9 @@ class SimConfig(BaseModel):
     keepalive_header: str = Field(default="", pattern=r"^[\x20-\x7e]*$")
     idle_close_s: float = Field(default=0.0, ge=0.0)  # close connections idle this long (0: never)
     report_timings: bool = False  # llama.cpp's `timings` object closing each stream
+    # how the OpenAI routes report them: llama.cpp's `timings` (prompt evaluation after the
+    # slot wait, no queue time) or Groq's `x_groq.usage` (queue, prompt and completion times)
+    timings_as: Literal["llamacpp", "groq"] = "llamacpp"
     # per request parameter: "reject" (400), "ignore" or "honour" (loadgen.sim.params)
     params: dict[str, Literal["reject", "ignore", "honour"]] = Field(default_factory=dict)
     # which wire API the completion routes speak ("all": every one, each at its own path)

@@ -114,6 +114,7 @@ class Completion:
         self._carry = b""
         self._carry_tokens = 0
         self.status = 200
+        self.admitted_ns = -1  # set by the engine when a slot takes this request
         self.response_headers_ns: int | None = None
         self.chunk_ns: list[int] = []
         self.chunk_tokens: list[int] = []
@@ -261,8 +262,16 @@ class Completion:
         if self.state.cfg.report_timings or self.fmt.reports_timings:
             now = time.perf_counter_ns()
             first = self.chunk_ns[0] if self.chunk_ns else now
-            timings = text.llamacpp_timings(
-                self.prompt_tokens, self.plan.request_ns, first, now, self.generated
+            report = text.llamacpp_timings
+            if self.state.cfg.timings_as == "groq" and self.plan.api.startswith("openai-"):
+                report = text.provider_times
+            timings = report(
+                self.prompt_tokens,
+                self.plan.request_ns,
+                self.admitted_ns,
+                first,
+                now,
+                self.generated,
             )
         tail = self.fmt.tail(
             "tool_calls" if self.tool else "length",
@@ -283,7 +292,12 @@ class Completion:
         timings = None
         if self.state.cfg.report_timings or self.fmt.reports_timings:
             timings = text.llamacpp_timings(
-                self.prompt_tokens, self.plan.request_ns, now, now, self.max_tokens
+                self.prompt_tokens,
+                self.plan.request_ns,
+                self.admitted_ns,
+                now,
+                now,
+                self.max_tokens,
             )
         body = self.fmt.body(
             text.output_text(self.offset, r, self.max_tokens),
