@@ -314,7 +314,7 @@ def _split_of(
         hist_ttft - hist_queue if hist_ttft is not None and hist_queue is not None else None
     )
     t = timed or {}
-    req = f"per-request server timings (n={t.get('n', 0)})"
+    req = f"per-request server timings, n={t.get('n', 0)}"
     queue, q_src = (t["queue_ms"], req) if t.get("queue_ms") is not None else (hist_queue, hist)
     prefill, p_src = (
         (t["prefill_ms"], req) if t.get("prefill_ms") is not None else (hist_prefill, hist)
@@ -447,11 +447,12 @@ def split_sentence(level: int, stats: Mapping[str, Any]) -> str:
     if q is None and p is None:
         return ""
     src = stats.get("sources") or {}
+    q_src, p_src = src.get("server_queue_ms"), src.get("server_prefill_ms")
     parts = []
     if q is not None:
-        parts.append(f"{q:.0f} ms queue ({src.get('server_queue_ms')})")
+        parts.append(f"{q:.0f} ms queue" + (f" ({q_src})" if q_src != p_src else ""))
     if p is not None:
-        parts.append(f"{p:.0f} ms prefill and first step ({src.get('server_prefill_ms')})")
+        parts.append(f"{p:.0f} ms prefill and first step ({p_src})")
     if q is None:
         parts.append("queue not reported")
     return f"At level {level} the server's own TTFT mean is " + " + ".join(parts) + "."

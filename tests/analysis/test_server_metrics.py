@@ -161,7 +161,7 @@ def test_the_split_comes_from_per_request_timings_where_they_exist() -> None:
     series = sm.role_series(s, {"queue_time_histogram": [name], "ttft_histogram": [ttft_name]})
     span = (T0, T0 + pd.Timedelta(seconds=3))
     stats = sm.level_server_stats(series, {0: span, 1: span}, timed)
-    per_req = "per-request server timings (n=2)"
+    per_req = "per-request server timings, n=2"
     assert (stats[0]["server_queue_ms"], stats[0]["server_prefill_ms"]) == (1.0, 21.0)
     assert stats[0]["server_ttft_ms"] == 22.0
     assert set(stats[0]["sources"].values()) == {per_req}
@@ -178,7 +178,7 @@ def test_the_split_comes_from_per_request_timings_where_they_exist() -> None:
 
 
 def test_diagnosis_from_per_request_queue_times_without_a_gauge() -> None:
-    src = {k: "per-request server timings (n=50)" for k in ("server_queue_ms", "server_prefill_ms")}
+    src = {k: "per-request server timings, n=50" for k in ("server_queue_ms", "server_prefill_ms")}
     levels = [_lv(0, 4, 60, 26), _lv(1, 16, 160, 44), _lv(2, 48, 2300, 45)]
     server = {
         lv: {"server_queue_ms": q, "server_prefill_ms": 40.0, "sources": src}
@@ -189,7 +189,7 @@ def test_diagnosis_from_per_request_queue_times_without_a_gauge() -> None:
     assert d["numbers"]["queue_evidence"] == "per-request server queue times"
     assert "server queue time mean 90 -> 2150 ms (per request)" in d["sentence"]
     assert "At level 2 the server's own TTFT mean is 2150 ms queue" in d["sentence"]
-    assert "(per-request server timings (n=50))" in d["sentence"]
+    assert "(per-request server timings, n=50)" in d["sentence"]
     # the queue time explains little of the TTFT growth: no admission verdict
     small = {lv: {**v, "server_queue_ms": 1.0 + lv} for lv, v in server.items()}
     assert sm.diagnose(levels, small)["verdict"] != "admission"
