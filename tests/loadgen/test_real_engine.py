@@ -171,7 +171,7 @@ def test_a_sweep_past_the_slots_fails_no_request(
     assert busiest["server_prefill_ms"] > 0 and busiest["timed_requests"] > 0
     # the client held each level's concurrency: 8 in flight at the last level, 4 of them queued
     with psycopg.connect(db) as conn:
-        peaks = dict(
+        peaks: dict[int, int] = dict(
             conn.execute(
                 "SELECT level, max(in_flight) FROM ticks WHERE run_id = %s GROUP BY level",
                 (summary["run_id"],),
