@@ -23,11 +23,13 @@ RELAXED = {
 }
 
 
-def _spec(base_url: str, pacing: dict[str, object]) -> object:
+def _spec(
+    base_url: str, pacing: dict[str, object], target: dict[str, object] | None = None
+) -> object:
     return spec_from_dict(
         {
             "name": "paced",
-            "target": {"api": "openai-chat", "base_url": base_url, "model": "m"},
+            "target": target or {"api": "openai-chat", "base_url": base_url, "model": "m"},
             "workload": {"prompt_tokens": 16, "output_tokens": 8},
             "load": {"rate": [30.0], "arrival": "constant", "duration_s": 4.0},
             "pacing": pacing,
@@ -112,16 +114,29 @@ def _sends(conn: psycopg.Connection[tuple[Any, ...]], rid: str) -> list[tuple[in
     [
         {"enabled": True},  # no limit named: the advertised 1200/min x 0.9 paces it
         {"enabled": True, "requests_per_minute": 6000},  # named too high: the remaining gate
+        {"enabled": True, "preset": "together"},  # a hosted preset without published limits
     ],
-    ids=["advertised-limit", "remaining-gate"],
+    ids=["advertised-limit", "remaining-gate", "hosted-preset"],
 )
 def test_advertised_limits_keep_the_run_under_them(
-    store_url: str, tmp_path: Path, pacing: dict[str, object]
+    store_url: str, tmp_path: Path, pacing: dict[str, object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The sim's `hosted` preset advertises x-ratelimit-* (1200 requests/min, remaining,
     reset); unpaced, 30/s into it collects many 429s (the first test)."""
+    pacing = dict(pacing)
+    preset = pacing.pop("preset", None)
     with start_sim(["--preset", "hosted"], tmp_path) as sim:
-        rid = run_local(_spec(sim.base_url, pacing), database_url=store_url).run_id  # type: ignore[arg-type]
+        target = None
+        if preset is not None:  # a hosted preset that publishes no limit, aimed at the sim
+            monkeypatch.setenv("PEAKLOAD_TEST_DUMMY_KEY", "not-a-key")
+            target = {
+                "preset": preset,
+                "base_url": sim.base_url,
+                "model": "openai/gpt-oss-120b",
+                "api_key_env": "PEAKLOAD_TEST_DUMMY_KEY",
+            }
+        spec = _spec(sim.base_url, pacing, target)
+        rid = run_local(spec, database_url=store_url).run_id  # type: ignore[arg-type]
     with psycopg.connect(store_url) as conn:
         sends = _sends(conn, rid)
     assert len(sends) == 120
