@@ -153,7 +153,9 @@ def compare_regions(
     base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
     """Regions both runs have: network round trip, server time p50/p99 and connection set-up,
-    baseline vs candidate (informational; compare's verdict stays analysis.regression's)."""
+    baseline vs candidate (informational; compare's verdict stays analysis.regression's). A
+    server time whose source differs between the runs (the server's own account in one,
+    TTFT - round trip in the other) is marked and given no change."""
     b_by = {r["region"]: r for r in base}
     rows = []
     for c in cand:
@@ -167,13 +169,17 @@ def compare_regions(
             ("server_time_p99_ms", "server_time_ms", "p99"),
         ):
             bv, cv = (r[key] if sub is None else (r[key] or {}).get(sub) for r in (b, c))
+            # server times measured two different ways are not one quantity changing
+            same = key != "server_time_ms" or b.get("server_time_source") == c.get(
+                "server_time_source"
+            )
             rows.append(
                 {
                     "region": c["region"],
-                    "metric": name,
+                    "metric": name if same else f"{name} (sources differ)",
                     "baseline": bv,
                     "candidate": cv,
-                    "change_pct": (cv - bv) / bv * 100 if bv and cv is not None else None,
+                    "change_pct": (cv - bv) / bv * 100 if same and bv and cv is not None else None,
                 }
             )
     return rows

@@ -235,3 +235,9 @@ def test_region_server_time_from_the_servers_own_report() -> None:
     (p,) = regions.region_breakdown(part, shards)
     assert p["server_time_source"] == regions.FROM_RTT and p["server_prefill_ms"]["p50"] == 25.0
     assert p["server_reported_n"] == 3
+
+    # compared with a run whose server time is TTFT - RTT: marked, no change computed
+    rows = regions.compare_regions([no_timings], [r])
+    server_rows = [x for x in rows if x["metric"].startswith("server_time")]
+    assert server_rows and all(x["change_pct"] is None for x in server_rows)
+    assert all(x["metric"].endswith("(sources differ)") for x in server_rows)
