@@ -13,6 +13,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from analysis.server_metrics import split_sources
+
 _PANELS = (
     "client output tokens/s",
     "client in flight",
@@ -97,6 +99,7 @@ def server_html(report: Mapping[str, Any]) -> str:
             "server TTFT ms",
             "server queue ms",
             "server prefill+first step ms",
+            "split from",
         ]
         body = "".join(
             "<tr>"
@@ -111,6 +114,7 @@ def server_html(report: Mapping[str, Any]) -> str:
                     _fmt(s.get("server_ttft_ms")),
                     _fmt(s.get("server_queue_ms")),
                     _fmt(s.get("server_prefill_ms")),
+                    html.escape(split_sources(s)),
                 )
             )
             + "</tr>"
@@ -120,7 +124,8 @@ def server_html(report: Mapping[str, Any]) -> str:
             "<table><tr>"
             + "".join(f"<th>{h}</th>" for h in head)
             + f"</tr>{body}</table>"
-            + "<p>means over each level's steady span; server times from its own histograms</p>"
+            + "<p>means over each level's steady span; the server's TTFT split from the "
+            "requests' own server timings where they report it, else from its histograms</p>"
         )
     return "".join(parts)
 
@@ -205,6 +210,8 @@ def regions_html(report: Mapping[str, Any]) -> str:
         "TTFT p50/p90/p99",
         "network RTT",
         "server time p50/p90/p99",
+        "server time from",
+        "server-reported queue / prefill p50",
         "conn set-up (probe)",
         "conn set-up per request p50/p90/p99",
         "clock offset ms",
@@ -224,6 +231,11 @@ def regions_html(report: Mapping[str, Any]) -> str:
                     trio(r["ttft_ms"]),
                     _fmt(r["network_rtt_ms"], 2),
                     trio(r["server_time_ms"]),
+                    html.escape(str(r.get("server_time_source") or "—")),
+                    " / ".join(
+                        _fmt((r.get(k) or {}).get("p50"))
+                        for k in ("server_queue_ms", "server_prefill_ms")
+                    ),
                     _fmt(r["connection_setup_ms"], 2),
                     trio(r["connection_setup_per_request_ms"]),
                     "—" if not off else f"{off[0]:+.2f} … {off[1]:+.2f}",
@@ -238,7 +250,8 @@ def regions_html(report: Mapping[str, Any]) -> str:
         + "".join(f"<th>{h}</th>" for h in head)
         + "</tr>"
         + "".join(body)
-        + "</table><p>ms; steady-phase ok requests; server time = TTFT from send - the "
+        + "</table><p>ms; steady-phase ok requests; server time = the server's own queue + "
+        "prefill per request where every request reports both, else TTFT from send - the "
         "region's probe round trip; times across regions are on the reference clock, each "
         "shard to within its clock uncertainty</p>"
     )

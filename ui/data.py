@@ -356,6 +356,9 @@ def _region_network(run_id: str, version: str) -> pd.DataFrame:
                 **{f"TTFT {k}": v for k, v in r["ttft_ms"].items()},
                 "network RTT": r["network_rtt_ms"],
                 **{f"server {k}": v for k, v in r["server_time_ms"].items()},
+                "server time from": r.get("server_time_source"),
+                "server-reported queue p50": (r.get("server_queue_ms") or {}).get("p50"),
+                "server-reported prefill p50": (r.get("server_prefill_ms") or {}).get("p50"),
                 "conn set-up (probe)": r["connection_setup_ms"],
                 "clock ± ms": r["clock_uncertainty_ms"],
                 "clock uncertain": ", ".join(r["clock_suspect_shards"]),
@@ -399,10 +402,14 @@ def server_level_table(view: dict[str, Any]) -> pd.DataFrame:
         "server_prefill_ms": "server prefill + first step ms",
     }
     rows = [
-        {"level": lv, **{label: stats.get(k) for k, label in names.items()}}
+        {
+            "level": lv,
+            **{label: stats.get(k) for k, label in names.items()},
+            "split from": asrv.split_sources(stats),
+        }
         for lv, stats in sorted(view["levels"].items())
     ]
-    return pd.DataFrame(rows, columns=["level", *names.values()])
+    return pd.DataFrame(rows, columns=["level", *names.values(), "split from"])
 
 
 def token_timeline(run_id: str, n: int = TIMELINE_SAMPLE) -> pd.DataFrame:

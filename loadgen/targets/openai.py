@@ -24,10 +24,11 @@ from loadgen.spec import TargetSpec
 from loadgen.target import Clock, EventKind, PreparedRequest, ServerTimings, StreamEvent, Usage
 from loadgen.targets.apis import Api, api_for
 from loadgen.targets.framing import NDJSONParser
-from loadgen.targets.http_common import StreamTruncated, display_url, parse_retry_after
+from loadgen.targets.http_common import StreamTruncated, display_url
 from loadgen.targets.httpx_transport import HttpxTransport
 from loadgen.targets.openai_stream import body_summary
 from loadgen.targets.policy import TargetPolicy
+from loadgen.targets.ratelimit import rate_limit_of
 from loadgen.targets.rawhttp import DEFAULT_KEEPALIVE_EXPIRY_S, RawPool
 from loadgen.targets.rawtransport import RawTransport
 from loadgen.targets.sse import SSEParser
@@ -205,7 +206,8 @@ class OpenAITarget:
                     yield StreamEvent(EventKind.RESENT, sent.resent_ns, text=sent.resent)
                 yield StreamEvent(EventKind.SENT, sent.t_ns, connect_ns=sent.connect_ns)
             head = ex.head()
-            yield StreamEvent(EventKind.HEADERS, head.t_ns, status=head.status)
+            limits = rate_limit_of(head.headers)
+            yield StreamEvent(EventKind.HEADERS, head.t_ns, status=head.status, ratelimit=limits)
             ctype = head.headers.get("content-type", "")
             if not 200 <= head.status < 300:
                 ex.expect_end(DRAIN_GRACE_S)  # the detail is not worth waiting an idle timeout
@@ -216,7 +218,7 @@ class OpenAITarget:
                 raise HttpStatusError(
                     head.status,
                     detail,
-                    retry_after_s=parse_retry_after(head.headers.get("retry-after")),
+                    retry_after_s=limits.retry_after_s if limits is not None else None,
                     t_ns=head.t_ns,
                 )
             encoding = head.headers.get("content-encoding", "identity").lower()

@@ -163,9 +163,15 @@ def test_a_sweep_past_the_slots_fails_no_request(
     # the server itself saw requests wait for a slot (so the queue was exercised)
     deferred = server_metric_max(db, summary["run_id"], "llamacpp:requests_deferred")
     assert deferred is not None and deferred > 0, "llama-server never queued a request"
+    # its own per-request timings (prompt_ms) split the server side: prefill from them, per
+    # level, named as such; llama.cpp reports no queue time per request
+    report = json.loads((tmp_path / "report.json").read_text())
+    busiest = report["server"]["levels"][str(len(levels) - 1)]
+    assert str(busiest["sources"]["server_prefill_ms"]).startswith("per-request"), busiest
+    assert busiest["server_prefill_ms"] > 0 and busiest["timed_requests"] > 0
     # the client held each level's concurrency: 8 in flight at the last level, 4 of them queued
     with psycopg.connect(db) as conn:
-        peaks = dict(
+        peaks: dict[int, int] = dict(
             conn.execute(
                 "SELECT level, max(in_flight) FROM ticks WHERE run_id = %s GROUP BY level",
                 (summary["run_id"],),
