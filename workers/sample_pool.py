@@ -1,6 +1,7 @@
-"""A `SamplePool` (loadgen/pool.py) in Redis: the Celery shards of one distributed saturation
-search meet there after each level run, so they judge the same pooled samples and run the same
-next level.
+"""A `SamplePool` (loadgen/pool.py) in Redis: the Celery shards of one distributed run meet
+there after each level run: a saturation search's shards judge the same pooled samples and run
+the same next level; a sweep's shards (under drain or cancel) start each next level together,
+once every one has ended its last.
 
 Keys, per run id and level-run index, all expiring after `ttl_s` (longer than the run may last,
 so a late shard still finds what the others decided): `…:members` (the shards that handed in),
@@ -152,13 +153,25 @@ class RedisPool:
         return out
 
 
-def pool_for(plan: ShardPlan, redis_url: str, planned_s: float) -> RedisPool | None:
-    """The run's pool for a shard of a saturation search with more than one shard, else None.
-    `planned_s`: how long the shard may run (its keys outlive that)."""
+def pooled(plan: ShardPlan) -> bool:
+    """Whether the shards of this plan's run meet after each level: a saturation search (one
+    search on everyone's samples), or several levels that drain or cancel between them (each
+    next level starts once every shard's last one has ended), with more than one shard."""
     spec = plan.run_spec()
-    ids = plan.extra.get("shard_ids")
-    if spec.load.saturation is None or not ids or len(ids) < 2:
+    if len(plan.extra.get("shard_ids") or ()) < 2:
+        return False
+    if spec.load.saturation is not None:
+        return True
+    return int(plan.extra.get("levels", 1)) > 1 and spec.load.between_levels != "overlap"
+
+
+def pool_for(plan: ShardPlan, redis_url: str, planned_s: float) -> RedisPool | None:
+    """The run's pool for this shard if its run pools (`pooled`), else None. `planned_s`: how
+    long the shard may run (its keys outlive that)."""
+    if not pooled(plan):
         return None
+    spec = plan.run_spec()
+    ids = plan.extra["shard_ids"]
     return RedisPool(
         redis_url,
         plan.run_id,

@@ -25,7 +25,7 @@ from workers import leases, runctl
 from workers.clocks import ClockEstimate, measure_offset
 from workers.control import ShardControl
 from workers.probes import probe_network
-from workers.sample_pool import pool_for, wait_bound_s
+from workers.sample_pool import pool_for, pooled, wait_bound_s
 from workers.server_metrics import SCRAPER_KEY, MetricsRecorder
 from workers.store.runs import level_row
 
@@ -76,7 +76,8 @@ def planned_duration_s(plan: ShardPlan) -> float:
     levels = max(1, int(plan.extra.get("levels", 1)))
     if spec.load.between_levels == "overlap":
         return levels * spec.load.duration_s + spec.target.deadline_s
-    return levels * (spec.load.duration_s + spec.target.deadline_s)  # drain waits after each
+    waits = levels * (spec.load.duration_s + spec.target.deadline_s)  # drain waits after each
+    return waits + (wait_bound_s(spec) if pooled(plan) else 0.0)
 
 
 def warm_connections(plan: ShardPlan) -> int:
@@ -247,7 +248,7 @@ class _Job:
                 time.sleep(0)
             self.skew_ns = time.perf_counter_ns() - start_mono
             recorder = self._scraper(spec.target.metrics_url, clock)
-            # one search across the run's shards: they pool their samples in Redis
+            # the run's shards meet after each level (one search; levels that do not overlap)
             sample_pool = pool_for(plan, self.settings.redis_url, planned_duration_s(plan))
             task = asyncio.create_task(
                 run_shard(
