@@ -13,18 +13,21 @@ The rule, each step one Lua script (atomic):
   the first level run, then those the previous level run's pool closed with (a shard that died
   is waited for once, not at every level) — the pool closes with the members.
 - A shard whose wait exceeds the bound (`wait_bound_s`: the level's duration, the request
-  deadline and a margin, from its own hand-in) closes the pool with the members present, unless
-  it closed meanwhile. The first to close wins (the key is set once).
+  deadline and a margin, from its own hand-in) joins again and closes the pool with the members
+  present, unless it closed meanwhile. The first to close wins (the key is set once).
 Every shard, a late one included, then pools exactly the closed set's samples in shard-id order.
+A lost connection (Redis restarting) is retried up to the bound; if Redis lost the keys, the
+closing shard's own samples are in again, and the closed set says who else was.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -33,42 +36,37 @@ from loadgen.plan import ShardPlan
 from loadgen.pool import Pooled, concat
 from loadgen.spec import RunSpec
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
 PREFIX = "peakload:pool"
 WAIT_MARGIN_S = 15.0  # beyond duration + deadline: start skew, drains, a slow host
 TTL_MARGIN_S = 3600.0  # keys outlive the run's planned duration by this much
 POLL_S = 0.02  # how often a waiting shard looks for the closed set
 
 # KEYS: members, data, closed, previous closed. ARGV: shard id, ttl s, planned ids (JSON),
-# then metric name / packed samples pairs. Returns the closed set (JSON) or false.
+# force ("1": close now, with whoever is in), then metric name / packed samples pairs. Returns
+# the closed set (JSON list) or false while it stays open.
 _JOIN = """
 local closed = redis.call('GET', KEYS[3])
 if closed then return closed end
-for i = 4, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   redis.call('HSET', KEYS[2], ARGV[1] .. '\\n' .. ARGV[i], ARGV[i + 1])
 end
 redis.call('SADD', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('EXPIRE', KEYS[2], ARGV[2])
-local prev = redis.call('GET', KEYS[4])
-local expected = cjson.decode(prev or ARGV[3])
-for _, sid in ipairs(expected) do
-  if redis.call('SISMEMBER', KEYS[1], sid) == 0 then return false end
+if ARGV[4] ~= '1' then
+  local prev = redis.call('GET', KEYS[4])
+  local expected = cjson.decode(prev or ARGV[3])
+  for _, sid in ipairs(expected) do
+    if redis.call('SISMEMBER', KEYS[1], sid) == 0 then return false end
+  end
 end
 local m = redis.call('SMEMBERS', KEYS[1])
 table.sort(m)
 closed = cjson.encode(m)
 redis.call('SET', KEYS[3], closed, 'EX', ARGV[2])
-return closed
-"""
-
-# KEYS: members, closed. ARGV: ttl s. Closes the pool with its members unless already closed.
-_CLOSE = """
-local closed = redis.call('GET', KEYS[2])
-if closed then return closed end
-local m = redis.call('SMEMBERS', KEYS[1])
-table.sort(m)
-closed = cjson.encode(m)
-redis.call('SET', KEYS[2], closed, 'EX', ARGV[1])
 return closed
 """
 
@@ -119,26 +117,44 @@ class RedisPool:
             self._client = None
 
     async def pool(self, run: int, shard_id: str, samples: dict[str, list[float]]) -> Pooled:
-        r = self._redis()
         members, data, closed_key = (self.key(run, p) for p in ("members", "data", "closed"))
-        args: list[Any] = [shard_id, self.ttl_s, json.dumps(self.shard_ids)]
+        keys = [members, data, closed_key, self.key(run - 1, "closed")]
+        args: list[Any] = [shard_id, self.ttl_s, json.dumps(self.shard_ids), "0"]
         for name, raw in pack(samples):
             args += [name, raw]
-        closed = await r.eval(  # type: ignore[misc]
-            _JOIN, 4, members, data, closed_key, self.key(run - 1, "closed"), *args
-        )
         end = time.monotonic() + self.wait_s
+        closed = await self._retry(lambda r: r.eval(_JOIN, 4, *keys, *args), end)
         while not closed and time.monotonic() < end:
             await asyncio.sleep(POLL_S)
-            closed = await r.get(closed_key)
-        if not closed:
-            closed = await r.eval(_CLOSE, 2, members, closed_key, self.ttl_s)  # type: ignore[misc]
-        present = [str(s) for s in json.loads(closed)]
+            closed = await self._retry(lambda r: r.get(closed_key), end)
+        if not closed:  # the bound: close with whoever is in (this shard too, if Redis forgot)
+            args[3] = "1"
+            closed = await self._retry(lambda r: r.eval(_JOIN, 4, *keys, *args), None)
+        listed = json.loads(closed)
+        present = [str(x) for x in listed] if isinstance(listed, list) else []  # {} = empty
+        by_shard = await self._retry(lambda r: self._samples(r, data, present), None)
         return Pooled(
-            concat(await self._samples(r, data, present)),
+            concat(by_shard),
             tuple(present),
-            tuple(s for s in self.shard_ids if s not in present),
+            tuple(x for x in self.shard_ids if x not in present),
         )
+
+    async def _retry(self, op: Callable[[aioredis.Redis], Awaitable[T]], end: float | None) -> T:
+        """`op` on the client, again after a lost connection (Redis restarting) until `end`
+        (monotonic s) or, for the steps after the bound, for one more `wait_s`."""
+        stop = end if end is not None else time.monotonic() + self.wait_s
+        delay = 0.1
+        while True:
+            try:
+                return await op(self._redis())
+            except (aioredis.ConnectionError, aioredis.TimeoutError) as exc:
+                if time.monotonic() >= stop:
+                    raise RuntimeError(
+                        f"sample pool of run {self.run_id}: Redis unreachable ({exc})"
+                    ) from exc
+                log.warning("sample pool: Redis unreachable (%s); retrying", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def _samples(
         self, r: aioredis.Redis, data: str, present: list[str]

@@ -116,3 +116,41 @@ def test_a_shard_back_in_time_is_pooled_again(redis_url: str) -> None:
 
     for p in asyncio.run(next_run()):
         assert p.shards == tuple(IDS) and p.complete
+
+
+def test_redis_restarting_mid_wait_neither_fails_the_shard_nor_splits_the_pool(
+    tmp_path: Path,
+) -> None:
+    """Redis killed while a shard waits (its keys lost: no persistence) and started again: the
+    shard keeps trying, closes the pool at the bound with itself in it, and a shard handing in
+    after that gets the same closed set."""
+    server = RedisServer(tmp_path)
+    try:
+        url, run_id = server.url(0), str(uuid.uuid4())
+
+        async def first() -> Pooled:
+            pool = RedisPool(url, run_id, ["eu-0", "us-0"], wait_s=3.0, ttl_s=120)
+            try:
+                return await pool.pool(0, "eu-0", {"ttft_ms": [1.0]})
+            finally:
+                await pool.aclose()
+
+        async def scenario() -> tuple[Pooled, Pooled]:
+            waiting = asyncio.create_task(first())
+            await asyncio.sleep(0.3)
+            await asyncio.to_thread(server.kill)
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(server.start)
+            early = await waiting
+            late = RedisPool(url, run_id, ["eu-0", "us-0"], wait_s=3.0, ttl_s=120)
+            try:
+                return early, await late.pool(0, "us-0", {"ttft_ms": [2.0]})
+            finally:
+                await late.aclose()
+
+        early, late = asyncio.run(scenario())
+        assert early == late
+        assert early.shards == ("eu-0",) and early.missing == ("us-0",)
+        assert early.samples == {"ttft_ms": [1.0]}
+    finally:
+        server.stop()
