@@ -25,6 +25,7 @@ from workers import leases, runctl
 from workers.clocks import ClockEstimate, measure_offset
 from workers.control import ShardControl
 from workers.probes import probe_network
+from workers.sample_pool import pool_for, pooled, wait_bound_s
 from workers.server_metrics import SCRAPER_KEY, MetricsRecorder
 from workers.store.runs import level_row
 
@@ -70,11 +71,13 @@ def planned_duration_s(plan: ShardPlan) -> float:
     if spec.load.saturation is not None:  # each tried load may run 1 + max_extensions times
         sat = spec.load.saturation
         runs = sat.max_steps * (1 + sat.max_extensions)
-        return runs * (spec.load.duration_s + spec.target.deadline_s)
+        # plus one wait for a shard that never hands in (the pool stops expecting it after)
+        return runs * (spec.load.duration_s + spec.target.deadline_s) + wait_bound_s(spec)
     levels = max(1, int(plan.extra.get("levels", 1)))
     if spec.load.between_levels == "overlap":
         return levels * spec.load.duration_s + spec.target.deadline_s
-    return levels * (spec.load.duration_s + spec.target.deadline_s)  # drain waits after each
+    waits = levels * (spec.load.duration_s + spec.target.deadline_s)  # drain waits after each
+    return waits + (wait_bound_s(spec) if pooled(plan) else 0.0)
 
 
 def warm_connections(plan: ShardPlan) -> int:
@@ -245,6 +248,8 @@ class _Job:
                 time.sleep(0)
             self.skew_ns = time.perf_counter_ns() - start_mono
             recorder = self._scraper(spec.target.metrics_url, clock)
+            # the run's shards meet after each level (one search; levels that do not overlap)
+            sample_pool = pool_for(plan, self.settings.redis_url, planned_duration_s(plan))
             task = asyncio.create_task(
                 run_shard(
                     plan,
@@ -258,6 +263,7 @@ class _Job:
                     # host's measured offset: every region's timeline on one clock, to within
                     # the shard's clock_uncertainty_ns (stored with it)
                     wall_clock=lambda: clock.mono_to_ref(time.perf_counter_ns()),
+                    pool=sample_pool,
                 )
             )
             skew = self.skew_ns
@@ -272,6 +278,8 @@ class _Job:
             finally:
                 if recorder is not None:
                     await recorder.stop()
+                if sample_pool is not None:
+                    await sample_pool.aclose()
             self.status = _STATUS.get(self.result.status, "failed")
             self.reason = None if self.status == "completed" else f"runner: {self.result.status}"
             if self.status == "aborted" and self.control.abort_reason:
