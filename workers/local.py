@@ -42,7 +42,7 @@ from workers.store.connect import connect_store
 from workers.store.connect import database_url as default_database_url
 from workers.store.probes import save_probe
 from workers.store.runs import level_row
-from workers.store.writer import StoreWriter
+from workers.store.writer import StoreWriter, WriterConfig
 
 START_DELAY_S = 0.5  # time between warm-up and the first scheduled request
 
@@ -220,7 +220,7 @@ async def _measure(
         )
         recorder.start()
     pool = LocalPool(len(plans)) if len(plans) > 1 else None  # one run: shards meet per level
-    writer = StoreWriter(url, run_id, store_content=spec.store_content)
+    writer = StoreWriter(url, run_id, WriterConfig(store_content=spec.store_content))
     sink = ScrubbingSink(writer, secret_values(targets[0].spec))
     try:
         results = await asyncio.gather(
