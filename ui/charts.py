@@ -1,4 +1,4 @@
-"""Plotly figure builders: pure functions from analysis results (frames from ui.data) to figures.
+"""Plotly figure builders: pure functions from analysis results (frames from ui.data/) to figures.
 No SQL, no Streamlit. Colours are left to the theme (`st.plotly_chart(theme="streamlit")`) so
 light and dark both read; hover shows exact values with units.
 """
@@ -44,7 +44,7 @@ def _tail_axis(fig: go.Figure, max_x: float, row: int | None = None) -> None:
 
 def percentile_curves(df: pd.DataFrame, title: str, y_label: str) -> go.Figure:
     """One line per `series` (value_ms against x), with its distribution-free band shaded.
-    `df` as from ui.derive.spectrum/spectra_by: series, percentile, x, value_ms, lo_ms, hi_ms."""
+    `df` as from ui.data.derive.curve/spectra_by: series, percentile, x, value_ms, lo_ms, hi_ms."""
     if df.empty:
         return _empty(title)
     fig = go.Figure()
