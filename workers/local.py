@@ -80,8 +80,6 @@ def run_local(
     admission.admit(spec, plans)
     # A local run is started by the operator on their own machine: loopback and private
     # targets are theirs to test. Link-local and metadata addresses stay refused regardless.
-    # A local run is started by the operator on their own machine: loopback and private
-    # targets are theirs to test. Link-local and metadata addresses stay refused regardless.
     policy = policy_from_env().allowing_private()
     if spec.target.metrics_url:  # the target's own URL: checked where it is built
         policy.check(spec.target.metrics_url)
