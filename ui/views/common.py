@@ -27,6 +27,11 @@ def chart(fig: go.Figure, frame: pd.DataFrame, name: str) -> None:
             "toImageButtonOptions": {"format": "png", "filename": name, "scale": 2},
         },
     )
+    csv_download(frame, name)
+
+
+def csv_download(frame: pd.DataFrame, name: str) -> None:
+    """A button that downloads `frame` as `{name}.csv` (encoded only when clicked)."""
     st.download_button(
         f"Download {name}.csv",
         data=lambda: shared.csv_bytes(frame),

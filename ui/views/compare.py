@@ -8,7 +8,7 @@ import streamlit as st
 from ui import charts
 from ui.data import compare as compare_data
 from ui.data import shared
-from ui.views.common import METRICS, chart, pick_metric, pick_runs
+from ui.views.common import METRICS, chart, csv_download, pick_metric, pick_runs
 
 st.title("Compare runs")
 chosen = pick_runs("Runs to compare")
@@ -84,11 +84,4 @@ st.caption(
     "regression is > 5% worse with the bootstrap CI of the difference above zero (and, at p50, "
     "a one-sided Mann-Whitney p < 0.05)."
 )
-st.download_button(
-    "Download changes.csv",
-    data=lambda: shared.csv_bytes(table),
-    file_name="changes.csv",
-    mime="text/csv",
-    on_click="ignore",
-    key="cmp_csv",
-)
+csv_download(table, "changes")

@@ -8,7 +8,7 @@ import streamlit as st
 from loadgen.errors import SpecError
 from ui.data import shared
 from ui.data import sla as sla_data
-from ui.views.common import fmt, pick_run
+from ui.views.common import csv_download, fmt, pick_run
 
 EXAMPLE = """confidence = 0.99
 
@@ -74,11 +74,4 @@ st.caption(
     "Exact binomial test on exceedances from raw rows (steady phase); failed requests count "
     'as exceedances unless a claim says `failures = "exclude"`.'
 )
-st.download_button(
-    "Download verdicts.csv",
-    data=lambda: shared.csv_bytes(verdicts),
-    file_name="verdicts.csv",
-    mime="text/csv",
-    on_click="ignore",
-    key="sla_csv",
-)
+csv_download(verdicts, "verdicts")
