@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -15,7 +15,8 @@ from plotly.subplots import make_subplots
 
 from analysis.server_metrics import split_sources
 
-_PANELS = (
+# The client-and-server figure's panels, top to bottom: the report's and the UI's (ui.charts)
+CLIENT_SERVER_PANELS = (
     "client output tokens/s",
     "client in flight",
     "client TTFT from send (ms)",
@@ -25,12 +26,45 @@ _PANELS = (
 )
 
 
-def _client_totals(report: Mapping[str, Any]) -> pd.DataFrame:
-    ts = pd.DataFrame(report["timeseries"]["rows"])
+class PanelSeries(NamedTuple):
+    """One line of the client-and-server figure: its place in the full list (`order`, a colour
+    index), its panel row (1-based), the frame and column holding it, the trace's name."""
+
+    order: int
+    row: int
+    frame: pd.DataFrame
+    column: str
+    name: str
+
+
+def client_totals(ts: pd.DataFrame) -> pd.DataFrame:
+    """Output tokens/s and in-flight summed over regions per time bucket."""
     if ts.empty:
         return pd.DataFrame(columns=["bucket", "output_tokens_per_s", "in_flight"])
-    ts["bucket"] = pd.to_datetime(ts["bucket"], utc=True)
     return ts.groupby("bucket")[["output_tokens_per_s", "in_flight"]].sum(min_count=1).reset_index()
+
+
+def client_server_series(
+    client: pd.DataFrame, ttft: pd.DataFrame, server: pd.DataFrame
+) -> list[PanelSeries]:
+    """The lines of the client-and-server figure that have data: `client` as `client_totals`,
+    `ttft` the client's TTFT p50/p90 per bucket, `server` the scraped server series."""
+    lines = [
+        (1, client, "output_tokens_per_s", "output tok/s"),
+        (2, client, "in_flight", "in flight"),
+        (3, ttft, "ttft_p50_ms", "client TTFT p50"),
+        (3, ttft, "ttft_p90_ms", "client TTFT p90"),
+        (4, server, "queue", "queue"),
+        (4, server, "running", "running"),
+        (5, server, "kv_cache", "KV use"),
+        (6, server, "server_ttft_ms", "server TTFT"),
+        (6, server, "server_queue_ms", "server queue time"),
+    ]
+    return [
+        PanelSeries(i, row, frame, col, name)
+        for i, (row, frame, col, name) in enumerate(lines)
+        if not frame.empty and col in frame and frame[col].notna().any()
+    ]
 
 
 def server_fig(report: Mapping[str, Any]) -> go.Figure | None:
@@ -39,27 +73,21 @@ def server_fig(report: Mapping[str, Any]) -> go.Figure | None:
     ttft = pd.DataFrame(srv.get("client_ttft") or [])
     if rows.empty:
         return None
-    client = _client_totals(report)
-    for frame in (rows, ttft):
+    ts = pd.DataFrame(report["timeseries"]["rows"])
+    for frame in (rows, ttft, ts):
         if not frame.empty:
             frame["bucket"] = pd.to_datetime(frame["bucket"], utc=True)
-    fig = make_subplots(rows=len(_PANELS), cols=1, shared_xaxes=True, subplot_titles=_PANELS)
-    traces: list[tuple[int, pd.DataFrame, str, str]] = [
-        (1, client, "output_tokens_per_s", "output tok/s"),
-        (2, client, "in_flight", "in flight"),
-        (3, ttft, "ttft_p50_ms", "client TTFT p50"),
-        (3, ttft, "ttft_p90_ms", "client TTFT p90"),
-        (4, rows, "queue", "queue"),
-        (4, rows, "running", "running"),
-        (5, rows, "kv_cache", "KV use"),
-        (6, rows, "server_ttft_ms", "server TTFT"),
-        (6, rows, "server_queue_ms", "server queue time"),
-    ]
-    for row, frame, col, name in traces:
-        if frame.empty or col not in frame or not frame[col].notna().any():
-            continue
+    fig = make_subplots(
+        rows=len(CLIENT_SERVER_PANELS),
+        cols=1,
+        shared_xaxes=True,
+        subplot_titles=CLIENT_SERVER_PANELS,
+    )
+    for s in client_server_series(client_totals(ts), ttft, rows):
         fig.add_trace(
-            go.Scatter(x=frame["bucket"], y=frame[col], mode="lines", name=name), row=row, col=1
+            go.Scatter(x=s.frame["bucket"], y=s.frame[s.column], mode="lines", name=s.name),
+            row=s.row,
+            col=1,
         )
     fig.update_layout(
         title=f"Client and server over time ({report['timeseries']['bucket_s']:g} s buckets)",

@@ -154,14 +154,16 @@ class _Job:
 
     def run(self) -> dict[str, Any]:
         from workers.store.embedded import data_home
-        from workers.store.writer import StoreWriter
+        from workers.store.writer import StoreWriter, WriterConfig
 
         spool = data_home() / "spool" / self.plan.run_id / self.plan.shard_id
         sink = StoreWriter(
             self.settings.database_url,
             self.plan.run_id,
-            spool_dir=spool,  # one per shard: pool processes of one host never share a spool
-            store_content=self.plan.run_spec().store_content,
+            WriterConfig(
+                spool_dir=spool,  # one per shard: pool processes of one host never share a spool
+                store_content=self.plan.run_spec().store_content,
+            ),
         )
         try:
             run_measurement(self._main(sink))
@@ -182,16 +184,18 @@ class _Job:
 
     async def _main(self, sink: Any) -> None:
         from loadgen import admission
-        from loadgen.pacing import PacedTarget, paced_by
+        from loadgen.pacing import paced_by
         from loadgen.runner import run_shard
         from loadgen.secrets import ScrubbingSink, resolve_target, secret_values
-        from loadgen.targets import OpenAITarget, policy_from_env
+        from loadgen.targets import build_target, policy_from_env
 
         plan, spec = self.plan, self.plan.run_spec()
         target_spec = resolve_target(spec.target)  # headers_env from this worker's environment
+        # the planned target was checked by the coordinator; an override is where load goes
+        # instead: this worker's policy checks it, as the coordinator's checks a spec's target
+        policy = None
         if self.settings.target_override:
-            # the override is where load goes: the same policy as the spec's own target
-            policy_from_env().check(self.settings.target_override)
+            policy = policy_from_env()
             target_spec = target_spec.model_copy(
                 update={"base_url": self.settings.target_override.rstrip("/")}
             )
@@ -199,10 +203,12 @@ class _Job:
         admission.check_capacity(
             admission.needs_of(spec, [plan]), admission.Capacity.of_host(), f"shard {plan.shard_id}"
         )
-        target: Any = OpenAITarget(target_spec, max_connections=admission.pool_size(n_conn))
-        pacer = paced_by(spec, plan.fraction)  # this shard's share of the provider's limits
-        if pacer is not None:
-            target = PacedTarget(target, pacer)
+        target = build_target(
+            target_spec,
+            policy,
+            max_connections=admission.pool_size(n_conn),
+            pacer=paced_by(spec, plan.fraction),  # this shard's share of the provider's limits
+        ).sender
         try:
             await target.warm(n_conn)
             net = await asyncio.to_thread(probe_network, target_spec.base_url)

@@ -27,7 +27,6 @@ from loadgen.targets.framing import NDJSONParser
 from loadgen.targets.http_common import StreamTruncated, display_url
 from loadgen.targets.httpx_transport import HttpxTransport
 from loadgen.targets.openai_stream import body_summary
-from loadgen.targets.policy import TargetPolicy
 from loadgen.targets.ratelimit import rate_limit_of
 from loadgen.targets.rawhttp import DEFAULT_KEEPALIVE_EXPIRY_S, RawPool
 from loadgen.targets.rawtransport import RawTransport
@@ -59,9 +58,8 @@ class OpenAITarget:
     JSON body. Timeouts: `connect_timeout_s` (spec) for connecting; `request.deadline_s` for the
     whole request (before the head -> phase `headers`, after -> `deadline`);
     `request.idle_timeout_s` between reads after the head (phase `first_token` until the first
-    output delta, then `idle`). `policy`, when given, is checked against `base_url` first
-    (PolicyError); the raw transport resolves the host again at connect time, so the check does
-    not pin the address.
+    output delta, then `idle`). The target policy is not checked here: build it with
+    `loadgen.targets.factory.build_target`, which checks first.
     """
 
     def __init__(
@@ -73,10 +71,7 @@ class OpenAITarget:
         ssl_context: ssl.SSLContext | None = None,
         keepalive_expiry_s: float = DEFAULT_KEEPALIVE_EXPIRY_S,
         environ: Mapping[str, str] | None = None,
-        policy: TargetPolicy | None = None,
     ) -> None:
-        if policy is not None:  # PolicyError before anything else is set up
-            policy.check(spec.base_url)
         transport = spec.transport if transport is None else transport
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")

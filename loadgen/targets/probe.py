@@ -14,8 +14,9 @@ from typing import Any
 
 from loadgen.spec import RunSpec, TargetSpec
 from loadgen.targets.apis import is_chat
+from loadgen.targets.factory import build_target
 from loadgen.targets.openai import OpenAITarget
-from loadgen.targets.policy import check_target, policy_from_env
+from loadgen.targets.policy import policy_from_env
 from loadgen.targets.probe_checks import CHECK_FUNCS, generic
 from loadgen.targets.prober import (
     ACCEPTED,
@@ -112,14 +113,11 @@ def probe_sync(
     policy's check (PolicyError): `allow_private` as the run it precedes would allow (a local
     run: the operator's own network; link-local and metadata addresses stay refused)."""
     policy = policy_from_env()
-    check_target(
-        target_spec.base_url,
-        allow_private=policy.allow_private or allow_private,
-        allowlist=policy.allowlist,
-    )
+    if allow_private:
+        policy = policy.allowing_private()
 
     async def main() -> ProbeResult:
-        target = OpenAITarget(target_spec, max_connections=2)
+        target = build_target(target_spec, policy, max_connections=2).client
         try:
             return await probe(target, checks, extra)
         finally:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import charts, data_more
+from ui import charts
+from ui.data import nightly as nightly_data
 from ui.views.common import METRICS, RUN_PARAM, chart, pick_metric
 
 st.title("Nightly trends")
-names = data_more.schedules()
+names = nightly_data.schedules()
 if not names:
     st.info("No scheduled runs yet: add one with `peakload schedule add`.")
     st.stop()
@@ -17,7 +18,7 @@ if not names:
 s_col, m_col, q_col = st.columns(3)
 schedule = s_col.selectbox("Schedule", names, key="n_schedule")
 with m_col:
-    metric = pick_metric("n_metric", data_more.NIGHTLY_METRICS)
+    metric = pick_metric("n_metric", nightly_data.NIGHTLY_METRICS)
 q = q_col.radio(
     "Percentile",
     [50.0, 90.0, 99.0],
@@ -27,7 +28,7 @@ q = q_col.radio(
     format_func=lambda p: f"p{p:g}",
 )
 
-history = data_more.nightly(schedule, metric, q)
+history = nightly_data.nightly(schedule, metric, q)
 chart(
     charts.nightly(history, f"{schedule}: p{q:g} {METRICS[metric]} per run", f"p{q:g} (ms)"),
     history,
@@ -39,7 +40,7 @@ st.caption(
 )
 
 st.subheader("Runs")
-for row in data_more.nightly_links(history):
+for row in nightly_data.nightly_links(history):
     st.page_link(
         "views/run.py",
         label=f"{row['created_at']:%Y-%m-%d %H:%M} · {row['name']} · {row['valid']}"
