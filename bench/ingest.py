@@ -34,7 +34,7 @@ from psycopg import sql
 from loadgen.records import Batch, Outcome, RequestRecord, TokenSource
 from workers.store.connect import ensure_schema, redact_url
 from workers.store.features import detect
-from workers.store.writer import StoreWriter
+from workers.store.writer import StoreWriter, WriterConfig
 
 CHUNKS = 128
 HANDOFF = 1024  # records per write(): the runner's FLUSH_RECORDS
@@ -71,8 +71,9 @@ def run(url: str, minutes: float, rate: float, batch_rows: int, batch_s: float,
     run_id = str(uuid.uuid4())
     offsets = [40_000 + 10_000 * k for k in range(CHUNKS)]
     tokens = [1] * CHUNKS
-    writer = StoreWriter(url, run_id, batch_max_rows=batch_rows, batch_max_s=batch_s,
-                         spool_dir=f"/tmp/peakload-bench-spool/{run_id}")  # fmt: skip
+    config = WriterConfig(batch_max_rows=batch_rows, batch_max_s=batch_s,
+                          spool_dir=f"/tmp/peakload-bench-spool/{run_id}")  # fmt: skip
+    writer = StoreWriter(url, run_id, config)
     wall0 = time.time_ns()  # a wall anchor for scheduled_at only, never for a duration
     duration_ns = int(minutes * 60e9)
     intervals: list[tuple[float, int, float | None]] = []

@@ -48,7 +48,8 @@ class Estimate:
     peak_tokens_per_minute: float | None
     cost_usd: float | None
     problems: list[str] = field(default_factory=list)
-    paced: tuple[float | None, float | None] = (None, None)  # effective rpm, tpm
+    pacing: bool = False  # [pacing] is on
+    paced: tuple[float | None, float | None] = (None, None)  # effective rpm, tpm named
 
     def lines(self) -> list[str]:
         def n(x: float | None, unit: str) -> str:
@@ -64,18 +65,12 @@ class Estimate:
                 else ", cost unknown (no price)"
             )
         ]
-        if self.paced != (None, None):
+        if self.pacing:
             rpm, tpm = self.paced
             out.append(
-                "paced to "
-                + ", ".join(
-                    s
-                    for s in (
-                        f"{rpm:,.1f} requests/min" if rpm else "",
-                        f"{tpm:,.0f} tokens/min" if tpm else "",
-                    )
-                    if s
-                )
+                f"paced to {f'{rpm:,.1f}' if rpm else 'the advertised'} requests/min, "
+                f"{f'{tpm:,.0f}' if tpm else 'the advertised'} tokens/min"
+                + ("" if rpm and tpm else " (x-ratelimit-limit-* x headroom, once a response says)")
             )
         return out
 
@@ -164,11 +159,7 @@ def check(spec: RunSpec, request_s: float | None = None) -> Estimate:
             float(limits.requests_per_minute) if limits and limits.requests_per_minute else None,
             float(limits.tokens_per_minute) if limits and limits.tokens_per_minute else None,
         )
-        if est.paced == (None, None):
-            est.problems.append(
-                "[pacing] is enabled but neither the spec nor the preset names a limit: set "
-                "pacing.requests_per_minute or tokens_per_minute"
-            )
+        est.pacing = True  # where no limit is named, the provider's advertised ones pace it
     if preset is not None and preset.kind == "hosted" and limits is not None:
         est.problems += _limit_problems(est, limits, spec.pacing.enabled, preset.name)
     cap = spec.cost.max_cost_usd

@@ -270,6 +270,9 @@ class _Conductor:
         row["ended_at_ns"] = row["started_at_ns"] + (now - self.level_mono)
         if row.get("steady") is None:  # never ramped to its count: all of it was warm-up
             row["warmup_s"] = row["duration_s"]
+            row["steady_start_ns"] = row["ended_at_ns"]  # an empty steady window
+        # the steady window every throughput divides by: from the spawn's end to the level's
+        row["steady_end_ns"] = row["ended_at_ns"]
         return [row]
 
     def spawned(self, user_count: int) -> None:
@@ -281,7 +284,9 @@ class _Conductor:
         if row.get("steady"):
             return
         row["steady"] = True
-        row["warmup_s"] = (time.perf_counter_ns() - self.level_mono) / 1e9
+        since = time.perf_counter_ns() - self.level_mono
+        row["warmup_s"] = since / 1e9
+        row["steady_start_ns"] = row["started_at_ns"] + since
         self._broadcast({"index": row["level"], "users": user_count, "steady": True})
         self.store.level(self.run_id, _stored(row))
 

@@ -35,7 +35,7 @@ from loadgen.secrets import resolve_target
 from loadgen.shard import LevelWindow, Shard
 from loadgen.spec import spec_from_dict
 from loadgen.target import Clock
-from loadgen.targets import OpenAITarget, check_target, policy_from_env, preflight
+from loadgen.targets import OpenAITarget, build_target, policy_from_env, preflight
 from loadgen.workload import Prompt
 
 # A Locust level has no planned end: its window is open until the next level message.
@@ -133,12 +133,11 @@ class _Session:
         self.level0 = start.get("level") or {"index": 0, "users": 0, "steady": False}
 
     async def begin(self, clock: Clock) -> None:
-        policy = policy_from_env()
         # the operator's own Locust test: private targets are theirs, as in `peakload run`
-        check_target(self.spec.target.base_url, allow_private=True, allowlist=policy.allowlist)
+        policy = policy_from_env().allowing_private()
         # headers_env is read here, in the process that sends
         sending = resolve_target(self.spec.target)
-        self.target = OpenAITarget(sending, max_connections=MAX_CONNECTIONS)
+        self.target = build_target(sending, policy, max_connections=MAX_CONNECTIONS).client
         await preflight(self.target)
         tpw = await calibrate(self.spec, self.target, self.plan.run_id)
         self.sink = self.store.begin(self.plan)

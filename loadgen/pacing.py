@@ -1,9 +1,11 @@
 """Hosted-provider manners: `[pacing]` keeps a run under a provider's request and token limits
-(the spec's, else the preset's published ones, with headroom) and holds every send after a
-429 until its Retry-After has passed. It lives in a `Target` wrapper, so the runner is
-unchanged: the wait happens before the request is sent, and the record shows it (`sent_ns`
-after the schedule; TTFT from the schedule includes it, TTFT from send does not). A 429 stays
-a record; `retries` (done by loadgen.fold) sends it again as a separate attempt.
+(the spec's, else the preset's published ones, else those its responses advertise in
+`x-ratelimit-*` headers, with headroom), holds sends while the advertised remaining budget is
+spent until its reset, and holds every send after a 429 until its Retry-After has passed. It
+lives in a `Target` wrapper, so the runner is unchanged: the wait happens before the request
+is sent, and the record shows it (`sent_ns` after the schedule; TTFT from the schedule
+includes it, TTFT from send does not). A 429 stays a record; `retries` (done by
+loadgen.fold) sends it again as a separate attempt.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from loadgen.errors import HttpStatusError
-from loadgen.target import Clock, PreparedRequest, StreamEvent, Target
+from loadgen.target import Clock, EventKind, PreparedRequest, RateLimit, StreamEvent, Target
 
 if TYPE_CHECKING:
     from loadgen.spec import RunSpec
@@ -24,11 +26,13 @@ if TYPE_CHECKING:
 DEFAULT_HEADROOM = 0.9  # use this share of a published limit: clocks and windows differ
 DEFAULT_RETRY_AFTER_S = 1.0  # a 429 without Retry-After still pauses the sends this long
 MAX_RETRY_AFTER_S = 120.0  # a Retry-After beyond this is the provider's, not a pause we take
+MAX_SLEEP_NS = 100_000_000  # a waiting send looks again this often (a header may free it)
 
 
 class PacingSpec(BaseModel):
     """`[pacing]`: `enabled = true` paces sends to `requests_per_minute` / `tokens_per_minute`
-    (default: the target preset's published limits) x `headroom`. Tokens per request are its
+    (default: the target preset's published limits, else the limits the provider's responses
+    advertise in `x-ratelimit-limit-*`) x `headroom`. Tokens per request are its
     prompt tokens plus max_tokens (what providers count against a token limit up front)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -45,42 +49,103 @@ class PacingSpec(BaseModel):
 class Pacer:
     """Spacing of sends on one monotonic clock: request i may go no earlier than the previous
     one + 60 / rpm s, nor before the token allowance of the ones before it has refilled, nor
-    before a Retry-After gate. FIFO: acquisitions are served in the order they were asked.
-    `rpm`/`tpm` are the effective rates (headroom applied); None = no such limit."""
+    before a Retry-After gate, nor while the provider's advertised remaining requests (tokens)
+    are spent (below what the next request needs) until their reset. FIFO: acquisitions are
+    served in the order they were asked. `rpm`/`tpm` are the effective rates (headroom and
+    share applied); None = no such limit named, and then the provider's advertised limit
+    (`x-ratelimit-limit-*`, read as per minute as OpenAI, Groq, Together and Fireworks send
+    tokens) x `headroom` x `share` is used once a response advertises one."""
 
     def __init__(
         self,
         rpm: float | None,
         tpm: float | None,
         clock: Callable[[], int] = time.perf_counter_ns,
+        *,
+        headroom: float = DEFAULT_HEADROOM,
+        share: float = 1.0,
     ) -> None:
         self.req_gap_ns = int(60e9 / rpm) if rpm else 0
         self.ns_per_token = 60e9 / tpm if tpm else 0.0
+        self.learns_rpm = not rpm
+        self.learns_tpm = not tpm
+        self.headroom = headroom
+        self.share = share
+        self.advertised: RateLimit | None = None  # the last advertised state seen
         self._clock = clock
         self._next_req = 0
         self._next_tok = 0
         self._gate = 0
+        # the advertised remaining requests/tokens, less what was sent since; None = unknown
+        self._req_left: float | None = None
+        self._req_reset = 0
+        self._tok_left: float | None = None
+        self._tok_reset = 0
         self._lock = asyncio.Lock()
 
-    def due(self, now: int) -> int:
-        return max(now, self._next_req, self._next_tok, self._gate)
+    def due(self, now: int, tokens: int = 0) -> int:
+        """When a request of `tokens` may go, given everything known at `now`."""
+        at = max(now, self._next_req, self._next_tok, self._gate)
+        if self._req_left is not None and self._req_left < 1:
+            at = max(at, self._req_reset)
+        if self._tok_left is not None and self._tok_left < tokens:
+            at = max(at, self._tok_reset)
+        return at
+
+    def _expire(self, now: int) -> None:
+        """Past its reset an advertised budget is full again: unknown until the next header."""
+        if self._req_left is not None and now >= self._req_reset:
+            self._req_left = None
+        if self._tok_left is not None and now >= self._tok_reset:
+            self._tok_left = None
 
     async def acquire(self, tokens: int) -> None:
         async with self._lock:
-            while True:  # a 429 arriving while we sleep moves the gate: look again
+            while True:  # a 429 or a header arriving while we sleep moves the due time: look again
                 now = self._clock()
-                at = self.due(now)
+                self._expire(now)
+                at = self.due(now, tokens)
                 if at <= now:
                     break
-                await asyncio.sleep((at - now) / 1e9)
+                await asyncio.sleep(min(at - now, MAX_SLEEP_NS) / 1e9)
             now = self._clock()
             self._next_req = now + self.req_gap_ns
             self._next_tok = max(self._next_tok, now) + int(tokens * self.ns_per_token)
+            if self._req_left is not None:
+                self._req_left -= 1
+            if self._tok_left is not None:
+                self._tok_left -= tokens
 
     def back_off(self, retry_after_s: float | None) -> None:
         """A 429: no send until Retry-After (or a second when the server named none)."""
         wait = DEFAULT_RETRY_AFTER_S if retry_after_s is None else retry_after_s
-        self._gate = max(self._gate, self._clock() + int(min(wait, MAX_RETRY_AFTER_S) * 1e9))
+        self._gate = max(self._gate, self._clock() + _ns(wait))
+
+    def observe(self, limits: RateLimit) -> None:
+        """A response's advertised rate-limit state: the remaining budgets (held until their
+        reset once spent) and, where no limit was named, the advertised limits as the pace."""
+        now = self._clock()
+        self.advertised = limits
+        if limits.remaining_requests is not None:
+            self._req_left = limits.remaining_requests
+            self._req_reset = now + _ns(_reset_or_default(limits.reset_requests_s))
+        if limits.remaining_tokens is not None:
+            self._tok_left = limits.remaining_tokens
+            self._tok_reset = now + _ns(_reset_or_default(limits.reset_tokens_s))
+        scale = self.headroom * self.share
+        if self.learns_rpm and limits.limit_requests:
+            self.req_gap_ns = int(60e9 / (limits.limit_requests * scale))
+        if self.learns_tpm and limits.limit_tokens:
+            self.ns_per_token = 60e9 / (limits.limit_tokens * scale)
+
+
+def _reset_or_default(reset_s: float | None) -> float:
+    return DEFAULT_RETRY_AFTER_S if reset_s is None else reset_s
+
+
+def _ns(seconds: float) -> int:
+    """A pause we take, in ns: at most MAX_RETRY_AFTER_S (a longer one is the provider's)."""
+    return int(min(max(seconds, 0.0), MAX_RETRY_AFTER_S) * 1e9)
 
 
 def effective_limits(
@@ -109,12 +174,18 @@ def paced_by(spec: RunSpec, share: float) -> Pacer | None:
         float(limits.requests_per_minute) if limits and limits.requests_per_minute else None,
         float(limits.tokens_per_minute) if limits and limits.tokens_per_minute else None,
     )
-    return Pacer(rpm * share if rpm else None, tpm * share if tpm else None)
+    return Pacer(
+        rpm * share if rpm else None,
+        tpm * share if tpm else None,
+        headroom=spec.pacing.headroom,
+        share=share,
+    )
 
 
 class PacedTarget:
-    """A Target whose sends wait for `pacer`; a 429 from the inner target moves the pacer's
-    gate and is raised on unchanged (the runner records it)."""
+    """A Target whose sends wait for `pacer`; each response's advertised rate limits go to the
+    pacer, and a 429 from the inner target moves its gate and is raised on unchanged (the
+    runner records it)."""
 
     def __init__(self, inner: Target, pacer: Pacer) -> None:
         self.inner = inner
@@ -124,6 +195,8 @@ class PacedTarget:
         await self.pacer.acquire((request.prompt_tokens or 0) + (request.max_tokens or 0))
         try:
             async for ev in self.inner.stream(request, clock):
+                if ev.kind is EventKind.HEADERS and ev.ratelimit is not None:
+                    self.pacer.observe(ev.ratelimit)
                 yield ev
         except HttpStatusError as exc:
             if exc.status == 429:

@@ -8,8 +8,10 @@ that did not pass (with its verdict), and the confidence they were decided at.
 
 Several shards make one search when they share a `SamplePool`: after each level every shard
 hands in its samples and gets back everyone's, so all of them judge the same pooled samples,
-reach the same verdict and run the same next level (loadgen/pool.py). Without a pool a shard
-searches on its own samples.
+reach the same verdict and run the same next level (loadgen/pool.py). A distributed pool may
+close without a shard that died or came too late: every shard then judges the same closed set,
+and the answer says the pool was incomplete and which shards were missing. Without a pool a
+shard searches on its own samples.
 """
 
 from __future__ import annotations
@@ -81,13 +83,16 @@ async def run_search(
     request deadline) before it is judged, so its verdict has all its samples (with `pool`,
     every shard's); a load not yet decided runs again as the next level, up to
     `saturation.max_extensions` times. Returns the answer (`search_answer`), also kept in
-    `r.search` as it grows, so a stopped search keeps it."""
+    `r.search` as it grows, so a stopped search keeps it; with `pool`, also "pool_complete"
+    (every level run's pool had every shard's samples) and "missing_shards" (those it lacked),
+    and each level's decision records its pool's shards and missing ones."""
     spec = r.spec
     sat = spec.load.saturation
     assert sat is not None
     t0 = start
     history: list[tuple[float, bool]] = []
     decided: list[tuple[float, Verdict]] = []
+    missing: set[str] = set()  # shards some level's pool closed without
     r.search = search_answer(decided, sat.confidence)
     i = 0
     while (
@@ -111,13 +116,19 @@ async def run_search(
             if drained:
                 res.drained_wall_ns = r.wall(r.clock())
             assert w.samples is not None
-            mine = w.samples if pool is None else await pool.pool(i - 1, r.plan.shard_id, w.samples)
+            res.search = {"value": value, "run": run}
+            done.append(res)  # kept (undecided) if the shard stops while the pool waits
+            mine = w.samples
+            if pool is not None:
+                got = await pool.pool(i - 1, r.plan.shard_id, w.samples)
+                mine = got.samples
+                res.search["pool"] = {"shards": list(got.shards), "missing": list(got.missing)}
+                missing.update(got.missing)
             for name, vals in mine.items():
                 pooled.setdefault(name, []).extend(vals)
             verdict, per = judge(spec, pooled, sat.confidence)
             res.met_slos = verdict == "pass"
-            res.search = {"value": value, "run": run, "verdict": verdict, "slos": per}
-            done.append(res)
+            res.search.update(verdict=verdict, slos=per)
             t0 = max(w.end, r.clock())
             if verdict != "insufficient samples":
                 break
@@ -125,4 +136,7 @@ async def run_search(
         decided.append((value, verdict))
         r.search = search_answer(decided, sat.confidence)
         r.search["pooled"] = pool is not None
+        if pool is not None:
+            r.search["pool_complete"] = not missing
+            r.search["missing_shards"] = sorted(missing)
     return r.search

@@ -19,7 +19,7 @@ Clock = Callable[[], int]
 
 class EventKind(IntEnum):
     SENT = 0  # the request's bytes were handed to the socket (t_ns = send time)
-    HEADERS = 1  # response status line and headers arrived; `status` set
+    HEADERS = 1  # response status line and headers arrived; `status` (and `ratelimit`) set
     CONTENT = 2  # an answer delta; `text` set, `tokens` = tokens it carries (>= 1)
     REASONING = 3  # a reasoning delta (reasoning_content / reasoning)
     TOOL_CALL = 4  # a tool-call delta (counts as output)
@@ -50,6 +50,22 @@ class ServerTimings:
         return self.decode_ms / self.decode_tokens
 
 
+@dataclass(slots=True, frozen=True)
+class RateLimit:
+    """A provider's advertised rate-limit state on one response: the `x-ratelimit-*` headers
+    (OpenAI, Groq, Together, Fireworks) and `retry-after`, parsed by loadgen.targets.ratelimit.
+    Limits and remaining counts as sent; resets in seconds from the response; None where the
+    header was absent or unreadable."""
+
+    limit_requests: float | None = None
+    remaining_requests: float | None = None
+    reset_requests_s: float | None = None
+    limit_tokens: float | None = None
+    remaining_tokens: float | None = None
+    reset_tokens_s: float | None = None
+    retry_after_s: float | None = None
+
+
 @dataclass(slots=True)
 class Usage:
     prompt_tokens: int | None = None
@@ -77,6 +93,8 @@ class StreamEvent:
     idle kept-alive connection was reused."""
     choice: int = 0
     """On output events: which of the `n` choices (completions) this delta belongs to."""
+    ratelimit: RateLimit | None = None
+    """On HEADERS: the provider's advertised rate-limit headers, None when it sent none."""
 
 
 @dataclass(slots=True)

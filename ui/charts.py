@@ -1,4 +1,4 @@
-"""Plotly figure builders: pure functions from analysis results (frames from ui.data) to figures.
+"""Plotly figure builders: pure functions from analysis results (frames from ui.data/) to figures.
 No SQL, no Streamlit. Colours are left to the theme (`st.plotly_chart(theme="streamlit")`) so
 light and dark both read; hover shows exact values with units.
 """
@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+
+from analysis.reports.render_server import CLIENT_SERVER_PANELS, client_server_series, client_totals
 
 TAIL_TICKS = (50.0, 90.0, 99.0, 99.9, 99.99, 99.999)
 # mid-tone colours that read on both the light and the dark theme; one per series, fixed
@@ -44,7 +46,7 @@ def _tail_axis(fig: go.Figure, max_x: float, row: int | None = None) -> None:
 
 def percentile_curves(df: pd.DataFrame, title: str, y_label: str) -> go.Figure:
     """One line per `series` (value_ms against x), with its distribution-free band shaded.
-    `df` as from ui.derive.spectrum/spectra_by: series, percentile, x, value_ms, lo_ms, hi_ms."""
+    `df` as from ui.data.derive.curve/spectra_by: series, percentile, x, value_ms, lo_ms, hi_ms."""
     if df.empty:
         return _empty(title)
     fig = go.Figure()
@@ -122,47 +124,23 @@ def over_time(df: pd.DataFrame, title: str) -> go.Figure:
 def client_and_server(ts: pd.DataFrame, server: pd.DataFrame, title: str) -> go.Figure:
     """The client's throughput, in-flight and TTFT above the server's queue, running requests,
     KV use and its own TTFT / queue time, on one time axis (the same UTC buckets)."""
-    panels = (
-        "output tokens/s (all regions)",
-        "in flight (mean)",
-        "client TTFT from send, ms",
-        "server queue / running",
-        "server KV use (0-1)",
-        "server TTFT / queue time, mean ms",
-    )
+    panels = CLIENT_SERVER_PANELS
     fig = make_subplots(
         rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.04, subplot_titles=panels
     )
-    client = (
-        ts.groupby("bucket")[["output_tokens_per_s", "in_flight"]].sum(min_count=1).reset_index()
-        if not ts.empty
-        else pd.DataFrame(columns=["bucket", "output_tokens_per_s", "in_flight"])
-    )
-    traces = [
-        (1, client, "output_tokens_per_s", "output tok/s"),
-        (2, client, "in_flight", "in flight"),
-        (3, server, "ttft_p50_ms", "client TTFT p50"),
-        (3, server, "ttft_p90_ms", "client TTFT p90"),
-        (4, server, "queue", "queue"),
-        (4, server, "running", "running"),
-        (5, server, "kv_cache", "KV use"),
-        (6, server, "server_ttft_ms", "server TTFT"),
-        (6, server, "server_queue_ms", "server queue time"),
-    ]
-    for i, (row, frame, col, name) in enumerate(traces):
-        if frame.empty or col not in frame or not frame[col].notna().any():
-            continue
+    # `server` (ui.data.run.server_view's rows) carries the client's TTFT per bucket too
+    for s in client_server_series(client_totals(ts), server, server):
         fig.add_trace(
             go.Scatter(
-                x=frame["bucket"],
-                y=frame[col],
+                x=s.frame["bucket"],
+                y=s.frame[s.column],
                 mode="lines+markers",
-                line={"color": colour(i)},
+                line={"color": colour(s.order)},
                 marker={"size": 4},
-                name=name,
-                hovertemplate=f"%{{x|%H:%M:%S}} UTC: %{{y:.3f}}<extra>{name}</extra>",
+                name=s.name,
+                hovertemplate=f"%{{x|%H:%M:%S}} UTC: %{{y:.3f}}<extra>{s.name}</extra>",
             ),
-            row=row,
+            row=s.row,
             col=1,
         )
     fig.update_layout(title=title, height=900, hovermode="x unified")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from loadgen.errors import PeakloadError, SpecError
 from loadgen.spec import RunSpec, spec_from_dict
-from loadgen.targets import check_target, policy_from_env
+from loadgen.targets import policy_from_env
 
 REDIS_ENV = "PEAKLOAD_REDIS_URL"
 STARTED_WAIT_S = 60.0
@@ -32,10 +32,7 @@ def parse_spec(text: str, where: str) -> RunSpec:
 def check_policy(spec: RunSpec) -> None:
     """PolicyError unless the operator's policy allows the spec's target (the UI's policy has no
     local-mode exception: loopback and private addresses need an explicit allowance)."""
-    policy = policy_from_env()
-    check_target(
-        spec.target.base_url, allow_private=policy.allow_private, allowlist=policy.allowlist
-    )
+    policy_from_env().check(spec.target.base_url)
 
 
 def mode() -> str:

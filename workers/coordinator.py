@@ -90,7 +90,7 @@ class Coordinator:
         from loadgen import admission
         from loadgen.schedule import static_levels
         from loadgen.secrets import literal_secrets
-        from loadgen.targets import check_target, policy_from_env
+        from loadgen.targets import policy_from_env
         from workers.store import runs as store_runs
 
         if urlsplit(spec.target.base_url).query:
@@ -112,10 +112,10 @@ class Coordinator:
                 where="target.headers",
             )
         hosted.guard(spec)  # over a provider's limits or max_cost_usd: refused before any work
-        policy = policy_from_env()
+        policy = policy_from_env()  # the workers build the planned target unchecked (shard_exec)
         for url in (spec.target.base_url, spec.target.metrics_url):
             if url:
-                check_target(url, allow_private=policy.allow_private, allowlist=policy.allowlist)
+                policy.check(url)
         run_id = str(uuid.uuid4())
         plans = with_metrics_scraper(
             with_fraction_offsets(
@@ -172,15 +172,10 @@ class Coordinator:
             if row is None:
                 raise CoordinationError(f"run {run_id} does not exist")
             spec = spec_from_dict(row[0], where=f"run {run_id}")
-            from loadgen.targets import check_target, policy_from_env
+            from loadgen.targets import policy_from_env
 
-            policy = policy_from_env()
             try:
-                check_target(
-                    spec.target.base_url,
-                    allow_private=policy.allow_private,
-                    allowlist=policy.allowlist,
-                )
+                policy_from_env().check(spec.target.base_url)
             except Exception as exc:
                 reason = f"target refused by the policy: {exc}"
                 runctl.request_abort(conn, run_id, reason)
@@ -382,10 +377,11 @@ def _preflight(spec: RunSpec, run_id: str) -> float:
     tokens per synthetic word. Raises PreflightError with the reason."""
     from loadgen.calibrate import calibrate
     from loadgen.secrets import resolve_target
-    from loadgen.targets import OpenAITarget, preflight
+    from loadgen.targets import build_target, preflight
 
     async def go() -> float:
-        target = OpenAITarget(resolve_target(spec.target), max_connections=2)
+        # the caller (create, launch_existing) has checked the policy for this URL
+        target = build_target(resolve_target(spec.target), None, max_connections=2).client
         try:
             await preflight(target)
             return await calibrate(spec, target, run_id)

@@ -22,7 +22,7 @@ from typing import Any
 from loadgen import admission, hosted
 from loadgen.calibrate import calibrate
 from loadgen.errors import RunFailed
-from loadgen.pacing import PacedTarget, paced_by
+from loadgen.pacing import paced_by
 from loadgen.plan import ShardPlan
 from loadgen.pool import LocalPool
 from loadgen.records import Tick
@@ -31,7 +31,8 @@ from loadgen.runtime import run_measurement
 from loadgen.schedule import static_levels
 from loadgen.secrets import ScrubbingSink, resolve_target, secret_values
 from loadgen.spec import RunSpec
-from loadgen.targets import OpenAITarget, check_target, policy_from_env, preflight
+from loadgen.target import Target
+from loadgen.targets import OpenAITarget, TargetPolicy, build_target, policy_from_env, preflight
 from workers.local_lease import LocalLease, owner_id, reap_dead_local_runs
 from workers.planner import plan_run, with_fraction_offsets
 from workers.probes import probe_network
@@ -41,12 +42,9 @@ from workers.store.connect import connect_store
 from workers.store.connect import database_url as default_database_url
 from workers.store.probes import save_probe
 from workers.store.runs import level_row
-from workers.store.writer import StoreWriter
+from workers.store.writer import StoreWriter, WriterConfig
 
-START_DELAY_S = 0.5
-# A local run is started by the operator on their own machine: loopback and private targets
-# are theirs to test. Link-local and metadata addresses stay refused by the policy regardless.
-LOCAL_RUNS_ALLOW_PRIVATE = True  # time between warm-up and the first scheduled request
+START_DELAY_S = 0.5  # time between warm-up and the first scheduled request
 
 
 @dataclass(slots=True)
@@ -80,20 +78,23 @@ def run_local(
     run_id = str(uuid.uuid4())
     plans = with_fraction_offsets(plan_run(spec, run_id))
     admission.admit(spec, plans)
-    policy = policy_from_env()
-    check_target(
-        spec.target.base_url,
-        allow_private=policy.allow_private or LOCAL_RUNS_ALLOW_PRIVATE,
-        allowlist=policy.allowlist,
-    )
-    if spec.target.metrics_url:
-        check_target(
-            spec.target.metrics_url,
-            allow_private=policy.allow_private or LOCAL_RUNS_ALLOW_PRIVATE,
-            allowlist=policy.allowlist,
-        )
+    # A local run is started by the operator on their own machine: loopback and private
+    # targets are theirs to test. Link-local and metadata addresses stay refused regardless.
+    policy = policy_from_env().allowing_private()
+    if spec.target.metrics_url:  # the target's own URL: checked where it is built
+        policy.check(spec.target.metrics_url)
     return run_measurement(
-        _run(spec, run_id, plans, database_url, on_tick, on_started, schedule_name, probe_result)
+        _run(
+            spec,
+            run_id,
+            plans,
+            policy,
+            database_url,
+            on_tick,
+            on_started,
+            schedule_name,
+            probe_result,
+        )
     )
 
 
@@ -101,6 +102,7 @@ async def _run(
     spec: RunSpec,
     run_id: str,
     plans: list[ShardPlan],
+    policy: TargetPolicy,
     database_url: str | None,
     on_tick: Callable[[Tick], None] | None,
     on_started: Callable[[str], None] | None,
@@ -110,12 +112,18 @@ async def _run(
     # one pacer for the process: the shards of a local run share the provider's limits
     pacer = paced_by(spec, 1.0)
     sending = resolve_target(spec.target)  # holds secrets: only the targets see it
-    targets = [
-        OpenAITarget(sending, max_connections=admission.pool_size(warm_connections(spec, p)))
+    built = [
+        build_target(
+            sending,
+            policy,
+            max_connections=admission.pool_size(warm_connections(spec, p)),
+            pacer=pacer,
+        )
         for p in plans
     ]
     # the runners send through the pacer; preflight and calibration are not the run's load
-    senders: list[Any] = targets if pacer is None else [PacedTarget(t, pacer) for t in targets]
+    targets = [b.client for b in built]
+    senders = [b.sender for b in built]
     try:
         await preflight(targets[0])
         tpw = await calibrate(spec, targets[0], run_id)
@@ -171,7 +179,7 @@ async def _measure(
     run_id: str,
     plans: list[ShardPlan],
     targets: list[OpenAITarget],
-    senders: list[Any],
+    senders: list[Target],
     conn: Any,
     url: str,
     abort: asyncio.Event,
@@ -210,7 +218,7 @@ async def _measure(
         )
         recorder.start()
     pool = LocalPool(len(plans)) if len(plans) > 1 else None  # one run: shards meet per level
-    writer = StoreWriter(url, run_id, store_content=spec.store_content)
+    writer = StoreWriter(url, run_id, WriterConfig(store_content=spec.store_content))
     sink = ScrubbingSink(writer, secret_values(targets[0].spec))
     try:
         results = await asyncio.gather(

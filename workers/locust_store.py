@@ -24,7 +24,7 @@ from loadgen.spec import Labels, RunSpec
 from workers.store import runs as store_runs
 from workers.store.connect import connect_store, database_url
 from workers.store.embedded import data_home
-from workers.store.writer import StoreWriter
+from workers.store.writer import StoreWriter, WriterConfig
 
 TERMINAL = ("completed", "interrupted", "timed_out", "aborted", "failed")
 POLL_S = 0.2
@@ -149,8 +149,10 @@ class EngineShardStore:
         self.writer = StoreWriter(
             self.url,
             plan.run_id,
-            spool_dir=data_home() / "spool" / plan.run_id / plan.shard_id,
-            store_content=spec.store_content,
+            WriterConfig(
+                spool_dir=data_home() / "spool" / plan.run_id / plan.shard_id,
+                store_content=spec.store_content,
+            ),
         )
         return self.writer
 

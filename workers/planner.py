@@ -103,12 +103,13 @@ def plan_run(
     max_requests = split_largest_remainder(spec.load.max_requests, weights)
 
     public = spec.public_dict()
+    ids = [f"{region}-{slot}" for region, slot in slots]
     plans: list[ShardPlan] = []
     for i, (region, slot) in enumerate(slots):
         plans.append(
             ShardPlan(
                 run_id=run_id,
-                shard_id=f"{region}-{slot}",
+                shard_id=ids[i],
                 region=region,
                 slot=slot,
                 fraction=float(weights[i]),
@@ -119,6 +120,7 @@ def plan_run(
                 extra={
                     "shard_index": i,
                     "shards_total": len(slots),
+                    "shard_ids": ids,  # every shard of the run (they meet in a sample pool)
                     "workers_in_region": per_region[region],
                     "levels": levels,
                 },

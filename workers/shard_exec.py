@@ -25,6 +25,7 @@ from workers import leases, runctl
 from workers.clocks import ClockEstimate, measure_offset
 from workers.control import ShardControl
 from workers.probes import probe_network
+from workers.sample_pool import pool_for, pooled, wait_bound_s
 from workers.server_metrics import SCRAPER_KEY, MetricsRecorder
 from workers.store.runs import level_row
 
@@ -70,11 +71,13 @@ def planned_duration_s(plan: ShardPlan) -> float:
     if spec.load.saturation is not None:  # each tried load may run 1 + max_extensions times
         sat = spec.load.saturation
         runs = sat.max_steps * (1 + sat.max_extensions)
-        return runs * (spec.load.duration_s + spec.target.deadline_s)
+        # plus one wait for a shard that never hands in (the pool stops expecting it after)
+        return runs * (spec.load.duration_s + spec.target.deadline_s) + wait_bound_s(spec)
     levels = max(1, int(plan.extra.get("levels", 1)))
     if spec.load.between_levels == "overlap":
         return levels * spec.load.duration_s + spec.target.deadline_s
-    return levels * (spec.load.duration_s + spec.target.deadline_s)  # drain waits after each
+    waits = levels * (spec.load.duration_s + spec.target.deadline_s)  # drain waits after each
+    return waits + (wait_bound_s(spec) if pooled(plan) else 0.0)
 
 
 def warm_connections(plan: ShardPlan) -> int:
@@ -151,14 +154,16 @@ class _Job:
 
     def run(self) -> dict[str, Any]:
         from workers.store.embedded import data_home
-        from workers.store.writer import StoreWriter
+        from workers.store.writer import StoreWriter, WriterConfig
 
         spool = data_home() / "spool" / self.plan.run_id / self.plan.shard_id
         sink = StoreWriter(
             self.settings.database_url,
             self.plan.run_id,
-            spool_dir=spool,  # one per shard: pool processes of one host never share a spool
-            store_content=self.plan.run_spec().store_content,
+            WriterConfig(
+                spool_dir=spool,  # one per shard: pool processes of one host never share a spool
+                store_content=self.plan.run_spec().store_content,
+            ),
         )
         try:
             run_measurement(self._main(sink))
@@ -179,16 +184,18 @@ class _Job:
 
     async def _main(self, sink: Any) -> None:
         from loadgen import admission
-        from loadgen.pacing import PacedTarget, paced_by
+        from loadgen.pacing import paced_by
         from loadgen.runner import run_shard
         from loadgen.secrets import ScrubbingSink, resolve_target, secret_values
-        from loadgen.targets import OpenAITarget, policy_from_env
+        from loadgen.targets import build_target, policy_from_env
 
         plan, spec = self.plan, self.plan.run_spec()
         target_spec = resolve_target(spec.target)  # headers_env from this worker's environment
+        # the planned target was checked by the coordinator; an override is where load goes
+        # instead: this worker's policy checks it, as the coordinator's checks a spec's target
+        policy = None
         if self.settings.target_override:
-            # the override is where load goes: the same policy as the spec's own target
-            policy_from_env().check(self.settings.target_override)
+            policy = policy_from_env()
             target_spec = target_spec.model_copy(
                 update={"base_url": self.settings.target_override.rstrip("/")}
             )
@@ -196,10 +203,12 @@ class _Job:
         admission.check_capacity(
             admission.needs_of(spec, [plan]), admission.Capacity.of_host(), f"shard {plan.shard_id}"
         )
-        target: Any = OpenAITarget(target_spec, max_connections=admission.pool_size(n_conn))
-        pacer = paced_by(spec, plan.fraction)  # this shard's share of the provider's limits
-        if pacer is not None:
-            target = PacedTarget(target, pacer)
+        target = build_target(
+            target_spec,
+            policy,
+            max_connections=admission.pool_size(n_conn),
+            pacer=paced_by(spec, plan.fraction),  # this shard's share of the provider's limits
+        ).sender
         try:
             await target.warm(n_conn)
             net = await asyncio.to_thread(probe_network, target_spec.base_url)
@@ -245,6 +254,8 @@ class _Job:
                 time.sleep(0)
             self.skew_ns = time.perf_counter_ns() - start_mono
             recorder = self._scraper(spec.target.metrics_url, clock)
+            # the run's shards meet after each level (one search; levels that do not overlap)
+            sample_pool = pool_for(plan, self.settings.redis_url, planned_duration_s(plan))
             task = asyncio.create_task(
                 run_shard(
                     plan,
@@ -258,6 +269,7 @@ class _Job:
                     # host's measured offset: every region's timeline on one clock, to within
                     # the shard's clock_uncertainty_ns (stored with it)
                     wall_clock=lambda: clock.mono_to_ref(time.perf_counter_ns()),
+                    pool=sample_pool,
                 )
             )
             skew = self.skew_ns
@@ -272,6 +284,8 @@ class _Job:
             finally:
                 if recorder is not None:
                     await recorder.stop()
+                if sample_pool is not None:
+                    await sample_pool.aclose()
             self.status = _STATUS.get(self.result.status, "failed")
             self.reason = None if self.status == "completed" else f"runner: {self.result.status}"
             if self.status == "aborted" and self.control.abort_reason:

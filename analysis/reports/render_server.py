@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-_PANELS = (
+from analysis.stats.server_metrics import split_sources
+
+# The client-and-server figure's panels, top to bottom: the report's and the UI's (ui.charts)
+CLIENT_SERVER_PANELS = (
     "client output tokens/s",
     "client in flight",
     "client TTFT from send (ms)",
@@ -23,12 +26,45 @@ _PANELS = (
 )
 
 
-def _client_totals(report: Mapping[str, Any]) -> pd.DataFrame:
-    ts = pd.DataFrame(report["timeseries"]["rows"])
+class PanelSeries(NamedTuple):
+    """One line of the client-and-server figure: its place in the full list (`order`, a colour
+    index), its panel row (1-based), the frame and column holding it, the trace's name."""
+
+    order: int
+    row: int
+    frame: pd.DataFrame
+    column: str
+    name: str
+
+
+def client_totals(ts: pd.DataFrame) -> pd.DataFrame:
+    """Output tokens/s and in-flight summed over regions per time bucket."""
     if ts.empty:
         return pd.DataFrame(columns=["bucket", "output_tokens_per_s", "in_flight"])
-    ts["bucket"] = pd.to_datetime(ts["bucket"], utc=True)
     return ts.groupby("bucket")[["output_tokens_per_s", "in_flight"]].sum(min_count=1).reset_index()
+
+
+def client_server_series(
+    client: pd.DataFrame, ttft: pd.DataFrame, server: pd.DataFrame
+) -> list[PanelSeries]:
+    """The lines of the client-and-server figure that have data: `client` as `client_totals`,
+    `ttft` the client's TTFT p50/p90 per bucket, `server` the scraped server series."""
+    lines = [
+        (1, client, "output_tokens_per_s", "output tok/s"),
+        (2, client, "in_flight", "in flight"),
+        (3, ttft, "ttft_p50_ms", "client TTFT p50"),
+        (3, ttft, "ttft_p90_ms", "client TTFT p90"),
+        (4, server, "queue", "queue"),
+        (4, server, "running", "running"),
+        (5, server, "kv_cache", "KV use"),
+        (6, server, "server_ttft_ms", "server TTFT"),
+        (6, server, "server_queue_ms", "server queue time"),
+    ]
+    return [
+        PanelSeries(i, row, frame, col, name)
+        for i, (row, frame, col, name) in enumerate(lines)
+        if not frame.empty and col in frame and frame[col].notna().any()
+    ]
 
 
 def server_fig(report: Mapping[str, Any]) -> go.Figure | None:
@@ -37,27 +73,21 @@ def server_fig(report: Mapping[str, Any]) -> go.Figure | None:
     ttft = pd.DataFrame(srv.get("client_ttft") or [])
     if rows.empty:
         return None
-    client = _client_totals(report)
-    for frame in (rows, ttft):
+    ts = pd.DataFrame(report["timeseries"]["rows"])
+    for frame in (rows, ttft, ts):
         if not frame.empty:
             frame["bucket"] = pd.to_datetime(frame["bucket"], utc=True)
-    fig = make_subplots(rows=len(_PANELS), cols=1, shared_xaxes=True, subplot_titles=_PANELS)
-    traces: list[tuple[int, pd.DataFrame, str, str]] = [
-        (1, client, "output_tokens_per_s", "output tok/s"),
-        (2, client, "in_flight", "in flight"),
-        (3, ttft, "ttft_p50_ms", "client TTFT p50"),
-        (3, ttft, "ttft_p90_ms", "client TTFT p90"),
-        (4, rows, "queue", "queue"),
-        (4, rows, "running", "running"),
-        (5, rows, "kv_cache", "KV use"),
-        (6, rows, "server_ttft_ms", "server TTFT"),
-        (6, rows, "server_queue_ms", "server queue time"),
-    ]
-    for row, frame, col, name in traces:
-        if frame.empty or col not in frame or not frame[col].notna().any():
-            continue
+    fig = make_subplots(
+        rows=len(CLIENT_SERVER_PANELS),
+        cols=1,
+        shared_xaxes=True,
+        subplot_titles=CLIENT_SERVER_PANELS,
+    )
+    for s in client_server_series(client_totals(ts), ttft, rows):
         fig.add_trace(
-            go.Scatter(x=frame["bucket"], y=frame[col], mode="lines", name=name), row=row, col=1
+            go.Scatter(x=s.frame["bucket"], y=s.frame[s.column], mode="lines", name=s.name),
+            row=s.row,
+            col=1,
         )
     fig.update_layout(
         title=f"Client and server over time ({report['timeseries']['bucket_s']:g} s buckets)",
@@ -97,6 +127,7 @@ def server_html(report: Mapping[str, Any]) -> str:
             "server TTFT ms",
             "server queue ms",
             "server prefill+first step ms",
+            "split from",
         ]
         body = "".join(
             "<tr>"
@@ -111,6 +142,7 @@ def server_html(report: Mapping[str, Any]) -> str:
                     _fmt(s.get("server_ttft_ms")),
                     _fmt(s.get("server_queue_ms")),
                     _fmt(s.get("server_prefill_ms")),
+                    html.escape(split_sources(s)),
                 )
             )
             + "</tr>"
@@ -120,7 +152,8 @@ def server_html(report: Mapping[str, Any]) -> str:
             "<table><tr>"
             + "".join(f"<th>{h}</th>" for h in head)
             + f"</tr>{body}</table>"
-            + "<p>means over each level's steady span; server times from its own histograms</p>"
+            + "<p>means over each level's steady span; the server's TTFT split from the "
+            "requests' own server timings where they report it, else from its histograms</p>"
         )
     return "".join(parts)
 
@@ -205,6 +238,8 @@ def regions_html(report: Mapping[str, Any]) -> str:
         "TTFT p50/p90/p99",
         "network RTT",
         "server time p50/p90/p99",
+        "server time from",
+        "server-reported queue / prefill p50",
         "conn set-up (probe)",
         "conn set-up per request p50/p90/p99",
         "clock offset ms",
@@ -224,6 +259,11 @@ def regions_html(report: Mapping[str, Any]) -> str:
                     trio(r["ttft_ms"]),
                     _fmt(r["network_rtt_ms"], 2),
                     trio(r["server_time_ms"]),
+                    html.escape(str(r.get("server_time_source") or "—")),
+                    " / ".join(
+                        _fmt((r.get(k) or {}).get("p50"))
+                        for k in ("server_queue_ms", "server_prefill_ms")
+                    ),
                     _fmt(r["connection_setup_ms"], 2),
                     trio(r["connection_setup_per_request_ms"]),
                     "—" if not off else f"{off[0]:+.2f} … {off[1]:+.2f}",
@@ -238,7 +278,8 @@ def regions_html(report: Mapping[str, Any]) -> str:
         + "".join(f"<th>{h}</th>" for h in head)
         + "</tr>"
         + "".join(body)
-        + "</table><p>ms; steady-phase ok requests; server time = TTFT from send - the "
+        + "</table><p>ms; steady-phase ok requests; server time = the server's own queue + "
+        "prefill per request where every request reports both, else TTFT from send - the "
         "region's probe round trip; times across regions are on the reference clock, each "
         "shard to within its clock uncertainty</p>"
     )

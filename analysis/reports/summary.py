@@ -381,6 +381,12 @@ def search_line(summary: Mapping[str, Any]) -> str | None:
         text += f"; next tried {nxt:g} req/s: {sr.get('next_verdict')}"
     if conf is not None:
         text += f" (exact binomial, {conf:.0%} confidence)"
+    if sr.get("pool_complete") is False:
+        missing = ", ".join(sr.get("missing_shards") or []) or "?"
+        text += (
+            f"; judged on an incomplete pool: shard(s) {missing} did not hand in their "
+            "samples of some level"
+        )
     return text
 
 

@@ -4,8 +4,11 @@ every shard's warm-up probes (network_rtt_ns: fastest round trip on a warm conne
 connect_ns: the first probe's extra time to open one), each request's TTFT, and where the
 store has them (migration 0120) each request's own connection set-up.
 
-Server time = TTFT from send - the region's network round trip: shifting a distribution by a
-constant shifts every percentile by it, so server p99 = TTFT p99 - RTT. ms throughout.
+Server time is the server's own account where every such request carries one with both parts
+(queue + prefill per request: Groq/Cerebras times, TGI headers), else TTFT from send - the
+region's network round trip: shifting a distribution by a constant shifts every percentile by
+it, so server p99 = TTFT p99 - RTT. `server_time_source` says which. Where requests report
+only some parts (llama.cpp: prefill, no queue), those parts are given beside it. ms throughout.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from analysis import metrics as m
 from loadgen import formulas
 
 PCTS = (50.0, 90.0, 99.0)
+FROM_RTT = "TTFT from send - probe round trip"
+FROM_SERVER = "server-reported queue + prefill per request"
 # a shard less sure of its clock offset than this is marked (workers.clocks' bound, restated:
 # analysis reads the store, never the workers package)
 MAX_CLOCK_UNCERTAINTY_MS = 5.0
@@ -65,9 +70,30 @@ def _median(x: pd.Series) -> float | None:
     return float(v.median()) if len(v) else None
 
 
+def _reported(sub: pd.DataFrame) -> dict[str, Any]:
+    """The requests' own server timings: how many report any (`n`), the queue and prefill
+    times and their sum (analysis.metrics.server_prefill_ms, over requests reporting both) at
+    p50/p90/p99, and whether every request reports both parts (`all_both`)."""
+    nan = np.full(len(sub), np.nan)
+    prefill = (
+        sub["server_prefill_ms"].to_numpy(dtype="float64") if "server_prefill_ms" in sub else nan
+    )
+    queue = sub["server_queue_ms"].to_numpy(dtype="float64") if "server_queue_ms" in sub else nan
+    both = np.isfinite(prefill) & np.isfinite(queue)
+    total = m.server_prefill_ms(sub)[both] if both.any() else np.zeros(0)
+    return {
+        "n": int((np.isfinite(prefill) | np.isfinite(queue)).sum()),
+        "queue_ms": _pcts(queue),
+        "prefill_ms": _pcts(prefill),
+        "ttft_ms": _pcts(total),
+        "all_both": bool(len(sub)) and bool(both.all()),
+    }
+
+
 def region_breakdown(df: pd.DataFrame, shards: pd.DataFrame) -> list[dict[str, Any]]:
-    """One entry per region (steady-phase ok requests): TTFT, server time and (per request,
-    where stored) connection set-up at p50/p90/p99; the probes' round trip and set-up (median
+    """One entry per region (steady-phase ok requests): TTFT, server time (and its source),
+    the server-reported queue and prefill times, and (per request, where stored) connection
+    set-up at p50/p90/p99; the probes' round trip and set-up (median
     over the region's shards); the clock offset range and the largest uncertainty, with the
     shards whose offset is uncertain beyond the bound."""
     out = []
@@ -80,10 +106,15 @@ def region_breakdown(df: pd.DataFrame, shards: pd.DataFrame) -> list[dict[str, A
         rtt_ns = _median(sh["network_rtt_ns"])
         rtt = rtt_ns / 1e6 if rtt_ns is not None else None
         ttft_p = _pcts(ttft)
-        server = {
-            k: (max(0.0, v - rtt) if v is not None and rtt is not None else None)
-            for k, v in ttft_p.items()
-        }
+        reported = _reported(sub)
+        if reported["all_both"]:
+            server, source = reported["ttft_ms"], FROM_SERVER
+        else:
+            server = {
+                k: (max(0.0, v - rtt) if v is not None and rtt is not None else None)
+                for k, v in ttft_p.items()
+            }
+            source = FROM_RTT
         per_req_connect = (
             _pcts(sub["connect_ns"].to_numpy(dtype="float64") / 1e6)
             if "connect_ns" in sub
@@ -106,6 +137,10 @@ def region_breakdown(df: pd.DataFrame, shards: pd.DataFrame) -> list[dict[str, A
                 "ttft_ms": ttft_p,
                 "network_rtt_ms": rtt,
                 "server_time_ms": server,
+                "server_time_source": source,
+                "server_reported_n": reported["n"],
+                "server_queue_ms": reported["queue_ms"],
+                "server_prefill_ms": reported["prefill_ms"],
                 "connection_setup_ms": conn_probe / 1e6 if conn_probe is not None else None,
                 "connection_setup_per_request_ms": per_req_connect,
                 "clock_offset_ms": [float(off.min()), float(off.max())] if len(off) else None,
@@ -120,8 +155,9 @@ def compare_regions(
     base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
     """Regions both runs have: network round trip, server time p50/p99 and connection set-up,
-    baseline vs candidate (informational; compare's verdict stays
-    analysis.verdicts.regression's)."""
+    baseline vs candidate (informational; compare's verdict stays analysis.verdicts.regression's). A
+    server time whose source differs between the runs (the server's own account in one,
+    TTFT - round trip in the other) is marked and given no change."""
     b_by = {r["region"]: r for r in base}
     rows = []
     for c in cand:
@@ -135,13 +171,17 @@ def compare_regions(
             ("server_time_p99_ms", "server_time_ms", "p99"),
         ):
             bv, cv = (r[key] if sub is None else (r[key] or {}).get(sub) for r in (b, c))
+            # server times measured two different ways are not one quantity changing
+            same = key != "server_time_ms" or b.get("server_time_source") == c.get(
+                "server_time_source"
+            )
             rows.append(
                 {
                     "region": c["region"],
-                    "metric": name,
+                    "metric": name if same else f"{name} (sources differ)",
                     "baseline": bv,
                     "candidate": cv,
-                    "change_pct": (cv - bv) / bv * 100 if bv and cv is not None else None,
+                    "change_pct": (cv - bv) / bv * 100 if same and bv and cv is not None else None,
                 }
             )
     return rows

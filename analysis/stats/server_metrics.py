@@ -230,33 +230,112 @@ def level_spans(df: pd.DataFrame) -> dict[int, tuple[pd.Timestamp, pd.Timestamp]
     return out
 
 
+def _mean(values: np.ndarray) -> float | None:
+    v = values[np.isfinite(values)]
+    return float(v.mean()) if v.size else None
+
+
+def level_request_timings(df: pd.DataFrame) -> dict[int, dict[str, Any]]:
+    """Per level, the server's own per-request account (steady-phase ok requests that carry
+    one: llama.cpp `timings`, Groq/Cerebras times, TGI headers, Ollama durations): how many
+    requests reported a prefill time (`n`) and a queue time (`queue_n`), and the means (ms) of
+    the queue time, the prefill time and their sum, the server's TTFT (analysis.metrics.
+    server_prefill_ms, over the requests that reported both). Levels without any: absent."""
+    out: dict[int, dict[str, Any]] = {}
+    if df.empty or "server_prefill_ms" not in df:
+        return out
+    ok = df[(df["outcome"] == "ok") & (df["phase"] == "steady")]
+    for lv, sub in ok.groupby("level"):
+        prefill = sub["server_prefill_ms"].to_numpy(dtype="float64")
+        queue = (
+            sub["server_queue_ms"].to_numpy(dtype="float64")
+            if "server_queue_ms" in sub
+            else np.full(len(sub), np.nan)
+        )
+        both = np.isfinite(prefill) & np.isfinite(queue)
+        n = int(np.isfinite(prefill).sum())
+        if not n and not np.isfinite(queue).any():
+            continue
+        out[int(str(lv))] = {
+            "n": n,
+            "queue_n": int(np.isfinite(queue).sum()),
+            "queue_ms": _mean(queue),
+            "prefill_ms": _mean(prefill),
+            "ttft_ms": _mean(m.server_prefill_ms(sub)[both]) if both.any() else None,
+        }
+    return out
+
+
 def level_server_stats(
-    series: pd.DataFrame, spans: Mapping[int, tuple[pd.Timestamp, pd.Timestamp]]
-) -> dict[int, dict[str, float | None]]:
+    series: pd.DataFrame,
+    spans: Mapping[int, tuple[pd.Timestamp, pd.Timestamp]],
+    timed: Mapping[int, Mapping[str, Any]] | None = None,
+) -> dict[int, dict[str, Any]]:
     """Per level, over its steady span: mean and max queue, mean running, mean KV use, and the
-    server's mean TTFT and queue time (ms) from the histogram deltas across the span."""
-    out: dict[int, dict[str, float | None]] = {}
-    for lv, (t0, t1) in spans.items():
-        inside = series[(series["t"] >= t0) & (series["t"] <= t1)]
-        row: dict[str, float | None] = {}
+    server's TTFT split into queue time and prefill (ms, means). The split comes from the
+    requests' own server timings (`timed`, level_request_timings) where they report it, else
+    from the server's TTFT and queue-time histograms (deltas across the span; prefill = TTFT -
+    queue, which includes the first decode step); `sources` names where each came from, and
+    `hist_ttft_ms` / `hist_queue_ms` keep the histograms' figures beside the requests'."""
+    out: dict[int, dict[str, Any]] = {}
+    timed = timed or {}
+    for lv in sorted(set(spans) | set(timed)):
+        row: dict[str, Any] = {}
+        if lv in spans:
+            t0, t1 = spans[lv]
+            inside = series[(series["t"] >= t0) & (series["t"] <= t1)]
+        else:
+            inside = series.iloc[0:0]
         for role in GAUGES:
-            v = inside.loc[inside["role"] == role, "value"]
+            v = inside.loc[inside["role"] == role, "value"] if len(inside) else pd.Series()
             row[f"{role}_mean"] = float(v.mean()) if len(v) else None
             if role == "queue":
                 row["queue_max"] = float(v.max()) if len(v) else None
         for role, key in (
-            ("ttft_histogram", "server_ttft_ms"),
-            ("queue_time_histogram", "server_queue_ms"),
+            ("ttft_histogram", "hist_ttft_ms"),
+            ("queue_time_histogram", "hist_queue_ms"),
         ):
-            h = inside[inside["role"] == role].sort_values("t")
+            h = inside[inside["role"] == role].sort_values("t") if len(inside) else inside
             dc = float(h["hist_count"].iloc[-1] - h["hist_count"].iloc[0]) if len(h) > 1 else 0.0
             ds = float(h["hist_sum"].iloc[-1] - h["hist_sum"].iloc[0]) if len(h) > 1 else 0.0
             row[key] = ds / dc * 1e3 if dc > 0 else None
-        ttft, queue = row["server_ttft_ms"], row["server_queue_ms"]
-        # the server's TTFT split: waiting for a slot, then prefill and the first step
-        row["server_prefill_ms"] = ttft - queue if ttft is not None and queue is not None else None
+        row.update(_split_of(row["hist_ttft_ms"], row["hist_queue_ms"], timed.get(lv)))
         out[lv] = row
     return out
+
+
+def _split_of(
+    hist_ttft: float | None, hist_queue: float | None, timed: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """server_ttft_ms = server_queue_ms + server_prefill_ms with the source of each: the
+    requests' own timings where they report the part, else the histograms."""
+    hist = "server histograms"
+    hist_prefill = (
+        hist_ttft - hist_queue if hist_ttft is not None and hist_queue is not None else None
+    )
+    t = timed or {}
+    req = f"per-request server timings, n={t.get('n', 0)}"
+    queue, q_src = (t["queue_ms"], req) if t.get("queue_ms") is not None else (hist_queue, hist)
+    prefill, p_src = (
+        (t["prefill_ms"], req) if t.get("prefill_ms") is not None else (hist_prefill, hist)
+    )
+    if t.get("ttft_ms") is not None:
+        ttft, t_src = t["ttft_ms"], req
+    elif hist_ttft is not None:
+        ttft, t_src = hist_ttft, hist
+    else:
+        ttft, t_src = None, None
+    return {
+        "server_ttft_ms": ttft,
+        "server_queue_ms": queue,
+        "server_prefill_ms": prefill,
+        "timed_requests": t.get("n", 0),
+        "sources": {
+            "server_ttft_ms": t_src,
+            "server_queue_ms": q_src if queue is not None else None,
+            "server_prefill_ms": p_src if prefill is not None else None,
+        },
+    }
 
 
 def _p50(entry: Mapping[str, Any], metric: str) -> float | None:
@@ -265,23 +344,37 @@ def _p50(entry: Mapping[str, Any], metric: str) -> float | None:
 
 
 def diagnose(
-    levels: Sequence[Mapping[str, Any]], server: Mapping[int, Mapping[str, float | None]]
+    levels: Sequence[Mapping[str, Any]], server: Mapping[int, Mapping[str, Any]]
 ) -> dict[str, Any]:
     """Where the time went, from the summary's levels (client TTFT and TPOT p50) and the
-    server's mean queue per level: "admission" (TTFT grows with the queue while time per token
+    server's account per level: "admission" (TTFT grows with the queue while time per token
     stays flat), "decoding" (time per token grows while no queue forms), "both", "neither", or
-    "unknown" (no server queue series, or fewer than two levels with latencies). It compares
+    "unknown" (no server queue evidence, or fewer than two levels with latencies). It compares
     the busiest level with the one below it (by configured load): what the last step up in
-    load did. Returns verdict, sentence and the numbers behind it."""
+    load did. Queue evidence: the scraped queue gauge (a queue "forms": its mean reaches
+    QUEUE_FORMS and grows), else the requests' own server queue times (a queue forms when the
+    server's mean queue time grew by at least half the growth of client TTFT p50). The
+    sentence also gives the server's own TTFT split at the busiest level, with its source.
+    Returns verdict, sentence and the numbers behind it."""
     rows = []
     for e in levels:
         lv = int(e["level"])
-        q = (server.get(lv) or {}).get("queue_mean")
+        srv = server.get(lv) or {}
+        q = srv.get("queue_mean")
+        sources = srv.get("sources") or {}
+        per_req = str(sources.get("server_queue_ms") or "").startswith("per-request")
+        qt = srv.get("server_queue_ms") if per_req else None
         ttft, tpot = _p50(e, "ttft_ms"), _p50(e, "tpot_ms")
         if ttft is not None and tpot is not None:
-            rows.append((lv, e.get("value"), ttft, tpot, q))
-    if len(rows) < 2 or all(r[4] is None for r in rows):
-        why = "no server queue series" if rows else "no level with latencies"
+            rows.append((lv, e.get("value"), ttft, tpot, q, qt))
+    gauge = any(r[4] is not None for r in rows)
+    timed = sum(r[5] is not None for r in rows) >= 2
+    if len(rows) < 2 or not (gauge or timed):
+        why = (
+            "no server queue series or per-request queue times"
+            if rows
+            else "no level with latencies"
+        )
         if len(rows) == 1:
             why = "one level only: nothing to compare"
         return {"verdict": "unknown", "sentence": f"No diagnosis: {why}.", "numbers": {}}
@@ -290,22 +383,35 @@ def diagnose(
     lo, hi = rows[-2], rows[-1]
     ttft_x, tpot_x = hi[2] / lo[2], hi[3] / lo[3]
     q_lo, q_hi = lo[4] or 0.0, hi[4] or 0.0
-    queue_formed = q_hi >= QUEUE_FORMS and q_hi > q_lo
-    numbers = {
+    if gauge:
+        queue_formed = q_hi >= QUEUE_FORMS and q_hi > q_lo
+        queue_text = f"server queue mean {q_lo:.1f} -> {q_hi:.1f}"
+    else:
+        qt_lo, qt_hi = lo[5] or 0.0, hi[5] or 0.0
+        queue_formed = qt_hi - qt_lo >= 0.5 * (hi[2] - lo[2]) and qt_hi > qt_lo
+        queue_text = f"server queue time mean {qt_lo:.0f} -> {qt_hi:.0f} ms (per request)"
+    numbers: dict[str, Any] = {
         "baseline_level": lo[0],
         "busiest_level": hi[0],
         "ttft_p50_ms": [lo[2], hi[2]],
         "tpot_p50_ms": [lo[3], hi[3]],
-        "queue_mean": [q_lo, q_hi],
+        "queue_mean": [q_lo, q_hi] if gauge else None,
+        "server_queue_ms": [lo[5], hi[5]],
+        "queue_evidence": "queue gauge" if gauge else "per-request server queue times",
         "ttft_ratio": ttft_x,
         "tpot_ratio": tpot_x,
         "thresholds": {"grows": GROWS, "flat": FLAT, "queue_forms": QUEUE_FORMS},
     }
     facts = (
         f"from level {lo[0]} to {hi[0]}, p50 TTFT {lo[2]:.0f} -> {hi[2]:.0f} ms (x{ttft_x:.2f}), "
-        f"p50 TPOT {lo[3]:.1f} -> {hi[3]:.1f} ms (x{tpot_x:.2f}), server queue mean "
-        f"{q_lo:.1f} -> {q_hi:.1f}"
+        f"p50 TPOT {lo[3]:.1f} -> {hi[3]:.1f} ms (x{tpot_x:.2f}), {queue_text}"
     )
+    split = split_sentence(hi[0], server.get(hi[0]) or {})
+    if split:
+        numbers["server_split"] = {
+            k: (server.get(hi[0]) or {}).get(k)
+            for k in ("server_ttft_ms", "server_queue_ms", "server_prefill_ms", "sources")
+        }
     if ttft_x >= GROWS and queue_formed and tpot_x < FLAT:
         verdict = "admission"
         sentence = (
@@ -329,7 +435,43 @@ def diagnose(
     else:
         verdict = "unclear"
         sentence = f"The data support no single bottleneck ({facts})."
+    if split:
+        sentence += " " + split
     return {"verdict": verdict, "sentence": sentence, "numbers": numbers}
+
+
+def split_sentence(level: int, stats: Mapping[str, Any]) -> str:
+    """ "At level N the server's own TTFT is Q ms queue + P ms prefill (source)", or "" when
+    neither part is known."""
+    q, p = stats.get("server_queue_ms"), stats.get("server_prefill_ms")
+    if q is None and p is None:
+        return ""
+    src = stats.get("sources") or {}
+    q_src, p_src = src.get("server_queue_ms"), src.get("server_prefill_ms")
+    parts = []
+    if q is not None:
+        parts.append(f"{q:.0f} ms queue" + (f" ({q_src})" if q_src != p_src else ""))
+    if p is not None:
+        parts.append(f"{p:.0f} ms prefill and first step ({p_src})")
+    if q is None:
+        parts.append("queue not reported")
+    return f"At level {level} the server's own TTFT mean is " + " + ".join(parts) + "."
+
+
+def split_sources(stats: Mapping[str, Any]) -> str:
+    """Where a level's server TTFT / queue / prefill figures came from, briefly."""
+    src = stats.get("sources") or {}
+    names = {"server_ttft_ms": "TTFT", "server_queue_ms": "queue", "server_prefill_ms": "prefill"}
+    by: dict[str, list[str]] = {}
+    for key, label in names.items():
+        if src.get(key):
+            by.setdefault(str(src[key]), []).append(label)
+    return "; ".join(f"{'/'.join(v)}: {k}" for k, v in by.items()) or "—"
+
+
+def _queue_per_request(stats: Mapping[str, Any]) -> bool:
+    src = (stats.get("sources") or {}).get("server_queue_ms")
+    return str(src or "").startswith("per-request")
 
 
 def server_section(
@@ -356,7 +498,7 @@ def server_section(
     ttft = client_ttft_series(df, bucket_s)
     if len(rows):
         rows = rows.merge(ttft, on="bucket", how="left")
-    per_level = level_server_stats(series, level_spans(df))
+    per_level = level_server_stats(series, level_spans(df), level_request_timings(df))
     found = (
         {str(r): str(g["metric"].iloc[0]) for r, g in series.groupby("role")} if len(series) else {}
     )
@@ -366,11 +508,12 @@ def server_section(
         "client_ttft": ttft,
         "levels": per_level,
         "diagnosis": diagnose(summary_levels, per_level)
-        if "queue" in found
+        if "queue" in found or any(_queue_per_request(s) for s in per_level.values())
         else {
             "verdict": "unknown",
-            "sentence": "No diagnosis: the run stored no server queue series "
-            "(set target.metrics_url to the engine's Prometheus endpoint).",
+            "sentence": "No diagnosis: the run stored no server queue series and its server "
+            "reported no per-request queue time (set target.metrics_url to the engine's "
+            "Prometheus endpoint).",
             "numbers": {},
         },
     }

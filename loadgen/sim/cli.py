@@ -45,6 +45,16 @@ def _stall(text: str | None) -> tuple[float, float] | tuple[None, None]:
 @click.option("--slots", type=int, help="Batching: max sequences per step.")
 @click.option("--kv-capacity-tokens", type=int, help="Batching: KV budget in tokens.")
 @click.option("--rate-limit-rps", type=float, help="Requests/s budget; beyond it 429.")
+@click.option(
+    "--rate-limit-tps",
+    type=float,
+    help="Tokens/s budget (prompt + max_tokens charged on arrival); beyond it 429.",
+)
+@click.option(
+    "--rate-limit-headers/--no-rate-limit-headers",
+    default=None,
+    help="Advertise the budgets in x-ratelimit-* headers on every completion answer.",
+)
 @click.option("--tokens-per-chunk", type=int, help="Tokens per SSE event (all requests).")
 @click.option("--reasoning-tokens", type=int, help="First N tokens as reasoning deltas.")
 @click.option("--reasoning-field", type=click.Choice(["reasoning_content", "reasoning"]))
@@ -65,6 +75,12 @@ def _stall(text: str | None) -> tuple[float, float] | tuple[None, None]:
     "--report-timings/--no-report-timings",
     default=None,
     help="End each stream with llama.cpp's `timings` object.",
+)
+@click.option(
+    "--timings-as",
+    type=click.Choice(["llamacpp", "groq"]),
+    help="How the OpenAI routes report timings: llama.cpp's `timings` (no queue time) or "
+    "Groq's `x_groq.usage` (queue, prompt and completion times) [llamacpp].",
 )
 @click.option(
     "--param",
@@ -104,6 +120,8 @@ def sim(
     slots: int | None,
     kv_capacity_tokens: int | None,
     rate_limit_rps: float | None,
+    rate_limit_tps: float | None,
+    rate_limit_headers: bool | None,
     tokens_per_chunk: int | None,
     reasoning_tokens: int | None,
     reasoning_field: str | None,
@@ -116,6 +134,7 @@ def sim(
     keepalive_header: str | None,
     idle_close_s: float | None,
     report_timings: bool | None,
+    timings_as: str | None,
     param_modes: tuple[str, ...],
     protocol: str | None,
     timer_spin_us: float | None,
@@ -144,6 +163,8 @@ def sim(
             "slots": slots,
             "kv_capacity_tokens": kv_capacity_tokens,
             "rate_limit_rps": rate_limit_rps,
+            "rate_limit_tokens_per_s": rate_limit_tps,
+            "rate_limit_headers": rate_limit_headers,
             "tokens_per_chunk": tokens_per_chunk,
             "reasoning_tokens": reasoning_tokens,
             "reasoning_field": reasoning_field,
@@ -156,6 +177,7 @@ def sim(
             "keepalive_header": keepalive_header,
             "idle_close_s": idle_close_s,
             "report_timings": report_timings,
+            "timings_as": timings_as,
             "protocol": protocol,
             "params": dict(_params(param_modes)) if param_modes else None,
             "faults": [parse_fault_rule(f) for f in faults],

@@ -121,6 +121,12 @@ class SimConfig(BaseModel):
     kv_capacity_tokens: int = Field(default=1_000_000, ge=1)
     rate_limit_rps: float = Field(default=0.0, ge=0.0)  # 0 = no budget
     rate_limit_burst: float = Field(default=0.0, ge=0.0)  # 0 = one second's worth
+    # tokens (prompt + max_tokens, charged on arrival, as providers count) per second; 0 = none
+    rate_limit_tokens_per_s: float = Field(default=0.0, ge=0.0)
+    rate_limit_token_burst: float = Field(default=0.0, ge=0.0)  # 0 = one second's worth
+    # advertise the budgets as providers do: x-ratelimit-{limit,remaining,reset}-{requests,
+    # tokens} on every completion answer (limit per minute, remaining now, reset = until full)
+    rate_limit_headers: bool = False
     default_max_tokens: int = Field(default=128, ge=1)
     max_tokens_limit: int = Field(default=1_000_000, ge=1)
     model: str = Field(default="peakload-sim", min_length=1)
@@ -137,6 +143,9 @@ class SimConfig(BaseModel):
     keepalive_header: str = Field(default="", pattern=r"^[\x20-\x7e]*$")
     idle_close_s: float = Field(default=0.0, ge=0.0)  # close connections idle this long (0: never)
     report_timings: bool = False  # llama.cpp's `timings` object closing each stream
+    # how the OpenAI routes report them: llama.cpp's `timings` (prompt evaluation after the
+    # slot wait, no queue time) or Groq's `x_groq.usage` (queue, prompt and completion times)
+    timings_as: Literal["llamacpp", "groq"] = "llamacpp"
     # per request parameter: "reject" (400), "ignore" or "honour" (loadgen.sim.params)
     params: dict[str, Literal["reject", "ignore", "honour"]] = Field(default_factory=dict)
     # which wire API the completion routes speak ("all": every one, each at its own path)
@@ -207,7 +216,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "idle_close_s": 5.0,
         "report_timings": True,
     },
-    # A hosted API: large engine behind a requests-per-second budget (429 + Retry-After).
+    # A hosted API: large engine behind a requests-per-second budget (429 + Retry-After),
+    # advertised in x-ratelimit-* headers.
     "hosted": {
         "mode": "batching",
         "slots": 64,
@@ -217,6 +227,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "kv_capacity_tokens": 400_000,
         "rate_limit_rps": 20.0,
         "rate_limit_burst": 20.0,
+        "rate_limit_headers": True,
     },
 }
 

@@ -117,10 +117,12 @@ class Scheduler:
 
 class Sequence(Protocol):
     """A request being generated. `on_token(due_ns)` emits the next token and returns True when
-    the sequence is finished (all tokens, a fault ended it, or the client left)."""
+    the sequence is finished (all tokens, a fault ended it, or the client left). The engine
+    sets `admitted_ns` when the sequence gets a slot (its queue time ends there)."""
 
     prompt_tokens: int
     max_tokens: int
+    admitted_ns: int
 
     def on_token(self, due_ns: int) -> bool: ...
 
@@ -173,6 +175,7 @@ class FixedEngine:
     def submit(self, seq: Sequence, arrival_ns: int) -> None:
         self.running += 1
         self.queue_time.observe_ns(0)  # admitted at once: no queue in this model
+        seq.admitted_ns = arrival_ns
         self.sched.at(arrival_ns + self.ttft_ns, _FixedSeq(seq, self, arrival_ns).fire)
 
     def cancel(self, seq: Sequence) -> None:
@@ -237,6 +240,7 @@ class BatchEngine:
             if self.kv_used + need > self._capacity:
                 break
             seq = waiting.popleft()
+            seq.admitted_ns = t_ns
             arrived = self._arrival.get(id(seq))
             if arrived is not None:
                 self.queue_time.observe_ns(t_ns - arrived)

@@ -68,7 +68,8 @@ def describe(faults: Faults) -> list[str]:
 
 
 class RateBudget:
-    """A token bucket of `rps` requests per second holding at most `burst` (monotonic clock)."""
+    """A token bucket of `rps` units per second holding at most `burst` (monotonic clock);
+    rps 0 = no budget."""
 
     def __init__(self, rps: float, burst: float, now_ns: int | None = None) -> None:
         self.rps = rps
@@ -76,14 +77,77 @@ class RateBudget:
         self._tokens = self.burst
         self._last_ns = time.perf_counter_ns() if now_ns is None else now_ns
 
-    def take(self, now_ns: int) -> float | None:
-        """None if the request fits; otherwise the seconds until it would (for Retry-After)."""
-        if self.rps <= 0:
-            return None
+    def _refill(self, now_ns: int) -> None:
         elapsed_ns = max(0, now_ns - self._last_ns)
         self._tokens = min(self.burst, self._tokens + elapsed_ns / 1e9 * self.rps)
         self._last_ns = max(now_ns, self._last_ns)
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
+
+    def wait_s(self, now_ns: int, n: float = 1.0) -> float | None:
+        """None if `n` units fit now; otherwise the seconds until they would."""
+        if self.rps <= 0:
             return None
-        return (1.0 - self._tokens) / self.rps
+        self._refill(now_ns)
+        return None if self._tokens >= n else (n - self._tokens) / self.rps
+
+    def take(self, now_ns: int, n: float = 1.0) -> float | None:
+        """Take `n` units if they fit (None); otherwise the seconds until they would."""
+        wait = self.wait_s(now_ns, n)
+        if wait is None and self.rps > 0:
+            self._tokens -= n
+        return wait
+
+    def remaining(self) -> int:
+        """Whole units in the bucket as of the last call."""
+        return max(0, math.floor(self._tokens))
+
+    def reset_s(self) -> float:
+        """Seconds until the bucket is full again, as of the last call."""
+        return (self.burst - self._tokens) / self.rps if self.rps > 0 else 0.0
+
+
+class RateLimiter:
+    """The simulated provider's limits: a requests bucket and a tokens bucket (prompt +
+    max_tokens charged on arrival); a request is admitted only when both have room. When the
+    config says so, `headers` advertises both as providers do (OpenAI's x-ratelimit-*: limit
+    per minute, remaining now, reset until the bucket is full)."""
+
+    def __init__(self, cfg: SimConfig, now_ns: int | None = None) -> None:
+        self.requests = RateBudget(cfg.rate_limit_rps, cfg.rate_limit_burst, now_ns)
+        self.tokens = RateBudget(cfg.rate_limit_tokens_per_s, cfg.rate_limit_token_burst, now_ns)
+        self.advertise = cfg.rate_limit_headers
+
+    def admit(self, now_ns: int, tokens: int) -> float | None:
+        """None (and both budgets charged) if the request fits, else the seconds until it would."""
+        waits = [
+            w
+            for w in (self.requests.wait_s(now_ns), self.tokens.wait_s(now_ns, tokens))
+            if w is not None
+        ]
+        if waits:
+            return max(waits)
+        self.requests.take(now_ns)
+        self.tokens.take(now_ns, tokens)
+        return None
+
+    def headers(self) -> dict[str, str]:
+        """The advertised state after the last admit (empty when not advertised)."""
+        out: dict[str, str] = {}
+        if not self.advertise:
+            return out
+        for name, budget in (("requests", self.requests), ("tokens", self.tokens)):
+            if budget.rps > 0:
+                out[f"x-ratelimit-limit-{name}"] = f"{budget.rps * 60:g}"
+                out[f"x-ratelimit-remaining-{name}"] = str(budget.remaining())
+                out[f"x-ratelimit-reset-{name}"] = format_duration(budget.reset_s())
+        return out
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds in the form OpenAI sends resets ("59.6ms", "1s", "6m0s", "2m59.56s"); what
+    loadgen.targets.ratelimit.parse_duration reads back, to within this rounding."""
+    s = round(max(0.0, seconds), 2)
+    if s < 1.0:
+        return f"{round(seconds * 1000, 1):g}ms" if seconds > 0 else "0s"
+    minutes, rest = divmod(s, 60.0)
+    rest_text = f"{round(rest, 2):g}s"
+    return f"{int(minutes)}m{rest_text}" if minutes else rest_text

@@ -18,7 +18,7 @@ from typing import Any, cast
 from loadgen.sim import params, protocols, text
 from loadgen.sim.config import FaultKind, SimConfig
 from loadgen.sim.engine import BatchEngine, FixedEngine, Scheduler, make_engine
-from loadgen.sim.faults import FAULT_HEADER, RateBudget, choose_faults
+from loadgen.sim.faults import FAULT_HEADER, RateLimiter, choose_faults
 from loadgen.sim.http import CONTINUE, HttpParseError, Request, RequestParser, response_head
 from loadgen.sim.stream import Completion, Plan
 from loadgen.sim.truth import TruthLog
@@ -40,7 +40,7 @@ class SimState:
         self.truth = truth
         self.sched = Scheduler(loop, cfg)
         self.engine: FixedEngine | BatchEngine = make_engine(cfg, self.sched)
-        self.budget = RateBudget(cfg.rate_limit_rps, cfg.rate_limit_burst)
+        self.limiter = RateLimiter(cfg)
         self.active: set[Completion] = set()
         self.connections: set[Connection] = set()
         self.tokens_generated = 0
@@ -245,7 +245,8 @@ class Connection(asyncio.Protocol):
         except text.BadRequest as e:
             reject = (400, json.dumps(_err(str(e), 400)).encode(), {}, "bad_request")
         if reject is None:
-            wait_s = st.budget.take(req.received_ns)
+            wait_s = st.limiter.admit(req.received_ns, plan.prompt_tokens + plan.max_tokens)
+            plan.extra_headers.update(st.limiter.headers())
             if wait_s is not None:
                 labels.append("rate_limit")
                 reject = _status_reply(429, float(math.ceil(wait_s)))

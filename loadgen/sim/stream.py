@@ -43,6 +43,12 @@ class Plan:
     request_ns: int
     api: str = "openai-chat"  # which wire API (loadgen.sim.protocols.route)
     effects: dict[str, Any] = field(default_factory=dict)  # honoured parameters (sim.params)
+    extra_headers: dict[str, str] = field(default_factory=dict)  # e.g. advertised rate limits
+
+
+def _head_extra(plan: Plan) -> dict[str, str]:
+    """The response head's own headers: the request id echoed, then the plan's extras."""
+    return {"x-peakload-request-id": plan.request_id, **plan.extra_headers}
 
 
 class Completion:
@@ -108,6 +114,7 @@ class Completion:
         self._carry = b""
         self._carry_tokens = 0
         self.status = 200
+        self.admitted_ns = -1  # set by the engine when a slot takes this request
         self.response_headers_ns: int | None = None
         self.chunk_ns: list[int] = []
         self.chunk_tokens: list[int] = []
@@ -126,6 +133,7 @@ class Completion:
             status, body, extra, outcome = self.reject
             ctype = extra.pop("content-type", "application/json")
             extra["x-peakload-request-id"] = self.plan.request_id
+            extra.update(self.plan.extra_headers)
             keep = self.plan.keep_alive
             head = response_head(
                 status,
@@ -155,7 +163,7 @@ class Completion:
             length=None,
             keep_alive=self.plan.keep_alive,
             keepalive_header=self.state.cfg.keepalive_header,
-            extra={"x-peakload-request-id": self.plan.request_id},
+            extra=_head_extra(self.plan),
         )
         role = self.fmt.role_event() if self.plan.chat else b""
         first = chunk(role) if role else b""
@@ -254,8 +262,16 @@ class Completion:
         if self.state.cfg.report_timings or self.fmt.reports_timings:
             now = time.perf_counter_ns()
             first = self.chunk_ns[0] if self.chunk_ns else now
-            timings = text.llamacpp_timings(
-                self.prompt_tokens, self.plan.request_ns, first, now, self.generated
+            report = text.llamacpp_timings
+            if self.state.cfg.timings_as == "groq" and self.plan.api.startswith("openai-"):
+                report = text.provider_times
+            timings = report(
+                self.prompt_tokens,
+                self.plan.request_ns,
+                self.admitted_ns,
+                first,
+                now,
+                self.generated,
             )
         tail = self.fmt.tail(
             "tool_calls" if self.tool else "length",
@@ -276,7 +292,12 @@ class Completion:
         timings = None
         if self.state.cfg.report_timings or self.fmt.reports_timings:
             timings = text.llamacpp_timings(
-                self.prompt_tokens, self.plan.request_ns, now, now, self.max_tokens
+                self.prompt_tokens,
+                self.plan.request_ns,
+                self.admitted_ns,
+                now,
+                now,
+                self.max_tokens,
             )
         body = self.fmt.body(
             text.output_text(self.offset, r, self.max_tokens),
@@ -288,7 +309,7 @@ class Completion:
         )
         if self.plan.effects and self.plan.api in ("openai-chat", "openai-completions"):
             body = params.apply(self.plan.effects, body)
-        extra = {"x-peakload-request-id": self.plan.request_id}
+        extra = _head_extra(self.plan)
         elapsed_ms = max(now - self.plan.request_ns, 0) / 1e6
         extra.update(self.fmt.body_headers(self.prompt_tokens, self.max_tokens, elapsed_ms))
         head = response_head(
@@ -387,7 +408,7 @@ class Completion:
             length=None,
             keep_alive=self.plan.keep_alive,
             keepalive_header=self.state.cfg.keepalive_header,
-            extra={"x-peakload-request-id": self.plan.request_id},
+            extra=_head_extra(self.plan),
         )
         self.t.write(head)
         self.response_headers_ns = time.perf_counter_ns()
@@ -422,5 +443,5 @@ def _json_head(status: int, length: int, c: Completion) -> bytes:
         length=length,
         keep_alive=c.plan.keep_alive,
         keepalive_header=c.state.cfg.keepalive_header,
-        extra={"x-peakload-request-id": c.plan.request_id},
+        extra=_head_extra(c.plan),
     )

@@ -156,7 +156,10 @@ class EventFormat:
         return self._event(f'"choices":[],"usage":{u}}}')
 
     def timings_event(self, timings: dict[str, Any]) -> bytes:
-        """llama.cpp's closing `timings` object, in a chunk of its own."""
+        """llama.cpp's closing `timings` object, in a chunk of its own; Groq's `x_groq.usage`
+        when the times are Groq's (provider_times: `queue_time` ...)."""
+        if "queue_time" in timings:
+            return self._event(f'"choices":[],"x_groq":{{"usage":{json.dumps(timings)}}}}}')
         return self._event(f'"choices":[],"timings":{json.dumps(timings)}}}')
 
     def tail(
@@ -229,11 +232,19 @@ def usage(prompt: int, completion: int, reasoning: int | None) -> dict[str, Any]
 
 
 def llamacpp_timings(
-    prompt_tokens: int, arrived_ns: int, first_ns: int, last_ns: int, generated: int
+    prompt_tokens: int,
+    arrived_ns: int,
+    admitted_ns: int,
+    first_ns: int,
+    last_ns: int,
+    generated: int,
 ) -> dict[str, Any]:
-    """Timings as llama.cpp's server reports them: prompt evaluation from arrival to the first
-    token, generation from the first token to the last over `predicted_n` tokens (ms)."""
-    prompt_ms = max(first_ns - arrived_ns, 0) / 1e6
+    """Timings as llama.cpp's server reports them: prompt evaluation from admission into a slot
+    (`admitted_ns`; the arrival when unknown, < 0) to the first token, generation from the
+    first token to the last over `predicted_n` tokens (ms). The wait for a slot is not in it:
+    llama.cpp reports none."""
+    start = admitted_ns if admitted_ns >= 0 else arrived_ns
+    prompt_ms = max(first_ns - start, 0) / 1e6
     predicted_ms = max(last_ns - first_ns, 0) / 1e6
     return {
         "cache_n": 0,
@@ -243,6 +254,32 @@ def llamacpp_timings(
         "predicted_n": generated,
         "predicted_ms": round(predicted_ms, 3),
         "predicted_per_token_ms": round(predicted_ms / generated, 3) if generated else 0.0,
+    }
+
+
+def provider_times(
+    prompt_tokens: int,
+    arrived_ns: int,
+    admitted_ns: int,
+    first_ns: int,
+    last_ns: int,
+    generated: int,
+) -> dict[str, Any]:
+    """Times as Groq reports them in `x_groq.usage` (seconds): queue_time from arrival to
+    admission into a slot, prompt_time from admission to the first token, completion_time from
+    the first token to the last, with the token counts."""
+    admitted = admitted_ns if admitted_ns >= 0 else arrived_ns
+    queue_s = max(admitted - arrived_ns, 0) / 1e9
+    prompt_s = max(first_ns - admitted, 0) / 1e9
+    completion_s = max(last_ns - first_ns, 0) / 1e9
+    return {
+        "queue_time": round(queue_s, 6),
+        "prompt_tokens": prompt_tokens,
+        "prompt_time": round(prompt_s, 6),
+        "completion_tokens": generated,
+        "completion_time": round(completion_s, 6),
+        "total_tokens": prompt_tokens + generated,
+        "total_time": round(prompt_s + completion_s, 6),
     }
 
 

@@ -24,10 +24,10 @@ from loadgen.spec import TargetSpec
 from loadgen.target import Clock, EventKind, PreparedRequest, ServerTimings, StreamEvent, Usage
 from loadgen.targets.apis import Api, api_for
 from loadgen.targets.framing import NDJSONParser
-from loadgen.targets.http_common import StreamTruncated, display_url, parse_retry_after
+from loadgen.targets.http_common import StreamTruncated, display_url
 from loadgen.targets.httpx_transport import HttpxTransport
 from loadgen.targets.openai_stream import body_summary
-from loadgen.targets.policy import TargetPolicy
+from loadgen.targets.ratelimit import rate_limit_of
 from loadgen.targets.rawhttp import DEFAULT_KEEPALIVE_EXPIRY_S, RawPool
 from loadgen.targets.rawtransport import RawTransport
 from loadgen.targets.sse import SSEParser
@@ -58,9 +58,8 @@ class OpenAITarget:
     JSON body. Timeouts: `connect_timeout_s` (spec) for connecting; `request.deadline_s` for the
     whole request (before the head -> phase `headers`, after -> `deadline`);
     `request.idle_timeout_s` between reads after the head (phase `first_token` until the first
-    output delta, then `idle`). `policy`, when given, is checked against `base_url` first
-    (PolicyError); the raw transport resolves the host again at connect time, so the check does
-    not pin the address.
+    output delta, then `idle`). The target policy is not checked here: build it with
+    `loadgen.targets.factory.build_target`, which checks first.
     """
 
     def __init__(
@@ -72,10 +71,7 @@ class OpenAITarget:
         ssl_context: ssl.SSLContext | None = None,
         keepalive_expiry_s: float = DEFAULT_KEEPALIVE_EXPIRY_S,
         environ: Mapping[str, str] | None = None,
-        policy: TargetPolicy | None = None,
     ) -> None:
-        if policy is not None:  # PolicyError before anything else is set up
-            policy.check(spec.base_url)
         transport = spec.transport if transport is None else transport
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
@@ -205,7 +201,8 @@ class OpenAITarget:
                     yield StreamEvent(EventKind.RESENT, sent.resent_ns, text=sent.resent)
                 yield StreamEvent(EventKind.SENT, sent.t_ns, connect_ns=sent.connect_ns)
             head = ex.head()
-            yield StreamEvent(EventKind.HEADERS, head.t_ns, status=head.status)
+            limits = rate_limit_of(head.headers)
+            yield StreamEvent(EventKind.HEADERS, head.t_ns, status=head.status, ratelimit=limits)
             ctype = head.headers.get("content-type", "")
             if not 200 <= head.status < 300:
                 ex.expect_end(DRAIN_GRACE_S)  # the detail is not worth waiting an idle timeout
@@ -216,7 +213,7 @@ class OpenAITarget:
                 raise HttpStatusError(
                     head.status,
                     detail,
-                    retry_after_s=parse_retry_after(head.headers.get("retry-after")),
+                    retry_after_s=limits.retry_after_s if limits is not None else None,
                     t_ns=head.t_ns,
                 )
             encoding = head.headers.get("content-encoding", "identity").lower()

@@ -12,7 +12,7 @@ import os
 import re
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from loadgen.errors import PolicyError
@@ -69,7 +69,13 @@ class TargetPolicy:
     allowlist: list[str] = field(default_factory=list)
 
     def check(self, url: str) -> None:
+        """PolicyError unless `url` may receive load under this policy (resolves the host)."""
         check_target(url, allow_private=self.allow_private, allowlist=self.allowlist)
+
+    def allowing_private(self) -> TargetPolicy:
+        """This policy with private targets allowed (a run on the operator's own machine:
+        loopback and private networks are theirs); link-local and metadata stay refused."""
+        return replace(self, allow_private=True)
 
 
 def policy_from_env(environ: Mapping[str, str] | None = None) -> TargetPolicy:

@@ -12,10 +12,12 @@ import asyncio
 import datetime as dt
 from typing import Any
 
+from loadgen.secrets import resolve_target
 from loadgen.spec import RunSpec, TargetSpec
 from loadgen.targets.apis import is_chat
+from loadgen.targets.factory import build_target
 from loadgen.targets.openai import OpenAITarget
-from loadgen.targets.policy import check_target, policy_from_env
+from loadgen.targets.policy import policy_from_env
 from loadgen.targets.probe_checks import CHECK_FUNCS, generic
 from loadgen.targets.prober import (
     ACCEPTED,
@@ -110,16 +112,17 @@ def probe_sync(
 ) -> ProbeResult:
     """`probe` on a fresh event loop with its own target (for commands), after the target
     policy's check (PolicyError): `allow_private` as the run it precedes would allow (a local
-    run: the operator's own network; link-local and metadata addresses stay refused)."""
+    run: the operator's own network; link-local and metadata addresses stay refused).
+    `headers_env` headers are filled in from this process's environment, as for the run's
+    sender (SpecError naming an unset variable): a probe without the run's credentials would
+    judge the wrong request."""
+    sending = resolve_target(target_spec)
     policy = policy_from_env()
-    check_target(
-        target_spec.base_url,
-        allow_private=policy.allow_private or allow_private,
-        allowlist=policy.allowlist,
-    )
+    if allow_private:
+        policy = policy.allowing_private()
 
     async def main() -> ProbeResult:
-        target = OpenAITarget(target_spec, max_connections=2)
+        target = build_target(sending, policy, max_connections=2).client
         try:
             return await probe(target, checks, extra)
         finally:

@@ -110,3 +110,63 @@ def test_below_the_knee_names_decoding(store_url: str, tmp_path: Path) -> None:
     diag = rep["server"]["diagnosis"]
     assert diag["verdict"] == "decoding", diag["sentence"]
     assert diag["numbers"]["tpot_ratio"] >= 1.5 and diag["numbers"]["queue_mean"][1] < 1.0
+
+
+def test_per_request_server_timings_split_ttft_past_the_knee(
+    store_url: str, tmp_path: Path
+) -> None:
+    """The sim reports Groq's per-request times (queue, prompt, completion): each level's
+    server TTFT splits into queue + prefill from them, agreeing with the engine's own
+    histograms; without the queue gauge the per-request queue times alone name admission;
+    the region's server time is the server's own account."""
+    from analysis.stats import regions
+    from analysis.stats import server_metrics as sm
+
+    args = ["--preset", "small-gpu", "--report-timings", "--timings-as", "groq"]
+    with start_sim(args, tmp_path) as sim:
+        spec = spec_from_dict(
+            {
+                "name": "knee-timed",
+                "target": {
+                    "api": "openai-chat",
+                    "base_url": sim.base_url,
+                    "model": "m",
+                    "metrics_url": sim.base_url.removesuffix("/v1") + "/metrics",
+                },
+                "workload": {"prompt_tokens": 32, "output_tokens": 24},
+                "load": {"concurrency": [4, 16, 48], "duration_s": 4.0, "warmup_s": 1.0},
+                "validity": RELAXED,
+            }
+        )
+        run_id = run_local(spec, database_url=store_url).run_id
+    with psycopg.connect(store_url) as conn:
+        rep: dict[str, Any] = build_report(conn, run_id, resamples=50, bucket_s=1.0)
+    lv = rep["server"]["levels"]
+    busy = lv["2"]
+    per_req = "per-request server timings"
+    assert all(str(v).startswith(per_req) for v in busy["sources"].values()), busy["sources"]
+    assert busy["timed_requests"] >= 16  # every steady ok request at 48 users (a few dozen)
+    # 48 users on 16 slots: two thirds of the server's TTFT is the wait for a slot
+    assert busy["server_queue_ms"] > 0.5 * busy["server_ttft_ms"]
+    assert busy["server_ttft_ms"] == pytest.approx(
+        busy["server_queue_ms"] + busy["server_prefill_ms"], rel=1e-9
+    )
+    # the same engine quantity two ways: the requests' mean queue time vs the histogram's
+    assert busy["server_queue_ms"] == pytest.approx(busy["hist_queue_ms"], rel=0.05)
+    assert lv["0"]["server_queue_ms"] < 0.1 * busy["server_queue_ms"]
+    diag = rep["server"]["diagnosis"]
+    assert diag["verdict"] == "admission", diag["sentence"]
+    assert "At level 2 the server's own TTFT mean is" in diag["sentence"]
+    assert per_req in diag["sentence"]
+    # without the gauge: the per-request queue times are the evidence
+    no_gauge = {int(k): {**v, "queue_mean": None} for k, v in rep["server"]["levels"].items()}
+    alone = sm.diagnose(rep["summary"]["levels"], no_gauge)
+    assert alone["verdict"] == "admission", alone["sentence"]
+    assert alone["numbers"]["queue_evidence"] == "per-request server queue times"
+    (local,) = rep["regions_network"]
+    assert local["server_time_source"] == regions.FROM_SERVER
+    # the server's own account leaves the network and the client out: below TTFT from send
+    assert local["server_time_ms"]["p50"] < local["ttft_ms"]["p50"]
+    assert local["server_queue_ms"]["p99"] > local["server_queue_ms"]["p50"]
+    html = render.render_html(rep)
+    assert "split from" in html and "server time from" in html

@@ -119,3 +119,125 @@ def test_a_vllm_exposition_through_the_preset_names() -> None:
     stats = sm.level_server_stats(series, {0: (T0, T0 + pd.Timedelta(seconds=2))})[0]
     assert (stats["queue_mean"], stats["running_mean"], stats["kv_cache_mean"]) == (7, 16, 0.42)
     assert stats["server_queue_ms"] == pytest.approx(6.0 / 10 * 1e3)  # 6 s over 10 requests
+
+
+def _requests(level: int, queue: list[float | None], prefill: list[float | None]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "level": level,
+            "outcome": "ok",
+            "phase": "steady",
+            "server_queue_ms": [float("nan") if q is None else q for q in queue],
+            "server_prefill_ms": [float("nan") if p is None else p for p in prefill],
+        }
+    )
+
+
+def test_the_split_comes_from_per_request_timings_where_they_exist() -> None:
+    df = pd.concat(
+        [
+            _requests(0, [0.0, 2.0], [20.0, 22.0]),  # Groq-style: queue and prefill
+            _requests(1, [None, None], [30.0, 50.0]),  # llama.cpp-style: prefill only
+        ],
+        ignore_index=True,
+    )
+    timed = sm.level_request_timings(df)
+    assert timed[0] == {"n": 2, "queue_n": 2, "queue_ms": 1.0, "prefill_ms": 21.0, "ttft_ms": 22.0}
+    assert timed[1]["queue_ms"] is None and timed[1]["ttft_ms"] is None
+    name = "vllm:request_queue_time_seconds"
+    ttft_name = "vllm:time_to_first_token_seconds"
+    s = _samples(
+        [
+            (0.5, name + "_sum", {}, 0.0),
+            (0.5, name + "_count", {}, 0.0),
+            (2.5, name + "_sum", {}, 1.0),  # 1 s over 10 requests: 100 ms each
+            (2.5, name + "_count", {}, 10.0),
+            (0.5, ttft_name + "_sum", {}, 0.0),
+            (0.5, ttft_name + "_count", {}, 0.0),
+            (2.5, ttft_name + "_sum", {}, 1.5),  # 150 ms each
+            (2.5, ttft_name + "_count", {}, 10.0),
+        ]
+    )
+    series = sm.role_series(s, {"queue_time_histogram": [name], "ttft_histogram": [ttft_name]})
+    span = (T0, T0 + pd.Timedelta(seconds=3))
+    stats = sm.level_server_stats(series, {0: span, 1: span}, timed)
+    per_req = "per-request server timings, n=2"
+    assert (stats[0]["server_queue_ms"], stats[0]["server_prefill_ms"]) == (1.0, 21.0)
+    assert stats[0]["server_ttft_ms"] == 22.0
+    assert set(stats[0]["sources"].values()) == {per_req}
+    assert stats[0]["hist_queue_ms"] == pytest.approx(100.0)  # the histograms' kept beside
+    # prefill only per request: the queue (and the TTFT) from the histograms, and so labelled
+    assert stats[1]["server_prefill_ms"] == 40.0
+    assert stats[1]["server_queue_ms"] == pytest.approx(100.0)
+    assert stats[1]["sources"] == {
+        "server_ttft_ms": "server histograms",
+        "server_queue_ms": "server histograms",
+        "server_prefill_ms": per_req,
+    }
+    assert sm.split_sources(stats[1]) == f"TTFT/queue: server histograms; prefill: {per_req}"
+
+
+def test_diagnosis_from_per_request_queue_times_without_a_gauge() -> None:
+    src = {k: "per-request server timings, n=50" for k in ("server_queue_ms", "server_prefill_ms")}
+    levels = [_lv(0, 4, 60, 26), _lv(1, 16, 160, 44), _lv(2, 48, 2300, 45)]
+    server = {
+        lv: {"server_queue_ms": q, "server_prefill_ms": 40.0, "sources": src}
+        for lv, q in ((0, 1.0), (1, 90.0), (2, 2150.0))
+    }
+    d = sm.diagnose(levels, server)
+    assert d["verdict"] == "admission", d["sentence"]
+    assert d["numbers"]["queue_evidence"] == "per-request server queue times"
+    assert "server queue time mean 90 -> 2150 ms (per request)" in d["sentence"]
+    assert "At level 2 the server's own TTFT mean is 2150 ms queue" in d["sentence"]
+    assert "(per-request server timings, n=50)" in d["sentence"]
+    # the queue time explains little of the TTFT growth: no admission verdict
+    small = {lv: {**v, "server_queue_ms": 1.0 + lv} for lv, v in server.items()}
+    assert sm.diagnose(levels, small)["verdict"] != "admission"
+    # histogram-only queue times are no per-request evidence: still unknown without a gauge
+    hist = {
+        lv: {**v, "sources": {"server_queue_ms": "server histograms"}} for lv, v in server.items()
+    }
+    assert sm.diagnose(levels, hist)["verdict"] == "unknown"
+
+
+def test_region_server_time_from_the_servers_own_report() -> None:
+    from analysis.stats import regions
+
+    shards = pd.DataFrame(
+        {
+            "shard_id": ["s0"],
+            "region": ["eu"],
+            "network_rtt_ns": [2e6],
+            "connect_ns": [1e6],
+            "clock_offset_ns": [0.0],
+            "clock_uncertainty_ns": [1e5],
+            "clock_suspect": [False],
+        }
+    )
+    base = pd.DataFrame(
+        {
+            "region": "eu",
+            "outcome": "ok",
+            "phase": "steady",
+            "sent_ns": 0,
+            "first_token_ns": [30e6, 40e6, 50e6],
+        }
+    )
+    (no_timings,) = regions.region_breakdown(base, shards)
+    assert no_timings["server_time_source"] == regions.FROM_RTT
+    assert no_timings["server_time_ms"]["p50"] == pytest.approx(38.0)  # 40 - 2
+    timed = base.assign(server_queue_ms=[5.0, 6.0, 7.0], server_prefill_ms=[20.0, 25.0, 30.0])
+    (r,) = regions.region_breakdown(timed, shards)
+    assert r["server_time_source"] == regions.FROM_SERVER
+    assert r["server_time_ms"]["p50"] == pytest.approx(31.0)  # 6 + 25
+    assert r["server_queue_ms"]["p50"] == 6.0 and r["server_prefill_ms"]["p50"] == 25.0
+    part = timed.assign(server_queue_ms=float("nan"))  # llama.cpp: prefill only
+    (p,) = regions.region_breakdown(part, shards)
+    assert p["server_time_source"] == regions.FROM_RTT and p["server_prefill_ms"]["p50"] == 25.0
+    assert p["server_reported_n"] == 3
+
+    # compared with a run whose server time is TTFT - RTT: marked, no change computed
+    rows = regions.compare_regions([no_timings], [r])
+    server_rows = [x for x in rows if x["metric"].startswith("server_time")]
+    assert server_rows and all(x["change_pct"] is None for x in server_rows)
+    assert all(x["metric"].endswith("(sources differ)") for x in server_rows)

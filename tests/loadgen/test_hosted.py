@@ -60,7 +60,7 @@ def test_hosted_preset_refuses_an_over_limit_spec() -> None:
     # pacing answers the per-minute limit, not the daily one
     paced = groq({"rate": [5.0], "duration_s": 100}, pacing={"enabled": True})
     est = hosted.guard(paced)
-    assert est.paced == (pytest.approx(27.0), None)  # 30/min x 0.9 headroom
+    assert est.paced[0] == pytest.approx(27.0) and est.paced[1] is None  # 30/min x 0.9
     # a closed loop's rate is unknown before it runs: refused unless paced or confirmed
     with pytest.raises(SpecError, match="unknown before it runs"):
         hosted.guard(groq({"concurrency": [4], "duration_s": 10}))
@@ -86,8 +86,9 @@ def test_max_cost_and_pacing_without_a_limit() -> None:
             "pacing": {"enabled": True},
         }
     )
-    with pytest.raises(SpecError, match="names a limit"):
-        hosted.guard(unpriced)
+    est = hosted.check(unpriced)  # no limit named: the provider's advertised ones pace it
+    assert est.problems == []
+    assert "paced to the advertised requests/min, the advertised tokens/min" in est.lines()[-1]
 
 
 def test_pacer_spaces_sends_and_honours_retry_after() -> None:

@@ -5,6 +5,7 @@ paced at 20/s x 0.9 headroom it gets no 429 beyond the first, and the records sh
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -22,11 +23,13 @@ RELAXED = {
 }
 
 
-def _spec(base_url: str, pacing: dict[str, object]) -> object:
+def _spec(
+    base_url: str, pacing: dict[str, object], target: dict[str, object] | None = None
+) -> object:
     return spec_from_dict(
         {
             "name": "paced",
-            "target": {"api": "openai-chat", "base_url": base_url, "model": "m"},
+            "target": target or {"api": "openai-chat", "base_url": base_url, "model": "m"},
             "workload": {"prompt_tokens": 16, "output_tokens": 8},
             "load": {"rate": [30.0], "arrival": "constant", "duration_s": 4.0},
             "pacing": pacing,
@@ -93,3 +96,60 @@ def test_retries_are_separate_attempts_on_the_original_schedule(
     last = {(r[1], r[2]): r for r in rows}
     assert all(r[3] <= 3 for r in last.values())
     assert sum(r[5] == 200 for r in last.values()) > sum(r[5] == 200 for r in first.values())
+
+
+def _sends(conn: psycopg.Connection[tuple[Any, ...]], rid: str) -> list[tuple[int, float, float]]:
+    """(status, scheduled s, sent s) per first attempt, seconds from the run's first schedule."""
+    rows = conn.execute(
+        "SELECT http_status, extract(epoch FROM scheduled_at)::float8, sent_ns "
+        "FROM requests WHERE run_id = %s AND attempt = 0 ORDER BY scheduled_at",
+        (rid,),
+    ).fetchall()
+    t0 = float(rows[0][1])
+    return [(int(s), float(at) - t0, float(at) - t0 + int(sent) / 1e9) for s, at, sent in rows]
+
+
+@pytest.mark.parametrize(
+    "pacing",
+    [
+        {"enabled": True},  # no limit named: the advertised 1200/min x 0.9 paces it
+        {"enabled": True, "requests_per_minute": 6000},  # named too high: the remaining gate
+        {"enabled": True, "preset": "together"},  # a hosted preset without published limits
+    ],
+    ids=["advertised-limit", "remaining-gate", "hosted-preset"],
+)
+def test_advertised_limits_keep_the_run_under_them(
+    store_url: str, tmp_path: Path, pacing: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sim's `hosted` preset advertises x-ratelimit-* (1200 requests/min, remaining,
+    reset); unpaced, 30/s into it collects many 429s (the first test)."""
+    pacing = dict(pacing)
+    preset = pacing.pop("preset", None)
+    with start_sim(["--preset", "hosted"], tmp_path) as sim:
+        target = None
+        if preset is not None:  # a hosted preset that publishes no limit, aimed at the sim
+            monkeypatch.setenv("PEAKLOAD_TEST_DUMMY_KEY", "not-a-key")
+            target = {
+                "preset": preset,
+                "base_url": sim.base_url,
+                "model": "openai/gpt-oss-120b",
+                "api_key_env": "PEAKLOAD_TEST_DUMMY_KEY",
+            }
+        spec = _spec(sim.base_url, pacing, target)
+        rid = run_local(spec, database_url=store_url).run_id  # type: ignore[arg-type]
+    with psycopg.connect(store_url) as conn:
+        sends = _sends(conn, rid)
+    assert len(sends) == 120
+    statuses = [s for s, _, _ in sends]
+    assert statuses.count(429) <= 1, statuses  # none, or the first at most
+    # the schedule is the spec's (30/s over 4 s); the sends are the provider's rate
+    sched = [at for _, at, _ in sends]
+    assert sched[-1] == pytest.approx(119 / 30, abs=0.05)
+    sent = sorted(t for _, _, t in sends)
+    send_rate = (len(sent) - 1) / (sent[-1] - sent[0])
+    if "requests_per_minute" not in pacing:
+        assert 16.0 < send_rate < 18.5  # 1200/min x 0.9 = 18/s, never the offered 30/s
+    else:  # within the provider's bucket: at most its burst of 20 plus 20/s since the first
+        assert len(sent) <= 20 + 20 * (sent[-1] - sent[0]) + 1
+    late = [t - at for _, at, t in sends]
+    assert max(late) > 1.5  # the wait shows on the records: sent well after the schedule

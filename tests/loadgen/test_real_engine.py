@@ -163,17 +163,51 @@ def test_a_sweep_past_the_slots_fails_no_request(
     # the server itself saw requests wait for a slot (so the queue was exercised)
     deferred = server_metric_max(db, summary["run_id"], "llamacpp:requests_deferred")
     assert deferred is not None and deferred > 0, "llama-server never queued a request"
+    # its own per-request timings (prompt_ms) split the server side: prefill from them, per
+    # level, named as such; llama.cpp reports no queue time per request
+    report = json.loads((tmp_path / "report.json").read_text())
+    busiest = report["server"]["levels"][str(len(levels) - 1)]
+    assert str(busiest["sources"]["server_prefill_ms"]).startswith("per-request"), busiest
+    assert busiest["server_prefill_ms"] > 0 and busiest["timed_requests"] > 0
     # the client held each level's concurrency: 8 in flight at the last level, 4 of them queued
     with psycopg.connect(db) as conn:
-        peaks = dict(
+        peaks: dict[int, int] = dict(
             conn.execute(
                 "SELECT level, max(in_flight) FROM ticks WHERE run_id = %s GROUP BY level",
                 (summary["run_id"],),
             ).fetchall()
         )
-    # (at least: until levels are isolated, issue 11, a level's first tick also counts the
-    # previous level's last requests)
     assert all(peaks.get(i, 0) >= c for i, c in enumerate(levels)), peaks
+    # between_levels = "drain" (the default): no request of level N is in flight once level
+    # N+1 has started (each one ended at or before that start, on the shard's one clock)
+    assert summary["levels"][0]["between_levels"] == "drain"
+    late = still_running_at_next_level(db, summary["run_id"])
+    assert late == {}, f"requests of level N still in flight after level N+1 began: {late}"
+
+
+def still_running_at_next_level(db_url: str, run_id: str) -> dict[int, int]:
+    """Per level N, how many of its requests (stored rows) ended after level N+1's stored
+    start, beyond the store's resolution (µs timestamps: 2 µs of rounding allowed)."""
+    us = "(extract(epoch FROM {}) * 1e6)::bigint"
+    with psycopg.connect(db_url) as conn:
+        starts: dict[int, int | None] = dict(
+            conn.execute(
+                f"SELECT level, {us.format('started_at')} FROM run_levels WHERE run_id = %s",
+                (run_id,),
+            ).fetchall()
+        )
+        ends = conn.execute(
+            f"SELECT level, {us.format('scheduled_at')} * 1000 + end_ns FROM requests "
+            "WHERE run_id = %s AND end_ns IS NOT NULL",
+            (run_id,),
+        ).fetchall()
+    assert len(starts) >= 2 and all(v is not None for v in starts.values()), starts
+    late: Counter[int] = Counter()
+    for level, end_ns in ends:
+        nxt = starts.get(level + 1)
+        if nxt is not None and end_ns > nxt * 1000 + 2000:
+            late[level] += 1
+    return dict(late)
 
 
 def token_spans_ms(rows: list[dict[str, Any]]) -> tuple[list[float], list[int]]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -21,6 +20,7 @@ import pytest
 
 from tests.support.httpproxy import HttpProxy
 from tests.support.ports import free_port
+from tests.support.procs import stop_process
 
 SERVER_ENV = "PEAKLOAD_TEST_LLAMA_SERVER"
 MODEL_ENV = "PEAKLOAD_TEST_LLAMA_MODEL"
@@ -58,14 +58,7 @@ class LlamaServer:
 
     def stop(self) -> int:
         """SIGTERM, then SIGKILL after STOP_TIMEOUT_S; the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return int(self.proc.returncode)
+        return stop_process(self.proc, STOP_TIMEOUT_S)
 
 
 def parse_metrics(text: str) -> dict[str, float]:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
+
+from tests.support.loopserver import LoopServer
 
 _HOP_BY_HOP = {b"connection", b"keep-alive"}
 _READ = 65536
 
 
-class HttpProxy:
+class HttpProxy(LoopServer):
     """Forward 127.0.0.1:`port` (kernel-chosen) to the HTTP server at target_host:target_port.
 
     Counters (read them after the traffic): `connections` accepted, `requests` forwarded (and
@@ -33,6 +34,7 @@ class HttpProxy:
         announce_close: bool = True,
         idle_timeout_s: float | None = None,
     ) -> None:
+        super().__init__("httpproxy")
         self.target_host, self.target_port = target_host, target_port
         self.close_after_response = close_after_response
         self.announce_close = announce_close
@@ -44,57 +46,18 @@ class HttpProxy:
         self.closed_after_response = 0
         self.closed_idle = 0
         self.upstream_failures = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread: threading.Thread | None = None
-        self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> HttpProxy:
-        started = threading.Event()
-
-        def main() -> None:
-            asyncio.set_event_loop(self._loop)
-            self._server = self._loop.run_until_complete(
-                asyncio.start_server(self._accept, "127.0.0.1", 0)
-            )
-            self.port = self._server.sockets[0].getsockname()[1]
-            started.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=main, name="httpproxy", daemon=True)
-        self._thread.start()
-        if not started.wait(10):
-            raise RuntimeError("HttpProxy did not start within 10 s")
-        return self
-
-    def stop(self) -> None:
-        if self._thread is None:
-            return
-
-        async def shutdown() -> None:
-            assert self._server is not None
-            self._server.close()
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-
-        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._thread = None
-        self._loop.close()
-
-    def __enter__(self) -> HttpProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # -- inside the loop --------------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

@@ -10,7 +10,7 @@ from loadgen.records import Batch, RequestRecord
 from loadgen.runner import ShardResult, run_shard
 from loadgen.runtime import run_measurement
 from loadgen.spec import RunSpec, spec_from_dict
-from loadgen.targets import OpenAITarget
+from loadgen.targets import TargetPolicy, build_target
 from tests.support.memsink import MemorySink, ledger
 
 RUN_ID = "00000000-0000-0000-0000-0000000000aa"
@@ -62,9 +62,11 @@ def run_spec(
     plan = one_shard(spec, max_requests=max_requests)
     sink = sink if sink is not None else MemorySink()
     n = warm if warm is not None else max(spec.load.concurrency or [16])
-    target = OpenAITarget(
-        spec.target, max_connections=max(n, spec.load.max_concurrency if spec.load.rate else n) + 8
-    )
+    target = build_target(
+        spec.target,
+        TargetPolicy().allowing_private(),  # the loopback engines of the tests
+        max_connections=max(n, spec.load.max_concurrency if spec.load.rate else n) + 8,
+    ).client
 
     async def main() -> ShardResult:
         try:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ import pytest
 
 from loadgen.sim.truth import read_truth
 from tests.support.ports import free_port
+from tests.support.procs import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 20.0
@@ -59,14 +59,7 @@ class SimProcess:
 
     def stop(self) -> int:
         """SIGTERM and wait; returns the exit code (0 on a clean stop)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return int(self.proc.returncode)
+        return stop_process(self.proc, STOP_TIMEOUT_S)
 
 
 def sim_command(args: list[str]) -> list[str]:

@@ -13,6 +13,8 @@ import threading
 import time
 from typing import Any
 
+from tests.support.loopserver import LoopServer
+
 _READ = 65536
 
 
@@ -97,7 +99,7 @@ class _Pipe:
             task.cancel()
 
 
-class TcpProxy:
+class TcpProxy(LoopServer):
     """Forward 127.0.0.1:`port` (chosen by the kernel when `listen_port` is 0) to the target."""
 
     def __init__(
@@ -108,53 +110,15 @@ class TcpProxy:
         latency_ms: float = 0.0,
         listen_host: str = "127.0.0.1",
     ) -> None:
+        super().__init__("tcpproxy", listen_host, listen_port)
         self.target_host, self.target_port = target_host, target_port
-        self.listen_host, self.port = listen_host, listen_port
         self._latency_s = {"up": latency_ms / 1000, "down": latency_ms / 1000}
-        self._loop = asyncio.new_event_loop()
-        self._thread: threading.Thread | None = None
-        self._server: asyncio.Server | None = None
         self._pipes: set[_Pipe] = set()
         self._running = asyncio.Event()
+        self._running.set()  # forwarding until `pause`
         self.connections_total = 0
 
     # -- control (any thread) ---------------------------------------------------------------
-
-    def start(self) -> TcpProxy:
-        started = threading.Event()
-
-        def main() -> None:
-            asyncio.set_event_loop(self._loop)
-            self._running.set()
-            self._server = self._loop.run_until_complete(
-                asyncio.start_server(self._accept, self.listen_host, self.port)
-            )
-            self.port = self._server.sockets[0].getsockname()[1]
-            started.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=main, name="tcpproxy", daemon=True)
-        self._thread.start()
-        if not started.wait(10):
-            raise RuntimeError("TcpProxy did not start within 10 s")
-        return self
-
-    def stop(self) -> None:
-        if self._thread is None:
-            return
-
-        async def shutdown() -> None:
-            assert self._server is not None
-            self._server.close()
-            for pipe in list(self._pipes):
-                pipe.close(reset=True)
-            await asyncio.sleep(0)
-
-        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._thread = None
-        self._loop.close()
 
     def pause(self) -> None:
         """Freeze: nothing is forwarded either way, new connections are accepted but not
@@ -187,13 +151,12 @@ class TcpProxy:
     def open_connections(self) -> int:
         return len(self._pipes)
 
-    def __enter__(self) -> TcpProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # -- inside the loop --------------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        for pipe in list(self._pipes):
+            pipe.close(reset=True)
+        await asyncio.sleep(0)
 
     def _call(self, fn: Any) -> None:
         done = threading.Event()

@@ -52,19 +52,20 @@ def app_env(ui_store: UiStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[UiSt
     st_config.set_option("server.address", before)
 
 
+def open_page(name: str, **params: str) -> AppTest:
+    """ui/app.py run once on page `name` with those query params; no page may raise."""
+    at = AppTest.from_file(str(APP), default_timeout=PAGE_TIMEOUT_S)
+    for k, v in params.items():
+        at.query_params[k] = v
+    at.switch_page(f"views/{name}.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
 @pytest.fixture
 def app_page(app_env: UiStore) -> Callable[..., AppTest]:
-    """`app_page("run", run=ID)`: ui/app.py run once on that page with those query params."""
-
-    def open_page(name: str, **params: str) -> AppTest:
-        at = AppTest.from_file(str(APP), default_timeout=PAGE_TIMEOUT_S)
-        for k, v in params.items():
-            at.query_params[k] = v
-        at.switch_page(f"views/{name}.py")
-        at.run()
-        assert not at.exception, [e.value for e in at.exception]
-        return at
-
+    """`app_page("run", run=ID)`: `open_page` on the test store."""
     return open_page
 
 

@@ -10,11 +10,10 @@ from collections.abc import Iterator
 import pytest
 import streamlit as st
 from streamlit import config as st_config
-from streamlit.testing.v1 import AppTest
 
 from tests.cli.test_hostile_input import empty_run
 from tests.support.stores import FreshDatabase
-from tests.ui.conftest import APP, PAGE_TIMEOUT_S, page_text
+from tests.ui.conftest import open_page, page_text
 
 pytestmark = pytest.mark.integration
 
@@ -37,16 +36,6 @@ def empty_store(
     st_config.set_option("server.address", before)
     st.cache_data.clear()  # what the pages cached of this store must not outlive it
     db.drop()
-
-
-def open_page(name: str, **params: str) -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=PAGE_TIMEOUT_S)
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.switch_page(f"views/{name}.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 @pytest.mark.parametrize("kind", ["no_levels", "levels_no_requests"])

@@ -15,7 +15,9 @@ from streamlit.testing.v1 import AppTest
 from tests.support.sim import start_sim
 from tests.ui.conftest import UiStore, page_text
 from tests.ui.stored_runs import CANARY_KEY, CANARY_KEY_ENV, CANARY_PROMPT
-from ui import charts, data, derive
+from ui import charts
+from ui.data import derive
+from ui.data import run as run_data
 
 
 def test_exports_hold_every_request_and_no_secret(app_env: UiStore) -> None:
@@ -28,19 +30,19 @@ def test_exports_hold_every_request_and_no_secret(app_env: UiStore) -> None:
         ).fetchone()
     assert row is not None
     n, n429 = row
-    csv = data.export_bytes(rid, "csv")
+    csv = run_data.export_bytes(rid, "csv")
     frame = pd.read_csv(io.BytesIO(csv))
     assert len(frame) == n and int((frame["http_status"] == 429).sum()) == n429
     assert "chunk_offsets_us" in frame.columns
-    parquet = pd.read_parquet(io.BytesIO(data.export_bytes(rid, "parquet")))
+    parquet = pd.read_parquet(io.BytesIO(run_data.export_bytes(rid, "parquet")))
     assert len(parquet) == n
-    for blob in (csv, data.export_bytes(rid, "parquet")):
+    for blob in (csv, run_data.export_bytes(rid, "parquet")):
         assert CANARY_KEY.encode() not in blob and CANARY_PROMPT.split()[0].encode() not in blob
     assert not {"prompt_text", "response_text"} & set(frame.columns)
 
 
 def test_html_report_of_the_invalid_run(app_env: UiStore) -> None:
-    html = data.report_html(app_env.ids["invalid"]).decode()
+    html = run_data.report_html(app_env.ids["invalid"]).decode()
     assert html.startswith("<!doctype html>")
     assert "INVALID RUN" in html and "ui-invalid" in html
     assert CANARY_KEY not in html

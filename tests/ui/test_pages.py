@@ -273,9 +273,9 @@ def test_run_page_shows_the_parameter_probe(app_page: Page, app_env: UiStore) ->
             (rid, result["probed_at"], result["target"], json.dumps(result)),
         )
     try:
-        from ui import data
+        from ui.data import run as run_data
 
-        data.probe.clear()  # an earlier page of this run cached "no probe"
+        run_data.probe.clear()  # an earlier page of this run cached "no probe"
         at = app_page("run", run=rid)
         probe = next(d.value for d in at.dataframe if "verdict" in d.value.columns)
         assert list(zip(probe["parameter"], probe["verdict"], strict=True)) == [

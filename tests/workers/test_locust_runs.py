@@ -293,6 +293,40 @@ class TwoSteps(LoadTestShape):
 """
 
 
+def _steady_windows_give_throughput_from_arrivals(url: str, run_id: str) -> None:
+    """Each Locust level stores its steady window (from the spawn's end to the level's end),
+    as native levels do, and its output tok/s is the tokens whose arrival stamps fall inside
+    it, counted here from the stored rows, / the window."""
+    from analysis.reports.summary import summarize_run
+
+    us = "(extract(epoch FROM {}) * 1e6)::bigint"
+    with psycopg.connect(url) as conn:
+        windows = conn.execute(
+            f"SELECT level, {us.format('started_at')}, warmup_s, {us.format('ended_at')}, "
+            f"{us.format('steady_start')}, {us.format('steady_end')} FROM run_levels "
+            "WHERE run_id = %s ORDER BY level",
+            (run_id,),
+        ).fetchall()
+        rows = conn.execute(
+            f"SELECT {us.format('scheduled_at')}, sent_ns, chunk_offsets_us, chunk_tokens "
+            "FROM requests WHERE run_id = %s AND sent_ns IS NOT NULL",
+            (run_id,),
+        ).fetchall()
+        summary = {lv["level"]: lv for lv in summarize_run(conn, run_id)["levels"]}
+    arrivals = np.concatenate(
+        [sched * 1000 + sent + np.asarray(offs, np.int64) * 1000 for sched, sent, offs, _ in rows]
+    )
+    tokens = np.concatenate([np.asarray(toks, np.int64) for *_, toks in rows])
+    for level, started, warmup_s, ended, ss, se in windows:
+        assert ss is not None and se is not None, level
+        assert abs(ss - (started + warmup_s * 1e6)) <= 1 and se == ended, level
+        assert se > ss, level  # each level reached its count: it has a steady window
+        inside = (arrivals >= ss * 1000) & (arrivals < se * 1000)
+        by_hand = int(tokens[inside].sum()) / ((se - ss) / 1e6)
+        assert by_hand > 0
+        assert summary[level]["output_tokens_per_s"] == pytest.approx(by_hand, rel=1e-9), level
+
+
 @pytest.mark.slow
 def test_a_load_shape_is_stored_as_levels(
     sim: SimProcess, plain_url: str, fresh_database: Any, tmp_path: Path
@@ -314,6 +348,7 @@ def test_a_load_shape_is_stored_as_levels(
     df = stored_requests(db.url, run_id)
     ok = df[df["outcome"] == "ok"]
     assert set(ok["level"]) <= {0, 1} and "steady" in set(ok[ok["level"] == 1]["phase"])
+    _steady_windows_give_throughput_from_arrivals(db.url, run_id)
     # the journey's two-turn conversations: the second turn carries the first's context
     turns = stored_sessions(db.url, run_id)
     assert turns and all(t == [0, 1] or t == [0] for t, _ in turns.values())

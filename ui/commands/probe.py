@@ -19,7 +19,7 @@ from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import PeakloadError, SpecError
 from loadgen.presets import load_preset, preset_names
 from loadgen.spec import TargetSpec, load_spec
-from loadgen.targets.policy import check_target, policy_from_env
+from loadgen.targets.policy import policy_from_env
 from loadgen.targets.probe import CHECKS, REJECTED, ProbeResult, probe_sync, spec_checks
 
 COLOURS = {"honoured": "green", "accepted": "cyan", "ignored": "yellow", "rejected": "red"}
@@ -66,8 +66,8 @@ def resolve(
     except ValueError as e:
         raise SpecError(str(e).splitlines()[0], "TARGET") from None
     if not model:
-        policy = policy_from_env()  # the model list is a request too: the policy comes first
-        check_target(spec.base_url, allow_private=True, allowlist=policy.allowlist)
+        # the model list is a request too: the policy comes first
+        policy_from_env().allowing_private().check(spec.base_url)
         spec = spec.model_copy(update={"model": _first_model(spec)})
     return spec, None, {}
 

@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from ui import data
+from ui.data import shared
 
 RUN_PARAM = "run"
 RUNS_PARAM = "runs"
@@ -27,9 +27,14 @@ def chart(fig: go.Figure, frame: pd.DataFrame, name: str) -> None:
             "toImageButtonOptions": {"format": "png", "filename": name, "scale": 2},
         },
     )
+    csv_download(frame, name)
+
+
+def csv_download(frame: pd.DataFrame, name: str) -> None:
+    """A button that downloads `frame` as `{name}.csv` (encoded only when clicked)."""
     st.download_button(
         f"Download {name}.csv",
-        data=lambda: data.csv_bytes(frame),
+        data=lambda: shared.csv_bytes(frame),
         file_name=f"{name}.csv",
         mime="text/csv",
         key=f"csv-{name}",
@@ -53,12 +58,12 @@ def fmt(x: Any, digits: int = 1, unit: str = "") -> str:
 
 def pick_run(label: str = "Run") -> str | None:
     """The run in `?run=`, else one picked from the newest runs (then written to the URL)."""
-    recent = data.runs(limit=200)
-    options = data.choices(recent)
+    recent = shared.runs(limit=200)
+    options = shared.choices(recent)
     current = st.query_params.get(RUN_PARAM)
     if current and current not in options:
         try:
-            r = data.run(current)
+            r = shared.run(current)
         except LookupError:
             st.error(f"Run {current} is not in the store.")
             current = None
@@ -81,13 +86,13 @@ def pick_run(label: str = "Run") -> str | None:
 
 def pick_runs(label: str = "Runs") -> list[str]:
     """Several runs: `?runs=a,b,c`, editable with a multiselect (kept in the URL)."""
-    recent = data.runs(limit=200)
-    options = data.choices(recent)
+    recent = shared.runs(limit=200)
+    options = shared.choices(recent)
     wanted = [r for r in (st.query_params.get(RUNS_PARAM) or "").split(",") if r]
     missing = [r for r in wanted if r not in options]
     if missing:
-        extra = data.runs_for(tuple(missing))
-        options = {**data.choices(extra), **options}
+        extra = shared.runs_for(tuple(missing))
+        options = {**shared.choices(extra), **options}
     chosen = st.multiselect(
         label,
         list(options),

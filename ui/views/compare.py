@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import charts, data, data_more
-from ui.views.common import METRICS, chart, pick_metric, pick_runs
+from ui import charts
+from ui.data import compare as compare_data
+from ui.data import shared
+from ui.views.common import METRICS, chart, csv_download, pick_metric, pick_runs
 
 st.title("Compare runs")
 chosen = pick_runs("Runs to compare")
 if len(chosen) < 2:
     st.info("Pick at least two runs (or select several on the Runs page).")
     st.stop()
-names = data.choices(data.runs_for(tuple(chosen)))
+names = shared.choices(shared.runs_for(tuple(chosen)))
 
 st.subheader("Percentile curves")
 metric = pick_metric("cmp_metric")
-curves = data_more.compare_spectra(tuple(chosen), metric)
+curves = compare_data.compare_spectra(tuple(chosen), metric)
 chart(
     charts.percentile_curves(curves, f"{METRICS[metric]} percentiles", f"{METRICS[metric]} (ms)"),
     curves,
@@ -36,7 +38,7 @@ fq = f_q.radio(
     key="cmp_q",
     format_func=lambda q: f"p{q:g}",
 )
-points = data_more.frontier(tuple(chosen), fm, fq)
+points = compare_data.frontier(tuple(chosen), fm, fq)
 chart(
     charts.frontier(
         points, f"Output tokens/s against p{fq:g} {METRICS[fm]}", f"p{fq:g} {METRICS[fm]} (ms)"
@@ -50,7 +52,7 @@ st.caption(
 )
 
 st.subheader("Cost")
-costs = data.cost_overview(tuple(chosen))
+costs = compare_data.cost_overview(tuple(chosen))
 costs["run"] = [names.get(r, r) for r in costs["run"]]
 st.table(costs)
 st.caption(
@@ -63,7 +65,7 @@ baseline = st.selectbox("Baseline", chosen, format_func=lambda k: names.get(k, k
 with_itl = st.checkbox(
     "Include ITL per token (one sample per token: slow on large runs)", key="cmp_itl"
 )
-table = data_more.changes(tuple(chosen), baseline, with_itl)
+table = compare_data.changes(tuple(chosen), baseline, with_itl)
 st.dataframe(
     table,
     hide_index=True,
@@ -82,11 +84,4 @@ st.caption(
     "regression is > 5% worse with the bootstrap CI of the difference above zero (and, at p50, "
     "a one-sided Mann-Whitney p < 0.05)."
 )
-st.download_button(
-    "Download changes.csv",
-    data=lambda: data.csv_bytes(table),
-    file_name="changes.csv",
-    mime="text/csv",
-    on_click="ignore",
-    key="cmp_csv",
-)
+csv_download(table, "changes")

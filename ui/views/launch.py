@@ -6,7 +6,8 @@ from __future__ import annotations
 import streamlit as st
 
 from loadgen.errors import PeakloadError, PolicyError, SpecError
-from ui import data, launch
+from ui import launch
+from ui.data import shared
 from ui.views.common import RUN_PARAM
 
 EXAMPLE = """name = "my-endpoint-sweep"
@@ -56,7 +57,7 @@ st.success(f"Spec **{spec.name}** is valid and its target {spec.target.base_url}
 if st.button("Start run", type="primary", key="launch_start"):
     with st.spinner("Checking the target and starting…"):
         try:
-            started = launch.launch(spec, data.store_url())
+            started = launch.launch(spec, shared.store_url())
         except PeakloadError as exc:
             st.error(str(exc))
             st.stop()

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import charts, data, data_more
+from ui import charts
+from ui.data import live as live_data
+from ui.data import shared
 from ui.views.common import RUN_PARAM, chart
 
 REFRESH_S = 2
 
 st.title("Live")
-running = data_more.running_runs()
+running = live_data.running_runs()
 current = st.query_params.get(RUN_PARAM)
 options = dict(running)
 if current and current not in options:
     try:
-        options = {current: data.choices(data.runs_for((current,)))[current], **options}
+        options = {current: shared.choices(shared.runs_for((current,)))[current], **options}
     except KeyError:
         st.error(f"Run {current} is not in the store.")
         current = None
@@ -39,13 +41,13 @@ if st.query_params.get(RUN_PARAM) != run_id:
 @st.fragment(run_every=REFRESH_S)
 def progress() -> None:
     """Re-drawn every REFRESH_S seconds: status, per-region counts, the last minutes' series."""
-    run = data_more.run_status(run_id)
+    run = live_data.run_status(run_id)
     st.write(
         f"**{run['name']}** · status **{run['status']}** · "
         f"{run['requests']} requests recorded so far"
     )
-    st.dataframe(data_more.live_regions(run_id), hide_index=True)
-    ts = data_more.live_series(run_id)
+    st.dataframe(live_data.live_regions(run_id), hide_index=True)
+    ts = live_data.live_series(run_id)
     chart(charts.live(ts, "Per region, per second"), ts, f"live-{run_id[:8]}")
     if run["status"] != "running":
         st.success(f"The run has ended ({run['status']}).")

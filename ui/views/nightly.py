@@ -7,11 +7,12 @@ import streamlit as st
 
 from analysis.verdicts import nightly as anightly
 from analysis.verdicts.exitcodes import Exit
-from ui import charts, data_more
+from ui import charts
+from ui.data import nightly as nightly_data
 from ui.views.common import METRICS, RUN_PARAM, chart, pick_metric
 
 st.title("Nightly trends")
-names = data_more.schedules()
+names = nightly_data.schedules()
 if not names:
     st.info("No scheduled runs yet: add one with `peakload schedule add`.")
     st.stop()
@@ -19,7 +20,7 @@ if not names:
 s_col, m_col, q_col = st.columns(3)
 schedule = s_col.selectbox("Schedule", names, key="n_schedule")
 with m_col:
-    metric = pick_metric("n_metric", data_more.NIGHTLY_METRICS)
+    metric = pick_metric("n_metric", nightly_data.NIGHTLY_METRICS)
 q = q_col.radio(
     "Percentile",
     [50.0, 90.0, 99.0],
@@ -40,7 +41,7 @@ threshold = t_col.number_input(
 )
 include_invalid = i_col.checkbox("Use invalid and unended runs in the detection", key="n_invalid")
 
-history, result = data_more.nightly(schedule, metric, q, threshold, include_invalid)
+history, result = nightly_data.nightly(schedule, metric, q, threshold, include_invalid)
 code = Exit(result["exit_code"])
 verdict = (
     f"**{result['verdict'].upper()}** (exit {int(code)}): "
@@ -64,7 +65,7 @@ st.caption(
 )
 
 st.subheader("Runs")
-for row in data_more.nightly_links(history):
+for row in nightly_data.nightly_links(history):
     st.page_link(
         "views/run.py",
         label=f"{row['created_at']:%Y-%m-%d %H:%M} · {row['name']} · {row['valid']}"

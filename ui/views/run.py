@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import charts, data
+from analysis.reports.summary import search_line
+from ui import charts
+from ui.data import run as run_data
+from ui.data import shared
 from ui.views.common import METRICS, chart, fmt, pick_metric, pick_run
 
 picked = pick_run()
 if picked is None:
     st.stop()
 run_id: str = str(picked)
-run = data.run(run_id)
-summary = data.summary(run_id)
-cards = data.headline(summary)
+run = shared.run(run_id)
+summary = shared.summary(run_id)
+cards = run_data.headline(summary)
 
 st.title(f"Run: {run['name']}")
 st.caption(
@@ -78,7 +81,7 @@ with tabs["Percentiles"]:
         metric = pick_metric("run_metric")
     with right:
         by = st.radio("One curve per", ["level", "region"], horizontal=True, key="run_by")
-    curves = data.spectra(run_id, metric, by)
+    curves = run_data.spectra(run_id, metric, by)
     chart(
         charts.percentile_curves(
             curves, f"{METRICS[metric]} percentiles by {by}", f"{METRICS[metric]} (ms)"
@@ -89,13 +92,13 @@ with tabs["Percentiles"]:
     st.caption("Steady phase, ok requests. Shaded: 95% bootstrap band per percentile.")
 
 with tabs["Over time"]:
-    ts = data.series(run_id)
+    ts = run_data.series(run_id)
     chart(
         charts.over_time(ts, "Throughput, in flight and failures per region"),
         ts,
         f"over-time-{run_id[:8]}",
     )
-    net = data.region_network(run_id)
+    net = run_data.region_network(run_id)
     if len(net):
         st.subheader("Network and server time per region (ms)")
         st.table(net)
@@ -103,7 +106,7 @@ with tabs["Over time"]:
             "Steady-phase ok requests; server time = TTFT from send - the region's probe round "
             "trip; regions on the reference clock, each shard within its clock uncertainty."
         )
-    srv = data.server_view(run_id)
+    srv = run_data.server_view(run_id)
     st.subheader("Where the time went")
     st.info(f"**{srv['diagnosis']['verdict']}**: {srv['diagnosis']['sentence']}")
     if len(srv["rows"]):
@@ -112,7 +115,7 @@ with tabs["Over time"]:
             srv["rows"],
             f"client-server-{run_id[:8]}",
         )
-        st.table(data.server_level_table(srv))
+        st.table(run_data.server_level_table(srv))
         st.caption(
             "Server series: "
             + ", ".join(f"{k} = `{v}`" for k, v in srv["metrics"].items())
@@ -120,12 +123,12 @@ with tabs["Over time"]:
         )
 
 with tabs["Levels"]:
-    if search := data.search_line(summary):
+    if search := search_line(summary):
         st.info(search)
     for lv in summary.get("levels") or []:
         if lv.get("flags"):
             st.warning(f"Level {lv['level']} did not deliver its load: " + "; ".join(lv["flags"]))
-    st.dataframe(data.level_table(summary), hide_index=True)
+    st.dataframe(run_data.level_table(summary), hide_index=True)
     st.caption(
         "Latencies in ms (steady phase, ok requests; TTFT from send; ITL per token); "
         "throughput from arrivals: tokens that arrived and requests that completed inside "
@@ -135,7 +138,7 @@ with tabs["Levels"]:
     )
 
 with tabs["Token timeline"]:
-    tl = data.token_timeline(run_id)
+    tl = run_data.token_timeline(run_id)
     chart(
         charts.token_timeline(tl, "Sampled requests: scheduled → end, with each chunk"),
         tl,
@@ -143,7 +146,7 @@ with tabs["Token timeline"]:
     )
 
 with tabs["Failures"]:
-    fails = data.failures(run_id)
+    fails = run_data.failures(run_id)
     if fails.empty:
         st.success("No failed requests.")
     else:
@@ -151,15 +154,15 @@ with tabs["Failures"]:
         st.dataframe(fails, hide_index=True)
 
 with tabs["Labels"]:
-    st.dataframe(data.labels_table(run), hide_index=True)
-    probed = data.probe(run_id)
+    st.dataframe(run_data.labels_table(run), hide_index=True)
+    probed = run_data.probe(run_id)
     if not probed.empty:
         st.write("What the target did with the run's request parameters (`peakload probe`):")
         st.dataframe(probed, hide_index=True)
 
 if server_timed:
     with tabs["Client vs server"]:
-        st.dataframe(data.client_vs_server_table(summary), hide_index=True)
+        st.dataframe(run_data.client_vs_server_table(summary), hide_index=True)
         st.caption(
             "Client vs server, ms: p50 over ok steady requests the server timed. Server "
             "prefill includes its queue time where it reports one; server ITL is its decode "
@@ -172,7 +175,7 @@ with tabs["Export"]:
     e1, e2, e3 = st.columns(3)
     e1.download_button(
         "Requests as CSV",
-        data=lambda: data.export_bytes(run_id, "csv"),
+        data=lambda: run_data.export_bytes(run_id, "csv"),
         file_name=f"{run_id}.csv",
         mime="text/csv",
         on_click="ignore",
@@ -180,7 +183,7 @@ with tabs["Export"]:
     )
     e2.download_button(
         "Requests as Parquet",
-        data=lambda: data.export_bytes(run_id, "parquet"),
+        data=lambda: run_data.export_bytes(run_id, "parquet"),
         file_name=f"{run_id}.parquet",
         mime="application/vnd.apache.parquet",
         on_click="ignore",
@@ -188,7 +191,7 @@ with tabs["Export"]:
     )
     e3.download_button(
         "HTML report",
-        data=lambda: data.report_html(run_id),
+        data=lambda: run_data.report_html(run_id),
         file_name=f"{run_id}.html",
         mime="text/html",
         on_click="ignore",

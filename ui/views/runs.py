@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import data
+from ui.data import runs as runs_data
+from ui.data import shared
 from ui.views.common import RUN_PARAM, RUNS_PARAM
 
 st.title("Runs")
@@ -26,8 +27,8 @@ status_q = status_col.selectbox(
 since = since_col.date_input("Started on or after", value=None, key="f_since")
 until = until_col.date_input("Started on or before", value=None, key="f_until")
 
-found = data.runs(name_q, target_q, model_q, label_q, status_q)
-table = data.runs_table(found, since, until)
+found = shared.runs(name_q, target_q, model_q, label_q, status_q)
+table = runs_data.runs_table(found, since, until)
 st.write(f"**{len(table)}** run(s)")
 
 picked = st.dataframe(

@@ -6,8 +6,9 @@ from __future__ import annotations
 import streamlit as st
 
 from loadgen.errors import SpecError
-from ui import data, data_more
-from ui.views.common import fmt, pick_run
+from ui.data import shared
+from ui.data import sla as sla_data
+from ui.views.common import csv_download, fmt, pick_run
 
 EXAMPLE = """confidence = 0.99
 
@@ -35,12 +36,12 @@ else:
     where = "claims (text box)"
 
 try:
-    verdicts = data_more.verdicts(run_id, claims_text, where)
+    verdicts = sla_data.verdicts(run_id, claims_text, where)
 except SpecError as exc:
     st.error(f"The claims are not valid: {exc}")
     st.stop()
 
-run = data.run(run_id)
+run = shared.run(run_id)
 if not run.get("requests"):
     st.warning(
         "This run has no requests: no claim can be decided (each lacks samples). It ended "
@@ -73,11 +74,4 @@ st.caption(
     "Exact binomial test on exceedances from raw rows (steady phase); failed requests count "
     'as exceedances unless a claim says `failures = "exclude"`.'
 )
-st.download_button(
-    "Download verdicts.csv",
-    data=lambda: data.csv_bytes(verdicts),
-    file_name="verdicts.csv",
-    mime="text/csv",
-    on_click="ignore",
-    key="sla_csv",
-)
+csv_download(verdicts, "verdicts")

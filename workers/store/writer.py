@@ -11,10 +11,10 @@ behind and replaying in order after; a full spool fails the run.
 from __future__ import annotations
 
 import collections
-import os
 import queue
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.errors import SpoolFullError, StoreError
@@ -24,15 +24,29 @@ from workers.store.connect import redact_url
 from workers.store.spool import EncodedBatch, Spool
 from workers.store.writer_stats import LagWindow, WriterStats
 
-DEFAULT_BATCH_MAX_ROWS = 5_000
-DEFAULT_BATCH_MAX_S = 0.5
-DEFAULT_SPOOL_MAX_BYTES = 1 << 30  # 1 GiB: about 500k requests of 128 chunks
-DEFAULT_IO_TIMEOUT_S = 30.0  # one batch's transaction; past it the socket is shut down
-DEFAULT_CONNECT_TIMEOUT_S = 5  # libpq connect_timeout (whole seconds, at least 2)
-DEFAULT_CLOSE_TIMEOUT_S = 60.0  # how long close() keeps retrying a spool backlog
-SPILL_AFTER_S = 2.0  # an encoded batch waiting this long for the database goes to the spool
-PAUSE_ENV = "PEAKLOAD_TEST_PAUSE_BEFORE_COMMIT"  # tests only: seconds to sleep before COMMIT
 APPLICATION_NAME = "peakload-writer"
+
+
+@dataclass(frozen=True, slots=True)
+class WriterConfig:
+    """How a StoreWriter batches, spools and waits. The defaults are what runs use; a caller
+    sets what is its own (the run's `store_content`, a shard's spool directory)."""
+
+    batch_max_rows: int = 5_000  # a batch is committed at this many rows...
+    batch_max_s: float = 0.5  # ...or once its oldest row waited this long
+    spool_dir: str | Path | None = None  # None: spool_root() / run_id
+    spool_max_bytes: int = 1 << 30  # 1 GiB: about 500k requests of 128 chunks
+    store_content: bool = False  # prompts and responses, only when the spec opts in
+    io_timeout_s: float = 30.0  # one batch's transaction; past it the socket is shut down
+    connect_timeout_s: int = 5  # libpq connect_timeout (whole seconds, at least 2)
+    close_timeout_s: float = 60.0  # how long close() keeps retrying a spool backlog
+    direct_copy: bool = True  # a first attempt COPYs straight into the tables
+    spill_after_s: float = 2.0  # an encoded batch waiting this long for the database is spooled
+    pause_before_commit_s: float = 0.0  # tests only: sit in the transaction before COMMIT
+
+    def __post_init__(self) -> None:
+        if self.batch_max_rows < 1 or self.batch_max_s <= 0:
+            raise StoreError("StoreWriter: batch_max_rows must be >= 1 and batch_max_s > 0")
 
 
 class _Job:
@@ -59,32 +73,15 @@ class StoreWriter:
     to the commit of the transaction holding the record.
     """
 
-    def __init__(
-        self,
-        url: str,
-        run_id: str,
-        *,
-        batch_max_rows: int = DEFAULT_BATCH_MAX_ROWS,
-        batch_max_s: float = DEFAULT_BATCH_MAX_S,
-        spool_dir: str | Path | None = None,
-        spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES,
-        store_content: bool = False,
-        io_timeout_s: float = DEFAULT_IO_TIMEOUT_S,
-        connect_timeout_s: int = DEFAULT_CONNECT_TIMEOUT_S,
-        close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
-        direct_copy: bool = True,
-        spill_after_s: float = SPILL_AFTER_S,
-    ) -> None:
-        if batch_max_rows < 1 or batch_max_s <= 0:
-            raise StoreError("StoreWriter: batch_max_rows must be >= 1 and batch_max_s > 0")
-        self.url, self.run_id, self.store_content = url, run_id, store_content
-        self.batch_max_rows, self.batch_max_s = batch_max_rows, batch_max_s
-        self.io_timeout_s, self.close_timeout_s = io_timeout_s, close_timeout_s
-        self.direct_copy, self.spill_after_s = direct_copy, spill_after_s
-        self.connect_timeout_s = max(2, int(connect_timeout_s))
-        root = Path(spool_dir) if spool_dir else spool_root() / run_id
-        self.spool = Spool(root, spool_max_bytes)
-        self._pause_s = float(os.environ.get(PAUSE_ENV, "0") or 0)
+    def __init__(self, url: str, run_id: str, config: WriterConfig | None = None) -> None:
+        cfg = WriterConfig() if config is None else config
+        self.url, self.run_id, self.config = url, run_id, cfg
+        self.store_content = cfg.store_content
+        self.batch_max_rows, self.batch_max_s = cfg.batch_max_rows, cfg.batch_max_s
+        self.close_timeout_s, self.spill_after_s = cfg.close_timeout_s, cfg.spill_after_s
+        self.connect_timeout_s = max(2, int(cfg.connect_timeout_s))
+        root = Path(cfg.spool_dir) if cfg.spool_dir else spool_root() / run_id
+        self.spool = Spool(root, cfg.spool_max_bytes)
         self._q: collections.deque[tuple[int, Batch]] = collections.deque()
         self._wake = threading.Event()
         self._done_cv = threading.Condition()
@@ -102,9 +99,9 @@ class StoreWriter:
             self.stats_,
             application_name=APPLICATION_NAME,
             connect_timeout_s=self.connect_timeout_s,
-            io_timeout_s=io_timeout_s,
-            direct_copy=direct_copy,
-            pause_s=self._pause_s,
+            io_timeout_s=cfg.io_timeout_s,
+            direct_copy=cfg.direct_copy,
+            pause_s=cfg.pause_before_commit_s,
         )
         self._lags = LagWindow()
         self.error: BaseException | None = None
@@ -382,7 +379,7 @@ def replay_spools(url: str, root: Path | None = None) -> dict[str, int]:
     for run_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         if not any(run_dir.glob("w-*/*.batch")):
             continue
-        writer = StoreWriter(url, run_dir.name, spool_dir=run_dir)
+        writer = StoreWriter(url, run_dir.name, WriterConfig(spool_dir=run_dir))
         writer.close()
         done[run_dir.name] = writer.stats().replayed_batches
     return done

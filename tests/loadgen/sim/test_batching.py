@@ -38,6 +38,7 @@ class Seq:
     def __init__(self, prompt: int, max_tokens: int) -> None:
         self.prompt_tokens = prompt
         self.max_tokens = max_tokens
+        self.admitted_ns = -1
         self.times: list[int] = []
 
     def on_token(self, due_ns: int) -> bool:

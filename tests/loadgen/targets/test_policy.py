@@ -103,14 +103,27 @@ def test_policy_from_env() -> None:
         policy_from_env({"PEAKLOAD_TARGET_ALLOWLIST": "300.1.1.1/8"})
 
 
-def test_target_checks_a_given_policy() -> None:
+def test_build_target_checks_the_policy_first() -> None:
+    from loadgen.pacing import PacedTarget, Pacer
     from loadgen.spec import TargetSpec
-    from loadgen.targets import OpenAITarget, TargetPolicy
+    from loadgen.targets import TargetPolicy, build_target
 
     spec = TargetSpec(api="openai-chat", base_url="http://169.254.169.254/v1", model="m")
-    with pytest.raises(PolicyError, match="metadata"):
-        OpenAITarget(spec, max_connections=1, policy=TargetPolicy())
-    OpenAITarget(spec, max_connections=1)  # no policy given: the caller checked already
+    for policy in (TargetPolicy(), TargetPolicy().allowing_private()):
+        with pytest.raises(PolicyError, match="metadata"):
+            build_target(spec, policy, max_connections=1)
+    built = build_target(spec, None, max_connections=1)  # None: checked by the planner's process
+    assert built.sender is built.client
+    local = spec.model_copy(update={"base_url": "http://127.0.0.1:9/v1"})
+    with pytest.raises(PolicyError, match="loopback"):
+        build_target(local, TargetPolicy(), max_connections=1)
+    paced = build_target(
+        local, TargetPolicy().allowing_private(), max_connections=1, pacer=Pacer(60.0, None)
+    )
+    assert isinstance(paced.sender, PacedTarget) and paced.sender.inner is paced.client
+    assert build_target(local, None, max_connections=1, transport="httpx").client.transport == (
+        "httpx"
+    )
 
 
 SPECIAL_PURPOSE = [

@@ -124,3 +124,50 @@ def test_probe_honours_the_target_policy() -> None:
     """The probe sends requests: a metadata address is refused before any is sent."""
     r = CliRunner().invoke(cli, ["probe", "http://169.254.169.254/v1"])
     assert r.exit_code == 2 and "metadata address" in r.output
+
+
+def test_probe_sends_the_runs_headers_env_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A probe sends what the run would send: `headers_env` headers filled in from this process's
+    environment (an unset variable is a SpecError naming it, before anything is sent)."""
+    import http.server
+    import threading
+
+    from loadgen.errors import SpecError
+
+    seen: list[str | None] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(self.headers.get("X-Auth-Token"))
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = b'{"error": {"message": "unauthorized"}}'
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        spec = TargetSpec(
+            api="openai-chat",
+            base_url=f"http://127.0.0.1:{server.server_address[1]}/v1",
+            model="m",
+            headers_env={"X-Auth-Token": "PEAKLOAD_TEST_PROBE_TOKEN"},
+        )
+        monkeypatch.delenv("PEAKLOAD_TEST_PROBE_TOKEN", raising=False)
+        with pytest.raises(SpecError, match="PEAKLOAD_TEST_PROBE_TOKEN"):
+            probe_sync(spec, ["stream"])
+        assert seen == []
+        monkeypatch.setenv("PEAKLOAD_TEST_PROBE_TOKEN", "tok-1234")
+        probe_sync(spec, ["stream"])
+        assert seen and set(seen) == {"tok-1234"}
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

@@ -21,7 +21,7 @@ from tests.support.stores import FreshDatabase
 from tests.workers.store._records import make_records
 from workers.store import copyenc
 from workers.store.spool import EncodedBatch
-from workers.store.writer import StoreWriter
+from workers.store.writer import StoreWriter, WriterConfig
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +56,9 @@ def _varied(run_id: str, n: int) -> list[RequestRecord]:
 
 
 def _write(url: str, run_id: str, records: list[RequestRecord], tmp: Path, per: int) -> None:
-    w = StoreWriter(url, run_id, spool_dir=tmp / f"spool-{uuid.uuid4().hex[:6]}", batch_max_s=0.05)
+    w = StoreWriter(
+        url, run_id, WriterConfig(spool_dir=tmp / f"spool-{uuid.uuid4().hex[:6]}", batch_max_s=0.05)
+    )
     for i in range(0, len(records), per):
         w.write(Batch(records[i : i + per]))
         w.flush()  # one block per write

@@ -5,7 +5,6 @@ after recovery, and the database matches the ledger."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from tests.support.stores import host_port, ledger_check, with_hostport
 from tests.support.tcpproxy import TcpProxy
 from tests.workers.store._records import feed, make_records, make_ticks
 from workers.store.spool import SUFFIX
-from workers.store.writer import APPLICATION_NAME, PAUSE_ENV, StoreWriter
+from workers.store.writer import APPLICATION_NAME, StoreWriter, WriterConfig
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[3]
@@ -57,7 +56,6 @@ def _wait(cond: object, timeout_s: float, what: str) -> None:
 
 def test_d2_writer_killed_between_copy_and_commit(store_url: str, tmp_path: Path) -> None:
     run_id, n = str(uuid.uuid4()), 500
-    env = {**os.environ, PAUSE_ENV: "60"}
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -67,9 +65,9 @@ def test_d2_writer_killed_between_copy_and_commit(store_url: str, tmp_path: Path
             run_id,
             str(n),
             str(tmp_path / "spool"),
+            "60",  # seconds the writer sits before COMMIT
         ],
         cwd=REPO,
-        env=env,
     )
     try:
         # COPY and INSERT ... SELECT done, COMMIT not sent: the session idles in its transaction
@@ -85,7 +83,7 @@ def test_d2_writer_killed_between_copy_and_commit(store_url: str, tmp_path: Path
     assert _count(store_url, "requests", run_id) == 0, "a partial batch became visible"
     assert _count(store_url, "ticks", run_id) == 0
     # The runner's replay of the same batch: exactly one row per request.
-    writer = StoreWriter(store_url, run_id, spool_dir=tmp_path / "spool")
+    writer = StoreWriter(store_url, run_id, WriterConfig(spool_dir=tmp_path / "spool"))
     records = make_records(run_id, n)
     writer.write(Batch(records, make_ticks(run_id, 3)))
     writer.write(Batch(records))
@@ -102,11 +100,13 @@ def _outage(store_url: str, tmp_path: Path, outage_s: float) -> None:
         writer = StoreWriter(
             with_hostport(store_url, "127.0.0.1", proxy.port),
             run_id,
-            spool_dir=tmp_path / "spool",
-            batch_max_s=0.2,
-            io_timeout_s=2,
-            connect_timeout_s=2,
-            close_timeout_s=60,
+            WriterConfig(
+                spool_dir=tmp_path / "spool",
+                batch_max_s=0.2,
+                io_timeout_s=2,
+                connect_timeout_s=2,
+                close_timeout_s=60,
+            ),
         )
         ids = feed(writer, run_id, 400, 20, rate_per_s=200)  # 2 s healthy
         assert writer.flush(30)
@@ -152,10 +152,9 @@ def test_a_database_that_falls_behind_gets_the_backlog_on_disk_not_in_memory(
         writer = StoreWriter(
             with_hostport(db.url, "127.0.0.1", proxy.port),
             run_id,
-            spool_dir=tmp_path / "spool",
-            batch_max_rows=50,
-            batch_max_s=0.05,
-            spill_after_s=0.1,
+            WriterConfig(
+                spool_dir=tmp_path / "spool", batch_max_rows=50, batch_max_s=0.05, spill_after_s=0.1
+            ),
         )
         ids = feed(writer, run_id, 600, 50)
         assert writer.flush(60)  # everything is committed or on disk: nothing left in memory

@@ -13,7 +13,7 @@ from loadgen.records import Batch
 from loadgen.spec import spec_from_dict
 from tests.workers.store._records import make_records
 from workers.store import runs
-from workers.store.writer import StoreWriter
+from workers.store.writer import StoreWriter, WriterConfig
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +49,7 @@ def test_run_levels_and_shards_round_trip(store_url: str, tmp_path: object) -> N
                           requests_scheduled=50)  # fmt: skip
         runs.start_run(conn, run_id)
         runs.set_shard_state(conn, run_id, "local-0", "running")
-        writer = StoreWriter(store_url, run_id, spool_dir=f"{tmp_path}/spool")
+        writer = StoreWriter(store_url, run_id, WriterConfig(spool_dir=f"{tmp_path}/spool"))
         writer.write(Batch(make_records(run_id, 50, shard_id="local-0")))
         writer.close()
         assert runs.count_requests(conn, run_id) == 50

@@ -22,7 +22,7 @@ from tests.workers.store._records import make_records
 from workers.store import blocks, copyenc
 from workers.store.backfill import pack_run
 from workers.store.spool import MAGIC_V2, SUFFIX, EncodedBatch
-from workers.store.writer import StoreWriter
+from workers.store.writer import StoreWriter, WriterConfig
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +62,7 @@ def _timed(run_id: str, n: int, start: int = 0) -> list[RequestRecord]:
 
 
 def _write(url: str, run_id: str, records: list[RequestRecord], spool: Path, per: int) -> None:
-    w = StoreWriter(url, run_id, spool_dir=spool, batch_max_s=0.05)
+    w = StoreWriter(url, run_id, WriterConfig(spool_dir=spool, batch_max_s=0.05))
     for i in range(0, len(records), per):
         w.write(Batch(records[i : i + per]))
         w.flush()  # one block per write
@@ -202,7 +202,7 @@ def test_a_spool_of_the_previous_layout_replays_and_its_format_1_blocks_read(
     (gone / ".lock").touch()
     (gone / f"{1:012d}{SUFFIX}").write_bytes(_spool_v2(_previous_writer(old)))
     assert EncodedBatch.from_bytes(_spool_v2(_previous_writer(old)), "x").layout == 1
-    w = StoreWriter(store_url, run_id, spool_dir=root, batch_max_s=0.05)
+    w = StoreWriter(store_url, run_id, WriterConfig(spool_dir=root, batch_max_s=0.05))
     w.write(Batch(new))
     w.close()
     assert w.stats().replayed_batches == 1 and w.stats().rows_inserted == 500

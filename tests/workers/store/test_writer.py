@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -18,7 +19,7 @@ from tests.support.stores import ledger_check
 from tests.workers.store._records import feed, make_records, make_ticks
 from ui.commands.db import db as db_command
 from workers.store.spool import SUFFIX, EncodedBatch
-from workers.store.writer import StoreWriter
+from workers.store.writer import StoreWriter, WriterConfig
 
 pytestmark = pytest.mark.integration
 
@@ -26,9 +27,9 @@ CANARY_PROMPT = "canary-prompt-7f3a9c"
 CANARY_RESPONSE = "canary-response-51be02"
 
 
-def _writer(url: str, run_id: str, tmp_path: Path, **kw: object) -> StoreWriter:
+def _writer(url: str, run_id: str, tmp_path: Path, **kw: Any) -> StoreWriter:
     kw.setdefault("batch_max_s", 0.1)
-    return StoreWriter(url, run_id, spool_dir=tmp_path / "spool", **kw)  # type: ignore[arg-type]
+    return StoreWriter(url, run_id, WriterConfig(spool_dir=tmp_path / "spool", **kw))
 
 
 def test_every_record_and_tick_is_stored_field_for_field(store_url: str, tmp_path: Path) -> None:
@@ -181,8 +182,8 @@ def test_db_replay_replays_what_a_gone_writer_left(
     monkeypatch.setenv("PEAKLOAD_HOME", str(tmp_path))
     monkeypatch.setenv("PEAKLOAD_DATABASE_URL", store_url)
     run_id = str(uuid.uuid4())
-    first = StoreWriter(_unreachable_url(), run_id, batch_max_rows=100, connect_timeout_s=2,
-                        close_timeout_s=0.5)  # fmt: skip
+    first = StoreWriter(_unreachable_url(), run_id, WriterConfig(batch_max_rows=100,
+                        connect_timeout_s=2, close_timeout_s=0.5))  # fmt: skip
     ids = feed(first, run_id, 300, 100)
     with pytest.raises(StoreError, match="remain spooled"):
         first.close()

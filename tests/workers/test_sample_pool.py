@@ -1,0 +1,156 @@
+"""The Redis sample pool against a real Redis (PEAKLOAD_TEST_REDIS_URL, else a redis-server of
+the test's own): shards meeting, a missing shard closing the pool after the bound, a late shard
+getting exactly the closed set, and keys that expire."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from loadgen.pool import Pooled
+from loadgen.search import judge
+from loadgen.spec import spec_from_dict
+from tests.support.celery_workers import RedisServer
+from workers.sample_pool import RedisPool
+
+pytestmark = pytest.mark.integration
+
+IDS = ["eu-0", "us-0", "us-1"]
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    url = os.environ.get("PEAKLOAD_TEST_REDIS_URL", "").strip()
+    if url:
+        yield url
+        return
+    server = RedisServer(tmp_path)
+    yield server.url(0)
+    server.stop()
+
+
+def _pool(url: str, run_id: str, wait_s: float = 30.0) -> RedisPool:
+    return RedisPool(url, run_id, IDS, wait_s=wait_s, ttl_s=120)
+
+
+def _samples(sid: str) -> dict[str, list[float]]:
+    k = IDS.index(sid)
+    return {"ttft_ms": [10.0 * k, 10.0 * k + 1, float("inf")], "e2e_ms": [100.0 + k]}
+
+
+async def _hand_in(url: str, run_id: str, run: int, sids: list[str], wait_s: float) -> list[Pooled]:
+    pools = [_pool(url, run_id, wait_s) for _ in sids]  # one client per shard, as on workers
+    try:
+        return list(
+            await asyncio.gather(
+                *(p.pool(run, sid, _samples(sid)) for p, sid in zip(pools, sids, strict=True))
+            )
+        )
+    finally:
+        for p in pools:
+            await p.aclose()
+
+
+def test_every_shard_gets_every_shards_samples(redis_url: str) -> None:
+    run_id = str(uuid.uuid4())
+    got = asyncio.run(_hand_in(redis_url, run_id, 0, ["us-1", "eu-0", "us-0"], 30.0))
+    want = {
+        "ttft_ms": [0.0, 1.0, float("inf"), 10.0, 11.0, float("inf"), 20.0, 21.0, float("inf")],
+        "e2e_ms": [100.0, 101.0, 102.0],
+    }
+    for p in got:
+        assert p.samples == want  # in shard-id order, inf (a miss) kept
+        assert p.shards == tuple(IDS) and p.complete
+    with redis.Redis.from_url(redis_url) as r:
+        keys = list(r.scan_iter(f"peakload:pool:{run_id}:*"))
+        assert len(keys) == 3
+        assert all(0 < r.ttl(k) <= 120 for k in keys)  # cleaned up by expiry
+
+
+def test_a_missing_shard_closes_the_pool_and_a_late_one_gets_the_closed_set(
+    redis_url: str,
+) -> None:
+    run_id = str(uuid.uuid4())
+    t0 = time.monotonic()
+    early = asyncio.run(_hand_in(redis_url, run_id, 0, ["eu-0", "us-0"], 0.5))
+    waited = time.monotonic() - t0
+    assert 0.5 <= waited < 5.0  # the bound ended the wait
+    for p in early:
+        assert p.shards == ("eu-0", "us-0") and p.missing == ("us-1",) and not p.complete
+    # us-1 hands in after the close: it decides on exactly the closed set, not its own samples
+    (late,) = asyncio.run(_hand_in(redis_url, run_id, 0, ["us-1"], 30.0))
+    assert late == early[0]
+    spec = spec_from_dict(
+        {
+            "name": "t",
+            "target": {"api": "openai-chat", "base_url": "http://127.0.0.1:9/v1", "model": "m"},
+            "load": {"saturation": {"start": 1, "max": 2}, "duration_s": 1},
+            "slos": [{"metric": "ttft_ms", "percentile": 50, "threshold": 15}],
+        }
+    )
+    assert judge(spec, late.samples, 0.9) == judge(spec, early[1].samples, 0.9)
+    # the next level run expects only the shards the last pool closed with: no second wait
+    t1 = time.monotonic()
+    nxt = asyncio.run(_hand_in(redis_url, run_id, 1, ["eu-0", "us-0"], 30.0))
+    assert time.monotonic() - t1 < 5.0
+    assert all(p.shards == ("eu-0", "us-0") and p.missing == ("us-1",) for p in nxt)
+
+
+def test_a_shard_back_in_time_is_pooled_again(redis_url: str) -> None:
+    """A shard left out of one pool that hands in before the next one closes is in it."""
+    run_id = str(uuid.uuid4())
+    asyncio.run(_hand_in(redis_url, run_id, 0, ["eu-0", "us-0"], 0.3))
+
+    async def next_run() -> list[Pooled]:
+        late = asyncio.create_task(_hand_in(redis_url, run_id, 1, ["us-1"], 30.0))
+        await asyncio.sleep(0.2)
+        rest = await _hand_in(redis_url, run_id, 1, ["eu-0", "us-0"], 30.0)
+        return [*(await late), *rest]
+
+    for p in asyncio.run(next_run()):
+        assert p.shards == tuple(IDS) and p.complete
+
+
+def test_redis_restarting_mid_wait_neither_fails_the_shard_nor_splits_the_pool(
+    tmp_path: Path,
+) -> None:
+    """Redis killed while a shard waits (its keys lost: no persistence) and started again: the
+    shard keeps trying, closes the pool at the bound with itself in it, and a shard handing in
+    after that gets the same closed set."""
+    server = RedisServer(tmp_path)
+    try:
+        url, run_id = server.url(0), str(uuid.uuid4())
+
+        async def first() -> Pooled:
+            pool = RedisPool(url, run_id, ["eu-0", "us-0"], wait_s=3.0, ttl_s=120)
+            try:
+                return await pool.pool(0, "eu-0", {"ttft_ms": [1.0]})
+            finally:
+                await pool.aclose()
+
+        async def scenario() -> tuple[Pooled, Pooled]:
+            waiting = asyncio.create_task(first())
+            await asyncio.sleep(0.3)
+            await asyncio.to_thread(server.kill)
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(server.start)
+            early = await waiting
+            late = RedisPool(url, run_id, ["eu-0", "us-0"], wait_s=3.0, ttl_s=120)
+            try:
+                return early, await late.pool(0, "us-0", {"ttft_ms": [2.0]})
+            finally:
+                await late.aclose()
+
+        early, late = asyncio.run(scenario())
+        assert early == late
+        assert early.shards == ("eu-0",) and early.missing == ("us-0",)
+        assert early.samples == {"ttft_ms": [1.0]}
+    finally:
+        server.stop()

@@ -1,0 +1,190 @@
+"""What every page's data shares: one store connection for the app (`st.cache_resource`,
+opened on first use, never at import), the runs list and one run's row, and a run's raw
+frames (requests, chunk arrays, levels, the level summary) cached as resources keyed by the
+run's version, so no page copies them per rerun. Page modules (ui/data/<page>.py) build on it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import psycopg
+import streamlit as st
+
+from analysis import metrics as m
+from analysis.reports.summary import level_summary
+from analysis.store import cache as acache
+from analysis.store import load as al
+
+RUNS_TTL_S = 5
+
+
+RESULT_TTL_S = 600
+
+
+LOAD_CONNECTIONS = 2  # connections reading one run at once (analysis.store.fastload)
+
+
+class Store:
+    """One connection shared by the app's sessions, used under a lock and reopened if lost."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[Any] | None = None
+
+    @contextmanager
+    def conn(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                self._conn = al.open_store(self.url)
+            try:
+                yield self._conn
+            except psycopg.OperationalError:
+                self._conn.close()
+                self._conn = None
+                raise
+
+
+def store_url() -> str:
+    """The store the app reads: `PEAKLOAD_DATABASE_URL`, else the embedded default."""
+    url = os.environ.get(al.DATABASE_URL_ENV, "").strip()
+    return url or _embedded_url()
+
+
+@st.cache_resource(show_spinner="Starting the embedded store…")
+def _embedded_url() -> str:
+    from workers.store.connect import database_url
+
+    return database_url()
+
+
+def store() -> Store:
+    """The shared store for the configured URL (read on each call, so a changed environment
+    gets its own connection)."""
+    return _store(store_url())
+
+
+@st.cache_resource(show_spinner=False)
+def _store(url: str) -> Store:
+    from workers.store.connect import ensure_schema
+
+    ensure_schema(url)
+    return Store(url)
+
+
+@st.cache_data(ttl=RUNS_TTL_S, show_spinner=False)
+def runs(
+    name: str | None = None,
+    target: str | None = None,
+    model: str | None = None,
+    label: str | None = None,
+    status: str | None = None,
+    schedule: str | None = None,
+    limit: int = 500,
+) -> pd.DataFrame:
+    """Stored runs, newest first (analysis.store.load.load_runs); `label` is "key=value"."""
+    labels = None
+    if label and "=" in label:
+        k, v = label.split("=", 1)
+        labels = {k.strip(): v.strip()}
+    from workers.local_lease import reap_dead_local_runs
+
+    with store().conn() as c:
+        reap_dead_local_runs(c)  # a local run whose process died is listed failed, with why
+        return al.load_runs(
+            c,
+            name_like=name or None,
+            target_like=target or None,
+            model=model or None,
+            labels=labels,
+            status=status or None,
+            schedule_name=schedule or None,
+            limit=limit,
+        )
+
+
+def validity_word(v: Any) -> str:
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return "unknown"
+    return "valid" if bool(v) else "INVALID"
+
+
+@st.cache_data(ttl=RUNS_TTL_S, show_spinner=False)
+def run(run_id: str) -> dict[str, Any]:
+    """One run's row (analysis.store.load.load_run); LookupError if absent."""
+    with store().conn() as c:
+        return al.load_run(c, run_id)
+
+
+def choices(df: pd.DataFrame) -> dict[str, str]:
+    """run_id -> a readable label for pickers (name, short id, start)."""
+    out: dict[str, str] = {}
+    for rid, name, start in zip(df["run_id"], df["name"], df["started_at"], strict=True):
+        when = "" if pd.isna(start) else f" · {start:%Y-%m-%d %H:%M}"
+        out[str(rid)] = f"{name} · {str(rid)[:8]}{when}"
+    return out
+
+
+@st.cache_data(ttl=RUNS_TTL_S, show_spinner=False)
+def runs_for(run_ids: Sequence[str]) -> pd.DataFrame:
+    with store().conn() as c:
+        return al.load_runs(c, run_ids=list(run_ids), limit=None)
+
+
+def version(run_id: str) -> str:
+    """What identifies a run's current content: status, end and row count (a running run's
+    results are recomputed as it grows; a finished run's never change)."""
+    r = run(run_id)
+    return f"{r['status']}|{r['ended_at']}|{r['requests']}"
+
+
+def versions(run_ids: Sequence[str]) -> tuple[str, ...]:
+    return tuple(version(r) for r in run_ids)
+
+
+@st.cache_resource(ttl=RESULT_TTL_S, max_entries=12, show_spinner=False)
+def _loaded(run_id: str, version: str) -> tuple[pd.DataFrame, m.ChunkArrays]:
+    """The run's requests and chunk arrays (analysis.store.cache.load_run_cached: fast binary load,
+    kept on disk once the run has ended), shared read-only; no content columns."""
+    df, ch, _hit = acache.load_run_cached(store().url, run_id, parallel=LOAD_CONNECTIONS)
+    return df, ch
+
+
+def requests(run_id: str) -> pd.DataFrame:
+    """All of a run's requests (the frame of analysis.store.fastload, in store order)."""
+    return _loaded(run_id, version(run_id))[0]
+
+
+def chunks(run_id: str) -> m.ChunkArrays:
+    """Every request's chunk offsets (µs from send) and tokens, aligned with `requests`."""
+    return _loaded(run_id, version(run_id))[1]
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def levels(run_id: str) -> pd.DataFrame:
+    with store().conn() as c:
+        return al.load_levels(c, run_id)
+
+
+def summary(run_id: str) -> dict[str, Any]:
+    """analysis.reports.summary.level_summary of the run."""
+    return _summary(run_id, version(run_id))
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def _summary(run_id: str, version: str) -> dict[str, Any]:
+    return level_summary(requests(run_id), levels(run_id), run(run_id), chunks=chunks(run_id))
+
+
+def csv_bytes(df: pd.DataFrame) -> bytes:
+    buf = io.StringIO()
+    df.to_csv(buf, index=False)
+    return buf.getvalue().encode("utf-8")

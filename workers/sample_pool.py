@@ -1,0 +1,197 @@
+"""A `SamplePool` (loadgen/pool.py) in Redis: the Celery shards of one distributed run meet
+there after each level run: a saturation search's shards judge the same pooled samples and run
+the same next level; a sweep's shards (under drain or cancel) start each next level together,
+once every one has ended its last.
+
+Keys, per run id and level-run index, all expiring after `ttl_s` (longer than the run may last,
+so a late shard still finds what the others decided): `…:members` (the shards that handed in),
+`…:data` (each one's samples, packed float64) and `…:closed` (the closed set, JSON).
+
+The rule, each step one Lua script (atomic):
+- Handing in: if the pool is closed, the shard gets the closed set (its own samples are not in
+  it). Otherwise it joins; when the members cover the expected shards — every planned shard for
+  the first level run, then those the previous level run's pool closed with (a shard that died
+  is waited for once, not at every level) — the pool closes with the members.
+- A shard whose wait exceeds the bound (`wait_bound_s`: the level's duration, the request
+  deadline and a margin, from its own hand-in) joins again and closes the pool with the members
+  present, unless it closed meanwhile. The first to close wins (the key is set once).
+Every shard, a late one included, then pools exactly the closed set's samples in shard-id order.
+A lost connection (Redis restarting) is retried up to the bound; if Redis lost the keys, the
+closing shard's own samples are in again, and the closed set says who else was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+import redis.asyncio as aioredis
+
+from loadgen.plan import ShardPlan
+from loadgen.pool import Pooled, concat
+from loadgen.spec import RunSpec
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+PREFIX = "peakload:pool"
+WAIT_MARGIN_S = 15.0  # beyond duration + deadline: start skew, drains, a slow host
+TTL_MARGIN_S = 3600.0  # keys outlive the run's planned duration by this much
+POLL_S = 0.02  # how often a waiting shard looks for the closed set
+
+# KEYS: members, data, closed, previous closed. ARGV: shard id, ttl s, planned ids (JSON),
+# force ("1": close now, with whoever is in), then metric name / packed samples pairs. Returns
+# the closed set (JSON list) or false while it stays open.
+_JOIN = """
+local closed = redis.call('GET', KEYS[3])
+if closed then return closed end
+for i = 5, #ARGV, 2 do
+  redis.call('HSET', KEYS[2], ARGV[1] .. '\\n' .. ARGV[i], ARGV[i + 1])
+end
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+if ARGV[4] ~= '1' then
+  local prev = redis.call('GET', KEYS[4])
+  local expected = cjson.decode(prev or ARGV[3])
+  for _, sid in ipairs(expected) do
+    if redis.call('SISMEMBER', KEYS[1], sid) == 0 then return false end
+  end
+end
+local m = redis.call('SMEMBERS', KEYS[1])
+table.sort(m)
+closed = cjson.encode(m)
+redis.call('SET', KEYS[3], closed, 'EX', ARGV[2])
+return closed
+"""
+
+
+def wait_bound_s(spec: RunSpec) -> float:
+    """How long a shard that handed in waits for the others: the level's duration (a shard may
+    be a whole level behind at most that), one request deadline (its drain) and a margin."""
+    return spec.load.duration_s + spec.target.deadline_s + WAIT_MARGIN_S
+
+
+def pack(samples: dict[str, list[float]]) -> list[tuple[str, bytes]]:
+    """(metric, little-endian float64 bytes) pairs; inf (a miss) survives."""
+    return [(k, np.asarray(v, dtype="<f8").tobytes()) for k, v in sorted(samples.items())]
+
+
+def unpack(raw: bytes) -> list[float]:
+    return [float(x) for x in np.frombuffer(raw, dtype="<f8")] if raw else []
+
+
+class RedisPool:
+    """The `SamplePool` of one distributed run: `shard_ids` are all of its planned shards."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        run_id: str,
+        shard_ids: Sequence[str],
+        *,
+        wait_s: float,
+        ttl_s: float,
+    ) -> None:
+        self.url, self.run_id = redis_url, run_id
+        self.shard_ids = sorted(shard_ids)
+        self.wait_s, self.ttl_s = wait_s, max(1, int(ttl_s))
+        self._client: aioredis.Redis | None = None
+
+    def key(self, run: int, part: str) -> str:
+        return f"{PREFIX}:{self.run_id}:{run}:{part}"
+
+    def _redis(self) -> aioredis.Redis:
+        if self._client is None:  # made on first use: bound to the loop the shard runs on
+            self._client = aioredis.Redis.from_url(self.url, socket_timeout=10)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def pool(self, run: int, shard_id: str, samples: dict[str, list[float]]) -> Pooled:
+        members, data, closed_key = (self.key(run, p) for p in ("members", "data", "closed"))
+        keys = [members, data, closed_key, self.key(run - 1, "closed")]
+        args: list[Any] = [shard_id, self.ttl_s, json.dumps(self.shard_ids), "0"]
+        for name, raw in pack(samples):
+            args += [name, raw]
+        end = time.monotonic() + self.wait_s
+        closed = await self._retry(lambda r: r.eval(_JOIN, 4, *keys, *args), end)
+        while not closed and time.monotonic() < end:
+            await asyncio.sleep(POLL_S)
+            closed = await self._retry(lambda r: r.get(closed_key), end)
+        if not closed:  # the bound: close with whoever is in (this shard too, if Redis forgot)
+            args[3] = "1"
+            closed = await self._retry(lambda r: r.eval(_JOIN, 4, *keys, *args), None)
+        listed = json.loads(closed)
+        present = [str(x) for x in listed] if isinstance(listed, list) else []  # {} = empty
+        by_shard = await self._retry(lambda r: self._samples(r, data, present), None)
+        return Pooled(
+            concat(by_shard),
+            tuple(present),
+            tuple(x for x in self.shard_ids if x not in present),
+        )
+
+    async def _retry(self, op: Callable[[aioredis.Redis], Awaitable[T]], end: float | None) -> T:
+        """`op` on the client, again after a lost connection (Redis restarting) until `end`
+        (monotonic s) or, for the steps after the bound, for one more `wait_s`."""
+        stop = end if end is not None else time.monotonic() + self.wait_s
+        delay = 0.1
+        while True:
+            try:
+                return await op(self._redis())
+            except (aioredis.ConnectionError, aioredis.TimeoutError) as exc:
+                if time.monotonic() >= stop:
+                    raise RuntimeError(
+                        f"sample pool of run {self.run_id}: Redis unreachable ({exc})"
+                    ) from exc
+                log.warning("sample pool: Redis unreachable (%s); retrying", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def _samples(
+        self, r: aioredis.Redis, data: str, present: list[str]
+    ) -> dict[str, dict[str, list[float]]]:
+        """Each present shard's samples, from the data hash (fields "shard\\nmetric")."""
+        raw: dict[bytes, bytes] = await r.hgetall(data)  # type: ignore[misc,assignment]
+        out: dict[str, dict[str, list[float]]] = {s: {} for s in present}
+        for field_b, value in raw.items():
+            sid, _, metric = field_b.decode().partition("\n")
+            if sid in out and metric:
+                out[sid][metric] = unpack(value)
+        return out
+
+
+def pooled(plan: ShardPlan) -> bool:
+    """Whether the shards of this plan's run meet after each level: a saturation search (one
+    search on everyone's samples), or several levels that drain or cancel between them (each
+    next level starts once every shard's last one has ended), with more than one shard."""
+    spec = plan.run_spec()
+    if len(plan.extra.get("shard_ids") or ()) < 2:
+        return False
+    if spec.load.saturation is not None:
+        return True
+    return int(plan.extra.get("levels", 1)) > 1 and spec.load.between_levels != "overlap"
+
+
+def pool_for(plan: ShardPlan, redis_url: str, planned_s: float) -> RedisPool | None:
+    """The run's pool for this shard if its run pools (`pooled`), else None. `planned_s`: how
+    long the shard may run (its keys outlive that)."""
+    if not pooled(plan):
+        return None
+    spec = plan.run_spec()
+    ids = plan.extra["shard_ids"]
+    return RedisPool(
+        redis_url,
+        plan.run_id,
+        [str(s) for s in ids],
+        wait_s=wait_bound_s(spec),
+        ttl_s=planned_s + TTL_MARGIN_S,
+    )
