@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.server_metrics import split_sources
+from analysis.server_metrics import SPLIT_LINES, series_by_source, split_sources
 
 _PANELS = (
     "client output tokens/s",
@@ -21,7 +21,7 @@ _PANELS = (
     "client TTFT from send (ms)",
     "server queue / running",
     "server KV-cache use (0-1)",
-    "server TTFT / queue time, mean (ms)",
+    "server TTFT = queue + prefill, mean (ms), by source",
 )
 
 
@@ -52,9 +52,11 @@ def server_fig(report: Mapping[str, Any]) -> go.Figure | None:
         (4, rows, "queue", "queue"),
         (4, rows, "running", "running"),
         (5, rows, "kv_cache", "KV use"),
-        (6, rows, "server_ttft_ms", "server TTFT"),
-        (6, rows, "server_queue_ms", "server queue time"),
     ]
+    for col, label in SPLIT_LINES:  # per-request timings where reported, else the histograms
+        for source, values in series_by_source(rows, col):
+            frame = pd.DataFrame({"bucket": rows["bucket"], col: values})
+            traces.append((6, frame, col, f"{label} ({source})"))
     for row, frame, col, name in traces:
         if frame.empty or col not in frame or not frame[col].notna().any():
             continue

@@ -10,6 +10,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from analysis.server_metrics import SPLIT_LINES, series_by_source
+
 TAIL_TICKS = (50.0, 90.0, 99.0, 99.9, 99.99, 99.999)
 # mid-tone colours that read on both the light and the dark theme; one per series, fixed
 PALETTE = ("#4C8BF5", "#F2994A", "#27AE60", "#EB5757", "#9B51E0", "#2D9CDB", "#F2C94C", "#B4656F")
@@ -128,7 +130,7 @@ def client_and_server(ts: pd.DataFrame, server: pd.DataFrame, title: str) -> go.
         "client TTFT from send, ms",
         "server queue / running",
         "server KV use (0-1)",
-        "server TTFT / queue time, mean ms",
+        "server TTFT = queue + prefill, mean ms, by source",
     )
     fig = make_subplots(
         rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.04, subplot_titles=panels
@@ -146,9 +148,11 @@ def client_and_server(ts: pd.DataFrame, server: pd.DataFrame, title: str) -> go.
         (4, server, "queue", "queue"),
         (4, server, "running", "running"),
         (5, server, "kv_cache", "KV use"),
-        (6, server, "server_ttft_ms", "server TTFT"),
-        (6, server, "server_queue_ms", "server queue time"),
     ]
+    for col, label in SPLIT_LINES:  # per-request timings where reported, else the histograms
+        for source, values in series_by_source(server, col):
+            frame = pd.DataFrame({"bucket": server["bucket"], col: values})
+            traces.append((6, frame, col, f"{label} ({source})"))
     for i, (row, frame, col, name) in enumerate(traces):
         if frame.empty or col not in frame or not frame[col].notna().any():
             continue
