@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,7 @@ DEFAULT_HEADROOM = 0.9  # use this share of a published limit: clocks and window
 DEFAULT_RETRY_AFTER_S = 1.0  # a 429 without Retry-After still pauses the sends this long
 MAX_RETRY_AFTER_S = 120.0  # a Retry-After beyond this is the provider's, not a pause we take
 MAX_SLEEP_NS = 100_000_000  # a waiting send looks again this often (a header may free it)
+WINDOW_NS = 60_000_000_000  # a provider's limit is per minute: older sends no longer count
 
 
 class PacingSpec(BaseModel):
@@ -54,7 +56,8 @@ class Pacer:
     served in the order they were asked. `rpm`/`tpm` are the effective rates (headroom and
     share applied); None = no such limit named, and then the provider's advertised limit
     (`x-ratelimit-limit-*`, read as per minute as OpenAI, Groq, Together and Fireworks send
-    tokens) x `headroom` x `share` is used once a response advertises one."""
+    tokens) x `headroom` x `share` is used once a response advertises one, and the sends made
+    before it was known (the last minute's) are charged against it as if it had been known."""
 
     def __init__(
         self,
@@ -81,6 +84,9 @@ class Pacer:
         self._req_reset = 0
         self._tok_left: float | None = None
         self._tok_reset = 0
+        self._last_send: int | None = None
+        # (sent at, tokens) of the sends made while no token limit was known (the last minute's)
+        self._unpaced: deque[tuple[int, int]] = deque()
         self._lock = asyncio.Lock()
 
     def due(self, now: int, tokens: int = 0) -> int:
@@ -109,8 +115,13 @@ class Pacer:
                     break
                 await asyncio.sleep(min(at - now, MAX_SLEEP_NS) / 1e9)
             now = self._clock()
+            self._last_send = now
             self._next_req = now + self.req_gap_ns
             self._next_tok = max(self._next_tok, now) + int(tokens * self.ns_per_token)
+            if not self.ns_per_token:
+                self._unpaced.append((now, tokens))
+                while self._unpaced and self._unpaced[0][0] < now - WINDOW_NS:
+                    self._unpaced.popleft()
             if self._req_left is not None:
                 self._req_left -= 1
             if self._tok_left is not None:
@@ -135,8 +146,20 @@ class Pacer:
         scale = self.headroom * self.share
         if self.learns_rpm and limits.limit_requests:
             self.req_gap_ns = int(60e9 / (limits.limit_requests * scale))
+            if self._last_send is not None:  # the gap runs from the send before it was known
+                self._next_req = max(self._next_req, self._last_send + self.req_gap_ns)
         if self.learns_tpm and limits.limit_tokens:
             self.ns_per_token = 60e9 / (limits.limit_tokens * scale)
+            self._charge_unpaced()
+
+    def _charge_unpaced(self) -> None:
+        """The token pace replayed over the sends made before it was known: the next send is
+        due where it would have been had the pace held from the first of them."""
+        due = 0
+        for at, tokens in self._unpaced:
+            due = max(due, at) + int(tokens * self.ns_per_token)
+        self._unpaced.clear()
+        self._next_tok = max(self._next_tok, due)
 
 
 def _reset_or_default(reset_s: float | None) -> float:

@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.stats.server_metrics import split_sources
+from analysis.stats.server_metrics import SPLIT_LINES, series_by_source, split_sources
 
 # The client-and-server figure's panels, top to bottom: the report's and the UI's (ui.charts)
 CLIENT_SERVER_PANELS = (
@@ -22,7 +22,7 @@ CLIENT_SERVER_PANELS = (
     "client TTFT from send (ms)",
     "server queue / running",
     "server KV-cache use (0-1)",
-    "server TTFT / queue time, mean (ms)",
+    "server TTFT = queue + prefill, mean (ms), by source",
 )
 
 
@@ -48,7 +48,8 @@ def client_server_series(
     client: pd.DataFrame, ttft: pd.DataFrame, server: pd.DataFrame
 ) -> list[PanelSeries]:
     """The lines of the client-and-server figure that have data: `client` as `client_totals`,
-    `ttft` the client's TTFT p50/p90 per bucket, `server` the scraped server series."""
+    `ttft` the client's TTFT p50/p90 per bucket, `server` the server series (server_series:
+    scraped gauges, and the server's TTFT split by source, one line per source)."""
     lines = [
         (1, client, "output_tokens_per_s", "output tok/s"),
         (2, client, "in_flight", "in flight"),
@@ -57,9 +58,11 @@ def client_server_series(
         (4, server, "queue", "queue"),
         (4, server, "running", "running"),
         (5, server, "kv_cache", "KV use"),
-        (6, server, "server_ttft_ms", "server TTFT"),
-        (6, server, "server_queue_ms", "server queue time"),
     ]
+    for col, label in SPLIT_LINES:  # per-request timings where reported, else the histograms
+        for source, values in series_by_source(server, col):
+            frame = pd.DataFrame({"bucket": server["bucket"], col: values})
+            lines.append((6, frame, col, f"{label} ({source})"))
     return [
         PanelSeries(i, row, frame, col, name)
         for i, (row, frame, col, name) in enumerate(lines)

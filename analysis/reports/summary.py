@@ -381,6 +381,11 @@ def search_line(summary: Mapping[str, Any]) -> str | None:
         text += f"; next tried {nxt:g} req/s: {sr.get('next_verdict')}"
     if conf is not None:
         text += f" (exact binomial, {conf:.0%} confidence)"
+    if sr.get("stopped_early"):
+        text += (
+            f"; shard(s) {', '.join(sr['stopped_early'])} stopped before the search ended "
+            "(cut short): the answer is the others' complete one"
+        )
     if sr.get("pool_complete") is False:
         missing = ", ".join(sr.get("missing_shards") or []) or "?"
         text += (

@@ -168,5 +168,18 @@ def test_per_request_server_timings_split_ttft_past_the_knee(
     # the server's own account leaves the network and the client out: below TTFT from send
     assert local["server_time_ms"]["p50"] < local["ttft_ms"]["p50"]
     assert local["server_queue_ms"]["p99"] > local["server_queue_ms"]["p50"]
+    # the time series: queue + prefill per bucket of first-token arrival, from the requests
+    rows = rep["server"]["rows"]
+    timed_rows = [r for r in rows if r["server_queue_ms_source"] == sm.FROM_REQUESTS]
+    assert len(timed_rows) >= 8, rows  # three levels of 4 s plus warm-up, 1 s buckets
+    for r in timed_rows:
+        assert r["server_prefill_ms_source"] == sm.FROM_REQUESTS and r["timed_requests"] > 0
+        assert r["server_ttft_ms"] == pytest.approx(r["server_queue_ms"] + r["server_prefill_ms"])
+    # the same axis as the client's TTFT series: every timed bucket is one of its buckets
+    client_buckets = {r["bucket"] for r in rep["server"]["client_ttft"]}
+    assert {r["bucket"] for r in timed_rows} <= client_buckets
+    queues = [r["server_queue_ms"] for r in timed_rows]
+    assert max(queues) > 10 * min(queues)  # the wait for a slot grows past the knee
     html = render.render_html(rep)
     assert "split from" in html and "server time from" in html
+    assert f"server queue ({sm.FROM_REQUESTS})" in html

@@ -241,3 +241,70 @@ def test_region_server_time_from_the_servers_own_report() -> None:
     server_rows = [x for x in rows if x["metric"].startswith("server_time")]
     assert server_rows and all(x["change_pct"] is None for x in server_rows)
     assert all(x["metric"].endswith("(sources differ)") for x in server_rows)
+
+
+def test_the_series_split_comes_from_per_request_timings_where_they_exist() -> None:
+    """Buckets of 1 s: in the first two the requests report queue + prefill (first token at
+    0.4 s and 1.6 s); the third only the histograms know (queue 100 ms, TTFT 150 ms); in the
+    first the histograms are kept beside the requests' figures."""
+    from analysis.reports.render_server import server_fig
+
+    name = "vllm:request_queue_time_seconds"
+    ttft_name = "vllm:time_to_first_token_seconds"
+    s = _samples(
+        [
+            (t, n + sfx, {}, v)
+            for t, n, sfx, v in [
+                (0.1, name, "_sum", 0.0),
+                (0.1, name, "_count", 0.0),
+                (0.9, name, "_sum", 0.5),  # 500 ms over 1 request
+                (0.9, name, "_count", 1.0),
+                (2.5, name, "_sum", 1.5),  # 1 s over 10: 100 ms each
+                (2.5, name, "_count", 11.0),
+                (0.1, ttft_name, "_sum", 0.0),
+                (0.1, ttft_name, "_count", 0.0),
+                (2.5, ttft_name, "_sum", 1.5),  # 150 ms each (over 0.1-2.5 s: bucket 2)
+                (2.5, ttft_name, "_count", 10.0),
+            ]
+        ]
+    )
+    series = sm.role_series(s, {"queue_time_histogram": [name], "ttft_histogram": [ttft_name]})
+    df = pd.DataFrame(
+        {
+            "level": 0,
+            "outcome": ["ok", "ok", "ok", "error"],
+            "phase": "steady",
+            "scheduled_at": [T0, T0, T0 + pd.Timedelta(seconds=1), T0],
+            "first_token_ns": [4e8, 3e8, 6e8, 2e8],
+            "server_queue_ms": [10.0, 30.0, 5.0, 99.0],
+            "server_prefill_ms": [20.0, 40.0, 7.0, 99.0],
+        }
+    )
+    timed = sm.bucket_request_timings(df, 1.0)
+    assert sorted(timed) == [T0, T0 + pd.Timedelta(seconds=1)]  # by first token; ok only
+    assert timed[T0]["queue_ms"] == 20.0 and timed[T0]["n"] == 2
+    rows = sm.server_series(sm.bucketed(series, 1.0), timed).set_index("bucket")
+    first, second, third = (rows.loc[T0 + pd.Timedelta(seconds=k)] for k in range(3))
+    assert (first["server_queue_ms"], first["server_prefill_ms"]) == (20.0, 30.0)
+    assert first["server_ttft_ms"] == 50.0
+    assert first["server_queue_ms_source"] == sm.FROM_REQUESTS
+    assert first["hist_queue_ms"] == pytest.approx(500.0)  # the histograms' kept beside
+    assert (second["server_queue_ms"], second["timed_requests"]) == (5.0, 1)  # no histogram
+    assert third["server_queue_ms"] == pytest.approx(100.0)
+    assert third["server_prefill_ms"] == pytest.approx(50.0)  # TTFT 150 - queue 100
+    assert third["server_queue_ms_source"] == sm.FROM_HISTOGRAMS and third["timed_requests"] == 0
+    lines = dict(sm.series_by_source(rows.reset_index(), "server_queue_ms"))
+    assert lines[sm.FROM_REQUESTS].tolist()[:2] == [20.0, 5.0]
+    assert pd.isna(lines[sm.FROM_REQUESTS].tolist()[2])
+    assert pd.isna(lines[sm.FROM_HISTOGRAMS].tolist()[0])
+    assert lines[sm.FROM_HISTOGRAMS].tolist()[2] == pytest.approx(100.0)
+    report = {
+        "timeseries": {"rows": [], "bucket_s": 1.0},
+        "server": {"rows": rows.reset_index().to_dict("records"), "client_ttft": []},
+    }
+    fig = server_fig(report)
+    assert fig is not None
+    names = {t.name for t in fig.data}
+    assert f"server queue ({sm.FROM_REQUESTS})" in names
+    assert f"server queue ({sm.FROM_HISTOGRAMS})" in names
+    assert f"server prefill + first step ({sm.FROM_REQUESTS})" in names

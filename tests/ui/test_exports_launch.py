@@ -127,3 +127,31 @@ def test_nightly_chart_marks_change_points() -> None:
     assert len(marks) == 1 and list(marks[0].y) == [80.0]
     assert len(fig.layout.shapes) == 1  # the dashed line where the new level starts
     assert np.isclose(fig.data[0].y, values).all()
+
+
+def test_the_run_pages_server_chart_draws_per_request_timings_without_a_scrape() -> None:
+    """No Prometheus series, but the requests report queue + prefill: the Run page's chart
+    draws them on the client's buckets, labelled with their source."""
+    from analysis.stats import server_metrics as sm
+
+    t0 = pd.Timestamp("2026-12-01 10:00:00", tz="UTC")
+    df = pd.DataFrame(
+        {
+            "outcome": "ok",
+            "scheduled_at": [t0, t0 + pd.Timedelta(seconds=1)],
+            "first_token_ns": [2e8, 2e8],
+            "server_queue_ms": [3.0, 9.0],
+            "server_prefill_ms": [20.0, 21.0],
+        }
+    )
+    rows = sm.server_series(
+        sm.bucketed(
+            sm.role_series(pd.DataFrame(columns=["t", "name", "labels", "value"]), {}), 1.0
+        ),
+        sm.bucket_request_timings(df, 1.0),
+    )
+    fig = charts.client_and_server(pd.DataFrame(), rows, "t")
+    lines = {t.name: list(t.y) for t in fig.data}
+    assert lines[f"server queue ({sm.FROM_REQUESTS})"] == [3.0, 9.0]
+    assert lines[f"server prefill + first step ({sm.FROM_REQUESTS})"] == [20.0, 21.0]
+    assert not any(sm.FROM_HISTOGRAMS in name for name in lines)

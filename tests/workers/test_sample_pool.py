@@ -154,3 +154,71 @@ def test_redis_restarting_mid_wait_neither_fails_the_shard_nor_splits_the_pool(
         assert early.samples == {"ttft_ms": [1.0]}
     finally:
         server.stop()
+
+
+def test_a_shard_cut_short_leaves_one_pooled_answer(redis_url: str) -> None:
+    """Two shards search together through the Redis pool; b-0's search is cut short by its
+    deadline (as a Celery soft time limit does, loadgen.runner) while a-0 searches on without
+    it once the pool's bound passes. b-0's answer is a prefix of a-0's, and the run's stored
+    answer (workers.store.runs.merge_searches) is a-0's complete one, b-0 named as stopped."""
+    import dataclasses
+
+    from analysis.reports.summary import search_line
+    from loadgen.runner import ShardResult, run_shard
+    from tests.loadgen.test_runner import make_plan
+    from tests.loadgen.test_search import SLO, RateTarget
+    from tests.support.memsink import MemorySink
+    from workers.store.runs import merge_searches
+
+    load = {
+        "saturation": {"start": 30, "max": 480, "max_steps": 4, "confidence": 0.9},
+        "arrival": "constant",
+        "duration_s": 1.0,
+        "warmup_s": 0.2,
+        "cooldown_s": 0.1,
+    }
+    base = make_plan(load, slos=[SLO])
+    ids = ["a-0", "b-0"]
+    plans = [
+        dataclasses.replace(base, shard_id=sid, region=sid[0], fraction=0.5, seed=k)
+        for k, sid in enumerate(ids)
+    ]
+    run_id = uuid.uuid4().hex
+
+    async def both() -> list[ShardResult]:
+        pools = [RedisPool(redis_url, run_id, ids, wait_s=3.0, ttl_s=120) for _ in ids]
+        start = time.perf_counter_ns() + 50_000_000
+        try:
+            return list(
+                await asyncio.gather(
+                    *(
+                        run_shard(
+                            p,
+                            RateTarget(per_second=10**9),
+                            MemorySink(),
+                            start_at_mono_ns=start,
+                            pool=pool,
+                            # b-0 stops during its second or third level
+                            deadline_mono_ns=start + 2_600_000_000 if p.shard_id == "b-0" else None,
+                        )
+                        for p, pool in zip(plans, pools, strict=True)
+                    )
+                )
+            )
+        finally:
+            for pool in pools:
+                await pool.aclose()
+
+    ra, rb = asyncio.run(both())
+    assert ra.status == "completed" and rb.status == "timed_out"
+    assert ra.search is not None and rb.search is not None
+    full, cut = ra.search["tried"], rb.search["tried"]
+    assert len(full) == 4 and len(cut) < len(full) and cut == full[: len(cut)]
+    assert ra.search["missing_shards"] == ["b-0"]  # a-0's later pools closed without b-0
+    merged = merge_searches({"a-0": ra.search, "b-0": rb.search})
+    assert "per_shard" not in merged and merged["pooled"] is True
+    assert merged["tried"] == full and merged["highest_passing"] == ra.search["highest_passing"]
+    assert merged["stopped_early"] == ["b-0"]
+    assert merged["pool_complete"] is False and merged["missing_shards"] == ["b-0"]
+    line = search_line({"search": merged})
+    assert line is not None and "not pooled" not in line and "b-0 stopped" in line

@@ -6,7 +6,7 @@ caller's open `conn.transaction()`); wall-clock `*_ns` values are ns since the U
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -131,27 +131,56 @@ def finish_run(
         _found(cur, "run", run_id)
 
 
+def merge_searches(per_shard: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The run's one saturation answer from its shards' (loadgen.search.search_answer). One
+    shard: its answer. Shards that searched together on pooled samples decide every level
+    alike, so their answers agree, except that a shard whose search was cut short (a stop, a
+    time limit) holds a prefix of the others' `tried`: then the answer is the longest one,
+    which all the others' are prefixes of, with `stopped_early` naming the shards that stopped
+    before it ended, and `missing_shards` / `pool_complete` over every shard's pools. Answers
+    that truly disagree (not pooled, or pooled and not prefixes of one): every shard's under
+    "per_shard" (pooled False), "highest_passing" the lowest of theirs, the load all met."""
+    if len(per_shard) == 1:
+        return dict(next(iter(per_shard.values())))
+    longest = max(per_shard.values(), key=lambda a: len(a.get("tried") or []))
+    if all(a.get("pooled") for a in per_shard.values()) and all(
+        _is_prefix(a, longest) for a in per_shard.values()
+    ):
+        merged = dict(longest)
+        n = len(longest.get("tried") or [])
+        stopped = sorted(s for s, a in per_shard.items() if len(a.get("tried") or []) < n)
+        if stopped:
+            merged["stopped_early"] = stopped
+        if "missing_shards" in longest:
+            missing = sorted({m for a in per_shard.values() for m in a.get("missing_shards") or []})
+            merged["missing_shards"] = missing
+            merged["pool_complete"] = not missing
+        return merged
+    best = [a.get("highest_passing") for a in per_shard.values()]
+    return {
+        "highest_passing": None if None in best else min(best),  # type: ignore[type-var]
+        "pooled": False,
+        "per_shard": {s: dict(a) for s, a in per_shard.items()},
+    }
+
+
+def _is_prefix(answer: Mapping[str, Any], longest: Mapping[str, Any]) -> bool:
+    """`answer` is `longest` cut short: the same rule and confidence, and its tried loads and
+    verdicts the first of `longest`'s."""
+    tried, full = list(answer.get("tried") or []), list(longest.get("tried") or [])
+    return (
+        all(answer.get(k) == longest.get(k) for k in ("rule", "confidence", "pooled"))
+        and tried == full[: len(tried)]
+    )
+
+
 def set_search(
     conn: psycopg.Connection[Any], run_id: str, per_shard: dict[str, dict[str, Any]]
 ) -> None:
-    """Store a saturation search's answer (loadgen.search.search_answer) on the run. One shard,
-    or shards that searched together on pooled samples (all answers the same): that answer.
-    Otherwise each shard searched on its own samples, so the run keeps every shard's answer
-    under "per_shard" and its "highest_passing" is the lowest of theirs, the load all met."""
+    """Store the run's saturation answer (merge_searches of its shards') on the run."""
     if not per_shard:
         return
-    answers = list(per_shard.values())
-    if len(per_shard) == 1 or (
-        all(a.get("pooled") for a in answers) and all(a == answers[0] for a in answers)
-    ):
-        search = dict(answers[0])
-    else:
-        best = [a.get("highest_passing") for a in per_shard.values()]
-        search = {
-            "highest_passing": None if None in best else min(best),  # type: ignore[type-var]
-            "pooled": False,
-            "per_shard": per_shard,
-        }
+    search = merge_searches(per_shard)
     with _tx(conn) as cur:
         cur.execute("UPDATE runs SET search = %s WHERE run_id = %s", (Jsonb(search), run_id))
         _found(cur, "run", run_id)

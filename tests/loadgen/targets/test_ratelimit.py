@@ -108,6 +108,32 @@ def test_advertised_limit_paces_only_where_none_is_named() -> None:
     assert named.req_gap_ns == 100_000_000  # the spec's limit stands
 
 
+def test_sends_before_the_limit_was_known_are_charged_against_it() -> None:
+    """Two 200-token sends, then a response advertises 60,000 tokens/min (1 ms a token) and
+    600 requests/min: the next send waits for both, as if the pace had held from the first."""
+    clock = FakeClock()
+    pacer = Pacer(None, None, clock, headroom=1.0)
+
+    async def sends(n: int) -> None:
+        for _ in range(n):
+            await pacer.acquire(200)
+
+    asyncio.run(sends(2))
+    assert _due_after(pacer, clock, tokens=200) == 0.0  # nothing known yet
+    pacer.observe(RateLimit(limit_requests=600, limit_tokens=60_000))
+    assert _due_after(pacer, clock, tokens=200) == pytest.approx(0.4)
+    late = Pacer(None, None, clock, headroom=1.0)
+    asyncio.run(late.acquire(200))
+    clock.ns += 61 * 10**9  # a send more than a minute old no longer counts
+    asyncio.run(late.acquire(200))
+    late.observe(RateLimit(limit_tokens=60_000))
+    assert _due_after(late, clock, tokens=200) == pytest.approx(0.2)
+    only_requests = Pacer(None, None, clock)
+    asyncio.run(only_requests.acquire(0))
+    only_requests.observe(RateLimit(limit_requests=600))
+    assert _due_after(only_requests, clock) == pytest.approx(0.1 / 0.9)  # 540/min
+
+
 def test_a_reset_beyond_the_cap_is_not_a_pause_we_take() -> None:
     clock = FakeClock()
     pacer = Pacer(None, None, clock)

@@ -1,0 +1,63 @@
+"""The run's one saturation answer from its shards': pooled shards agree, a shard cut short
+holds a prefix of the others' answer (the complete one is stored, the stopped shard named),
+and only answers that truly disagree are kept per shard as "not pooled"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from analysis.reports.summary import search_line
+from loadgen.binomial import Verdict
+from loadgen.search import search_answer
+from workers.store.runs import merge_searches
+
+FULL: list[tuple[float, Verdict]] = [(10.0, "pass"), (20.0, "pass"), (40.0, "fail"), (30.0, "pass")]
+
+
+def _answer(tried: list[tuple[float, Verdict]], missing: list[str] | None = None) -> dict[str, Any]:
+    a = search_answer(tried, 0.9)
+    a.update(pooled=True, pool_complete=not missing, missing_shards=missing or [])
+    return a
+
+
+def test_a_shard_cut_short_stores_the_complete_pooled_answer() -> None:
+    # b-0 stopped after two levels; a-0 and c-0 ran on without it, their pools lacking b-0
+    per_shard = {
+        "a-0": _answer(FULL, ["b-0"]),
+        "b-0": _answer(FULL[:2]),
+        "c-0": _answer(FULL, ["b-0"]),
+    }
+    merged = merge_searches(per_shard)
+    assert "per_shard" not in merged and merged["pooled"] is True
+    assert merged["highest_passing"] == 30.0 and merged["next_failing"] == 40.0
+    assert merged["tried"] == per_shard["a-0"]["tried"]
+    assert merged["stopped_early"] == ["b-0"]
+    assert merged["pool_complete"] is False and merged["missing_shards"] == ["b-0"]
+    line = search_line({"search": merged})
+    assert line is not None and "30 req/s" in line and "not pooled" not in line
+    assert "b-0 stopped" in line
+
+
+def test_agreeing_shards_store_their_answer_unchanged() -> None:
+    a = _answer(FULL)
+    assert merge_searches({"a-0": a, "b-0": _answer(FULL)}) == a
+    assert merge_searches({"a-0": a}) == a
+
+
+def test_answers_that_disagree_stay_per_shard() -> None:
+    other: list[tuple[float, Verdict]] = [(10.0, "pass"), (20.0, "fail")]  # not a prefix
+    for per_shard, lowest in (
+        ({"a-0": _answer(FULL), "b-0": _answer(other)}, 10.0),
+        (
+            {
+                "a-0": {**_answer(FULL), "pooled": False},
+                "b-0": {**_answer(FULL[:2]), "pooled": False},
+            },
+            20.0,
+        ),
+        ({"a-0": _answer(FULL), "b-0": {**_answer(FULL[:2]), "confidence": 0.95}}, 20.0),
+    ):
+        merged = merge_searches(per_shard)
+        assert merged["pooled"] is False and set(merged["per_shard"]) == {"a-0", "b-0"}
+        assert merged["highest_passing"] == lowest  # the lowest of theirs: the load all met
+        assert "not pooled" in str(search_line({"search": merged}))
