@@ -266,6 +266,43 @@ def epoch_ns(ts: pd.Series) -> IntArray:
     )
 
 
+def _stored_ns(x: Any) -> int | None:
+    """A stored timestamp as ns since the epoch, None when missing."""
+    if x is None or (not isinstance(x, str) and pd.isna(x)):
+        return None
+    return int(pd.Timestamp(x).value)
+
+
+def _stored_s(x: Any) -> float | None:
+    """A stored duration in seconds, None when missing or not finite."""
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return f if np.isfinite(f) else None
+
+
+def level_window(level: Mapping[str, Any], df: pd.DataFrame, rows: npt.NDArray[np.bool_]) -> Window:
+    """A level's steady window (wall clock), from its `run_levels` row: steady_start/steady_end
+    as the runner stored them; for runs stored before those columns, started_at + warmup to
+    started_at + duration - cooldown; without a start, the level's first scheduled request
+    (`df` rows where `rows`) stands for it."""
+    ss, se = _stored_ns(level.get("steady_start")), _stored_ns(level.get("steady_end"))
+    if ss is not None and se is not None:
+        return Window(ss, se)
+    t0 = _stored_ns(level.get("started_at"))
+    if t0 is None:
+        if not rows.any():
+            return Window(0, 0)
+        t0 = int(epoch_ns(df["scheduled_at"])[rows].min())
+    dur = _stored_s(level.get("duration_s"))
+    if dur is None:
+        return Window(0, 0)
+    warm = float(level.get("warmup_s") or 0.0)
+    cool = float(level.get("cooldown_s") or 0.0)
+    return Window(t0 + int(warm * 1e9), t0 + int((dur - cool) * 1e9))
+
+
 @dataclass(frozen=True, slots=True)
 class Arrivals:
     """What a window needs to count tokens by arrival, computed once per frame: per request the

@@ -74,35 +74,8 @@ def _level_rows(levels_df: pd.DataFrame, requests_df: pd.DataFrame) -> list[dict
     return [known[k] for k in sorted(known)]
 
 
-def level_window(level: Mapping[str, Any], df: pd.DataFrame, rows: np.ndarray) -> m.Window:
-    """The level's steady window (wall clock): run_levels.steady_start/steady_end as the runner
-    stored them; for runs stored before those columns, started_at + warmup to started_at +
-    duration - cooldown; without a start, the level's first scheduled request stands for it."""
-    ss, se = _ts(level.get("steady_start")), _ts(level.get("steady_end"))
-    if ss is not None and se is not None:
-        return m.Window(ss, se)
-    t0 = _ts(level.get("started_at"))
-    if t0 is None:
-        if not rows.any():
-            return m.Window(0, 0)
-        t0 = int(m.epoch_ns(df["scheduled_at"])[rows].min())
-    dur = _num(level.get("duration_s"))
-    if dur is None:
-        return m.Window(0, 0)
-    warm = float(level.get("warmup_s") or 0.0)
-    cool = float(level.get("cooldown_s") or 0.0)
-    return m.Window(t0 + int(warm * 1e9), t0 + int((dur - cool) * 1e9))
-
-
 def _str(x: Any) -> str | None:
     return x if isinstance(x, str) else None
-
-
-def _ts(x: Any) -> int | None:
-    """A stored timestamp as ns since the epoch, None when missing."""
-    if x is None or (not isinstance(x, str) and pd.isna(x)):
-        return None
-    return int(pd.Timestamp(x).value)
 
 
 class _Values:
@@ -166,7 +139,7 @@ def _block(
     every request of `scope` (the region, or all) by when its tokens arrived or it completed:
     under `between_levels = "overlap"` another level's stragglers produced them too."""
     df = v.df
-    win = level_window(level, df, rows)
+    win = m.level_window(level, df, rows)
     window = win.seconds
     sub = df[rows]
     lat = rows & v.ok & v.steady

@@ -13,7 +13,6 @@ import numpy.typing as npt
 import pandas as pd
 
 from analysis import metrics as m
-from analysis.reports.summary import level_window
 from analysis.stats import percentiles as pc
 from analysis.verdicts import sla
 
@@ -46,7 +45,7 @@ def frontier_points(
     for lvl in sorted(set(level_col.tolist()) | set(known)):
         sel = level_col == lvl
         level = known.get(int(lvl), {"level": lvl, "kind": None, "value": None})
-        window = level_window(level, df, sel)
+        window = m.level_window(level, df, sel)
         lat_rows = sel & ok_steady
         vals = m.itl_per_token_ms(ch, lat_rows) if metric == "itl_ms" else per_req[lat_rows]
         s = pc.spectrum(vals, [percentile], confidence=confidence, resamples=resamples, seed=seed)

@@ -25,7 +25,6 @@ import pandas as pd
 from scipy import stats
 
 from analysis import metrics as m
-from analysis.reports.summary import level_window
 from analysis.verdicts import compare as cmp
 from analysis.verdicts.exitcodes import Exit, run_state_code
 from analysis.verdicts.sla import CLAIM_METRICS
@@ -113,8 +112,8 @@ def throughput_rows(
     """Request and output-token throughput of one level pair (a fall is the regression), by the
     one definition the summary shows (analysis.metrics.request_rate / output_token_rate: from
     arrivals inside each level's stored steady window)."""
-    win_b = level_window(b_level, b, np.ones(len(b), dtype=bool))
-    win_c = level_window(c_level, c, np.ones(len(c), dtype=bool))
+    win_b = m.level_window(b_level, b, np.ones(len(b), dtype=bool))
+    win_c = m.level_window(c_level, c, np.ones(len(c), dtype=bool))
     wb, wc = win_b.seconds, win_c.seconds
     tb, tc = m.Timeline.from_frame(b), m.Timeline.from_frame(c)
     rows = []

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from analysis import metrics as m
-from analysis.reports.summary import level_window, summarize_run
+from analysis.reports.summary import summarize_run
 from analysis.stats.frontier import frontier_points
 from analysis.store.load import load_levels, load_requests
 from loadgen.spec import spec_from_dict
@@ -46,5 +46,5 @@ def test_the_demo_frontier_rises_with_the_load(
         assert lv["between_levels"] == "drain"
         assert lv["other_levels_in_flight_max"] == 0, lv  # drained: nothing of another level
         row = levels[levels["level"] == lv["level"]].iloc[0].to_dict()
-        window = level_window(row, df, level_col == lv["level"])
+        window = m.level_window(row, df, level_col == lv["level"])
         assert m.in_flight_max(times, window) <= load, lv  # every request in the store counted
