@@ -37,6 +37,21 @@ REQUEST_LAYOUTS = {1: REQUEST_COLUMNS[:33], 2: REQUEST_COLUMNS}
 READ_COLUMNS = tuple(c for c in REQUEST_COLUMNS if c not in CONTENT_COLUMNS)
 """What the readers load of a request (content is read only on request)."""
 
+NULLABLE_INT_COLUMNS = (
+    *NS_COLUMNS, "http_status", "session_id", "turn", "prompt_tokens", "max_tokens",
+    "usage_prompt_tokens", "usage_completion_tokens", *CONNECTION_COLUMNS,
+    "server_prompt_tokens", "server_decode_tokens", "server_cached_tokens",
+)  # fmt: skip
+"""Integer columns that may be NULL: readers hold them as float64 (NaN for NULL), exports as
+nullable integers."""
+NULLABLE_REAL_COLUMNS = (
+    "retry_after_s",
+    "server_prefill_ms",
+    "server_decode_ms",
+    "server_queue_ms",
+)
+"""Real-valued columns that may be NULL (float64, NaN for NULL)."""
+
 TICK_COLUMNS = (
     "t", "run_id", "shard_id", "region", "level", "in_flight", "started", "completed", "errors",
     "output_tokens", "loop_lag_ms_max", "loop_lag_ms_p99", "dispatch_delay_ms_max",

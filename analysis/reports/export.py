@@ -16,30 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.store.load import load_requests
-from loadgen.storeformat import CONTENT_COLUMNS
+from loadgen.storeformat import CONTENT_COLUMNS, NULLABLE_INT_COLUMNS
 
 Format = Literal["csv", "parquet", "jsonl"]
 FORMATS: tuple[Format, ...] = ("csv", "parquet", "jsonl")
 _ARRAYS = ("chunk_offsets_us", "chunk_tokens")
-_INT_LIKE = (
-    "sent_ns",
-    "headers_ns",
-    "first_token_ns",
-    "first_answer_ns",
-    "end_ns",
-    "http_status",
-    "session_id",
-    "turn",
-    "prompt_tokens",
-    "max_tokens",
-    "usage_prompt_tokens",
-    "usage_completion_tokens",
-    "connect_ns",
-    "resent",
-    "server_prompt_tokens",
-    "server_decode_tokens",
-    "server_cached_tokens",
-)
 
 
 def export_frame(df: pd.DataFrame, *, include_content: bool = False) -> pd.DataFrame:
@@ -48,7 +29,7 @@ def export_frame(df: pd.DataFrame, *, include_content: bool = False) -> pd.DataF
     out = df.copy()
     if not include_content:
         out = out.drop(columns=[c for c in CONTENT_COLUMNS if c in out.columns])
-    for c in _INT_LIKE:
+    for c in NULLABLE_INT_COLUMNS:
         if c in out.columns:
             out[c] = out[c].round().astype("Int64")
     for c in _ARRAYS:

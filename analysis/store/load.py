@@ -19,29 +19,16 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from loadgen.storeformat import (
-    CONNECTION_COLUMNS,
     CONTENT_COLUMNS,
     DATABASE_ENV,
-    NS_COLUMNS,
+    NULLABLE_INT_COLUMNS,
+    NULLABLE_REAL_COLUMNS,
     READ_COLUMNS,
-    SERVER_COLUMNS,
 )
 
 DATABASE_URL_ENV = DATABASE_ENV
 REQUEST_COLUMNS = READ_COLUMNS  # what a frame of requests has, in the store's order
-_FLOAT_COLUMNS = (
-    *NS_COLUMNS,
-    "http_status",
-    "session_id",
-    "turn",
-    "prompt_tokens",
-    "max_tokens",
-    "usage_prompt_tokens",
-    "usage_completion_tokens",
-    "retry_after_s",
-    *CONNECTION_COLUMNS,
-    *SERVER_COLUMNS,
-)
+_FLOAT_COLUMNS = (*NULLABLE_INT_COLUMNS, *NULLABLE_REAL_COLUMNS)  # float64, NaN for NULL
 
 BucketFn = Literal["time_bucket", "date_bin"]
 

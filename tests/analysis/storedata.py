@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 import psycopg
 
+from loadgen.storeformat import NULLABLE_INT_COLUMNS, NULLABLE_REAL_COLUMNS
+
 T0 = dt.datetime(2026, 11, 1, 12, 0, 0, tzinfo=dt.UTC)
 MS = 1_000_000  # ns per ms
 
@@ -103,29 +105,7 @@ def frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """Rows shaped like `analysis.store.load.load_requests` returns them (without a store)."""
     df = pd.DataFrame(list(rows))
     df["scheduled_at"] = pd.to_datetime(df["scheduled_at"], utc=True)
-    for c in (
-        "sent_ns",
-        "headers_ns",
-        "first_token_ns",
-        "first_answer_ns",
-        "end_ns",
-        "http_status",
-        "session_id",
-        "turn",
-        "prompt_tokens",
-        "max_tokens",
-        "usage_prompt_tokens",
-        "usage_completion_tokens",
-        "retry_after_s",
-        "connect_ns",
-        "resent",
-        "server_prompt_tokens",
-        "server_prefill_ms",
-        "server_decode_tokens",
-        "server_decode_ms",
-        "server_cached_tokens",
-        "server_queue_ms",
-    ):
+    for c in (*NULLABLE_INT_COLUMNS, *NULLABLE_REAL_COLUMNS):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
     df["chunk_offsets_us"] = [np.asarray(a, dtype=np.int64) for a in df["chunk_offsets_us"]]
     df["chunk_tokens"] = [np.asarray(a, dtype=np.int64) for a in df["chunk_tokens"]]
