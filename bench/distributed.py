@@ -28,7 +28,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadgen.spec import RunSpec, spec_from_dict
+from loadgen.runspec.spec import RunSpec, spec_from_dict
 from tests.support.celery_workers import (
     CeleryWorker,
     RedisServer,

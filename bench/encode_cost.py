@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadgen.records import Outcome, RequestRecord, TokenSource
+from loadgen.results.records import Outcome, RequestRecord, TokenSource
 from workers.store import copyenc
 
 N, CHUNKS, REPEATS = 10_000, 128, 15

@@ -126,10 +126,10 @@ def child(args: argparse.Namespace) -> None:
     """Run one shard of `args.streams` closed-loop streams; write stamps + health to args.out."""
     import asyncio
 
-    from loadgen.plan import ShardPlan
-    from loadgen.runner import run_shard
-    from loadgen.runtime import run_measurement
-    from loadgen.spec import spec_from_dict
+    from loadgen.engine.plan import ShardPlan
+    from loadgen.engine.runner import run_shard
+    from loadgen.engine.runtime import run_measurement
+    from loadgen.runspec.spec import spec_from_dict
     from loadgen.targets import OpenAITarget
 
     n, warmup, duration = args.streams, args.warmup, args.duration
@@ -309,7 +309,7 @@ def _client_requests(
             stamps = d["stamps"][bounds[i] : bounds[i + 1]].copy()  # not a view of all stamps
             reqs.append((rid, int(sent), stamps, bool(ok)))
         return meta, reqs
-    from loadgen.records import make_request_id
+    from loadgen.results.records import make_request_id
 
     bounds = np.concatenate([[0], np.cumsum(d["nchunks"])])
     offs, toks = d["offs"].astype(np.int64) * 1000, d["toks"]

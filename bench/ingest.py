@@ -31,7 +31,7 @@ import psutil
 import psycopg
 from psycopg import sql
 
-from loadgen.records import Batch, Outcome, RequestRecord, TokenSource
+from loadgen.results.records import Batch, Outcome, RequestRecord, TokenSource
 from workers.store.connect import ensure_schema, redact_url
 from workers.store.features import detect
 from workers.store.writer import StoreWriter, WriterConfig

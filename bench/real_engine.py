@@ -1,7 +1,13 @@
 """peakload beside a peer (Locust FastHttpUser) against a real engine: llama.cpp's `llama-server`
-serving SmolLM2-135M (deploy/local/llama.sh), pinned to its own core, the client on the other.
+serving SmolLM2-135M (deploy/local/llama.sh), or vLLM for CPUs serving the same model
+(`--engine vllm`, deploy/local/vllm.sh), pinned to its own core, the client on the other.
 
-    .venv/bin/python bench/real_engine.py [--concurrency 4] [--duration 30] [--rounds 2]
+    .venv/bin/python bench/real_engine.py [--engine llamacpp|vllm] [--concurrency 4]
+        [--duration 30] [--rounds 2]
+
+llama-server starts in about a second: a fresh one per run. vLLM takes about a minute: one
+server for all runs, and prompts distinct across runs (each run takes its own slice of the
+dataset), so no run reads another's prefix cache (only the chat template's few tokens repeat).
 
 Both tools send the same prompts (a JSONL dataset of distinct prompts, each exactly
 --prompt-tokens tokens of user text by the server's own /tokenize; the chat template adds a few),
@@ -18,18 +24,21 @@ Locust's are computed here from its raw stamps), over requests sent in the stead
   tok/s = the output tokens (server usage) of the requests in the window / window (peakload's
   `output_token_rate`); errors = failed requests of the whole run.
 The server's own view of each run: decode time per token and stream from /metrics
-(delta tokens_predicted_seconds_total / delta tokens_predicted_total).
+(llama.cpp: delta tokens_predicted_seconds_total / delta tokens_predicted_total; vLLM: delta
+sum / count of vllm:inter_token_latency_seconds).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +49,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from loadgen.workload import _VOCAB  # noqa: E402
+from loadgen.engine.workload import _VOCAB  # noqa: E402
 from tests.support.engine import (  # noqa: E402
     LlamaServer,
     engine_paths,
@@ -49,18 +58,26 @@ from tests.support.engine import (  # noqa: E402
     start_llama,
 )
 from tests.support.stores import FreshDatabase  # noqa: E402
+from tests.support.vllm import VllmServer, server_itl_ms, start_vllm, vllm_paths  # noqa: E402
 
 TOOLS = ("peakload", "locust")  # also "peakload-httpx": peakload on its httpx transport
 N_PROMPTS = 500
-EXTRA_BODY = {"cache_prompt": False}  # no prefix reuse between requests: prefill every prompt
+# no prefix reuse between requests: prefill every prompt (llama.cpp's switch; vLLM's prompts
+# are distinct, see above)
+EXTRA_BODY: dict[str, dict[str, Any]] = {"llamacpp": {"cache_prompt": False}, "vllm": {}}
+Server = LlamaServer | VllmServer
 
 
-def _tokens(server: LlamaServer, text: str) -> int:
-    r = httpx.post(server.url + "/tokenize", json={"content": text}, timeout=10.0)
+def _tokens(server: Server, text: str) -> int:
+    if isinstance(server, VllmServer):
+        body: dict[str, Any] = {"model": server.model, "prompt": text, "add_special_tokens": False}
+    else:
+        body = {"content": text}
+    r = httpx.post(server.url + "/tokenize", json=body, timeout=10.0)
     return len(r.raise_for_status().json()["tokens"])
 
 
-def make_dataset(server: LlamaServer, path: Path, prompt_tokens: int, output_tokens: int) -> None:
+def make_dataset(server: Server, path: Path, prompt_tokens: int, output_tokens: int) -> None:
     """N_PROMPTS distinct prompts of exactly `prompt_tokens` server tokens each: words that are
     one token after a space, checked whole by /tokenize (the rare merge is dropped)."""
     single = [w for w in _VOCAB if _tokens(server, " " + w) == 1]
@@ -85,8 +102,13 @@ def _pin(cpus: str | None) -> list[str]:
 # ------------------------------------------------------------------ one run per tool
 
 
+# no probe, no preflight: the server's histograms between the scrapes around a run then hold
+# the run's own requests only
+ONLY = ("--no-probe", "--no-preflight")
+
+
 def run_peakload(
-    server: LlamaServer,
+    server: Server,
     dataset: Path,
     args: argparse.Namespace,
     cpus: str | None,
@@ -103,7 +125,7 @@ base_url = "{server.base_url}"
 model = "smollm2"
 transport = "{transport}"
 ignore_eos = true
-extra_body = {{ cache_prompt = false }}
+extra_body = {json.dumps(EXTRA_BODY[args.engine]).replace('": ', '" = ')}
 [workload]
 dataset = "{dataset}"
 output_tokens = {args.output_tokens}
@@ -113,9 +135,9 @@ duration_s = {args.duration}
 warmup_s = {args.warmup}
 cooldown_s = {args.cooldown}
 [labels]
-engine = "llama.cpp"
+engine = "{args.engine}"
 model = "SmolLM2-135M-Instruct"
-quantization = "Q4_1"
+quantization = "{"bf16" if args.engine == "vllm" else "Q4_1"}"
 """
     )
     admin = os.environ.get("PEAKLOAD_BENCH_URL") or os.environ.get("PEAKLOAD_TEST_TIMESCALE_URL")
@@ -131,7 +153,7 @@ quantization = "Q4_1"
     }
     try:
         proc = subprocess.run(
-            [*_pin(cpus), sys.executable, "-m", "ui", "run", str(spec), "--json", str(out)],
+            [*_pin(cpus), sys.executable, "-m", "ui", "run", str(spec), "--json", str(out), *ONLY],
             capture_output=True,
             text=True,
             env=env,
@@ -171,14 +193,14 @@ quantization = "Q4_1"
 
 
 def run_locust(
-    server: LlamaServer, dataset: Path, args: argparse.Namespace, cpus: str | None, tmp: Path
+    server: Server, dataset: Path, args: argparse.Namespace, cpus: str | None, tmp: Path
 ) -> dict[str, Any]:
     out = tmp / "locust.npz"
     env = {
         **os.environ,
         "PEAKLOAD_PEER_OUT": str(out),
         "PEAKLOAD_PEER_DATASET": str(dataset),
-        "PEAKLOAD_PEER_EXTRA_BODY": json.dumps(EXTRA_BODY),
+        "PEAKLOAD_PEER_EXTRA_BODY": json.dumps(EXTRA_BODY[args.engine]),
     }
     locust = str(Path(sys.executable).parent / "locust")
     cmd = [
@@ -245,12 +267,16 @@ def run_locust(
 
 
 def run_peakload_httpx(
-    server: LlamaServer, dataset: Path, args: argparse.Namespace, cpus: str | None, tmp: Path
+    server: Server, dataset: Path, args: argparse.Namespace, cpus: str | None, tmp: Path
 ) -> dict[str, Any]:
     return run_peakload(server, dataset, args, cpus, tmp, transport="httpx")
 
 
-RUNNERS = {"peakload": run_peakload, "peakload-httpx": run_peakload_httpx, "locust": run_locust}
+RUNNERS = {
+    "peakload": run_peakload,
+    "peakload-httpx": run_peakload_httpx,
+    "locust": run_locust,
+}
 
 
 def main() -> None:
@@ -264,32 +290,46 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--tools", default=",".join(TOOLS))
     ap.add_argument("--json", dest="json_out")
+    ap.add_argument("--engine", choices=("llamacpp", "vllm"), default="llamacpp")
     args = ap.parse_args()
-    paths = engine_paths()
+    paths = engine_paths() if args.engine == "llamacpp" else vllm_paths()
     if paths is None:
         raise SystemExit(
             "PEAKLOAD_TEST_LLAMA_SERVER / PEAKLOAD_TEST_LLAMA_MODEL are not set: "
             'eval "$(deploy/local/llama.sh)"'
+            if args.engine == "llamacpp"
+            else "PEAKLOAD_TEST_VLLM_PYTHON / PEAKLOAD_TEST_VLLM_MODEL are not set: "
+            'eval "$(deploy/local/vllm.sh)"'
         )
     server_cpus, client_cpus = split_cpus()
+    start = start_llama if args.engine == "llamacpp" else start_vllm
     tools = [t for t in args.tools.split(",") if t]
     load_start = os.getloadavg()
     results: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="peakload-bench-llama-") as tmp_s:
+    with tempfile.TemporaryDirectory(prefix=f"peakload-bench-{args.engine}-") as tmp_s:
         tmp = Path(tmp_s)
         dataset = tmp / "prompts.jsonl"
-        with start_llama(*paths, tmp, server_cpus) as server:
-            make_dataset(server, dataset, args.prompt_tokens, args.output_tokens)
-        for rnd in range(args.rounds):
-            for tool in tools if rnd % 2 == 0 else tools[::-1]:
+        shared = start(*paths, tmp, server_cpus) if args.engine == "vllm" else None
+        with shared or contextlib.nullcontext() as kept:
+            runs = [
+                (r, t) for r in range(args.rounds) for t in (tools if r % 2 == 0 else tools[::-1])
+            ]
+            with _server(kept, start, paths, tmp, server_cpus) as server:
+                make_dataset(server, dataset, args.prompt_tokens, args.output_tokens)
+            for i, (rnd, tool) in enumerate(runs):
                 run_dir = tmp / f"{tool}-{rnd}"
                 run_dir.mkdir()
-                with start_llama(*paths, run_dir, server_cpus) as server:
+                part = _slice(dataset, i, len(runs), args.output_tokens, run_dir)
+                with _server(kept, start, paths, run_dir, server_cpus) as server:
                     before = server.metrics()
-                    res = RUNNERS[tool](server, dataset, args, client_cpus, run_dir)
+                    res = RUNNERS[tool](server, part, args, client_cpus, run_dir)
                     after = server.metrics()
                 res |= {"tool": tool, "round": rnd}
-                res["server_ms_per_token"] = server_ms_per_token(before, after)
+                res["server_ms_per_token"] = (
+                    server_itl_ms(before, after)
+                    if args.engine == "vllm"
+                    else server_ms_per_token(before, after)
+                )
                 # the server's speed drifts between runs on a shared machine: each tool's ITL
                 # against the server's own time per token in the same run does not
                 res["itl_over_server"] = res["itl_p50_ms"] / res["server_ms_per_token"]
@@ -304,6 +344,7 @@ def main() -> None:
         "?",
     )
     report = {
+        "engine": args.engine,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "nproc": os.cpu_count(),
         "cpu": cpu,
@@ -318,6 +359,27 @@ def main() -> None:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=2))
     print(json.dumps({k: v for k, v in report.items() if k != "runs"}))
+
+
+def _slice(dataset: Path, i: int, n: int, output_tokens: int, run_dir: Path) -> Path:
+    """The i-th of n disjoint slices of the dataset, each row asking `output_tokens`."""
+    rows = [json.loads(x) for x in dataset.read_text().splitlines() if x.strip()]
+    part = run_dir / "prompts.jsonl"
+    mine = [{**r, "output_tokens": output_tokens} for r in rows[i::n]]
+    part.write_text("".join(json.dumps(r) + "\n" for r in mine))
+    return part
+
+
+@contextlib.contextmanager
+def _server(
+    kept: Server | None, start: Any, paths: tuple[str, str], run_dir: Path, cpus: str | None
+) -> Iterator[Server]:
+    """The shared server (vLLM), or a fresh one for this run (llama.cpp)."""
+    if kept is not None:
+        yield kept
+    else:
+        with start(*paths, run_dir, cpus) as server:
+            yield server
 
 
 def print_table(results: list[dict[str, Any]]) -> None:

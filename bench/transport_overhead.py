@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import contextlib
 
-from loadgen.spec import TargetSpec
+from loadgen.runspec.target_spec import TargetSpec
 from loadgen.target import EventKind, PreparedRequest
 from loadgen.targets import OpenAITarget
 from tests.support.ports import free_port

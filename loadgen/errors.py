@@ -10,6 +10,7 @@ only configuration and infrastructure problems raise, from this tree:
     │   └── SpoolFullError            the local spool is full: the run fails loudly
     ├── CoordinationError             workers missing, start aborted, shard already claimed
     ├── RunFailed                     a run that exists in the store ended `failed` (its reason)
+    ├── MetricsError                  the live metrics server cannot listen where asked
     └── TransportError                raised inside targets, mapped to an Outcome by the runner
         ├── HttpStatusError           non-2xx response (status, retry_after_s)
         ├── StreamProtocolError       malformed/truncated stream, HTML instead of SSE, reset
@@ -25,10 +26,12 @@ class PeakloadError(Exception):
 
 
 class SpecError(PeakloadError):
-    """A run spec (or claims file) is malformed or impossible. `where` names the file/field."""
+    """A run spec (or claims file) is malformed or impossible. `where` names the file/field;
+    `problems` holds one line per bad field (a form shows each beside its field)."""
 
-    def __init__(self, message: str, where: str = "") -> None:
+    def __init__(self, message: str, where: str = "", problems: list[str] | None = None) -> None:
         self.where = where
+        self.problems = problems if problems is not None else [message]
         super().__init__(f"{where}: {message}" if where else message)
 
 
@@ -38,6 +41,10 @@ class CapacityError(PeakloadError):
 
 class PolicyError(PeakloadError):
     pass
+
+
+class MetricsError(PeakloadError):
+    """The live metrics server (loadgen.engine.livemetrics) cannot listen where asked."""
 
 
 class PreflightError(PeakloadError):

@@ -67,11 +67,23 @@ class RateLimit:
 
 
 @dataclass(slots=True)
+class AudioFacts:
+    """What one audio response amounted to (loadgen.targets.audio decodes it): speech's audio
+    decoded from the bytes received, a transcription's transcript. None where not known."""
+
+    duration_ms: float | None = None  # decoded length of the audio (not the byte count)
+    audio_bytes: int | None = None  # audio bytes received (SSE: after base64 decoding)
+    words: int | None = None  # words of the transcript (whitespace-separated)
+
+
+@dataclass(slots=True)
 class Usage:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     reasoning_tokens: int | None = None
+    cached_tokens: int | None = None  # prompt_tokens_details.cached_tokens (prefix cache hits)
     server: ServerTimings | None = None  # the server's own timings, when it reports them
+    audio: AudioFacts | None = None  # speech and transcription APIs (loadgen.targets.apis)
 
 
 @dataclass(slots=True)

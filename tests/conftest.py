@@ -6,4 +6,5 @@ pytest_plugins = [
     "tests.support.sim",
     "tests.support.celery_workers",
     "tests.support.engine",
+    "tests.support.people",
 ]

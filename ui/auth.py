@@ -1,7 +1,10 @@
-"""Who may see the app. Served beyond localhost it requires a login: Streamlit's OIDC (`[auth]`
-in .streamlit/secrets.toml) or a password (`[peakload] password_sha256` in the secrets, or the
-`PEAKLOAD_UI_PASSWORD` environment variable). On 127.0.0.1/::1/localhost it may run open.
-`auth_configured` is what `peakload ui` checks before it starts a public server.
+"""Who may see the app, as configuration: the rules ui/login.py applies. A login is required
+when the app is served beyond localhost (or forced), and whenever the store has users
+(`peakload users`, workers/store/users.py): each then signs in with a name and password, or
+through Streamlit's OIDC (`[auth]` in .streamlit/secrets.toml) where configured. Only while no
+user exists do the older single shared password (`[peakload] password_sha256` in the secrets, or
+`PEAKLOAD_UI_PASSWORD`) and an open localhost server still apply. `auth_configured` is what
+`peakload ui` checks before it starts a public server.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 PASSWORD_ENV = "PEAKLOAD_UI_PASSWORD"  # noqa: S105 - a variable name
 REQUIRE_ENV = "PEAKLOAD_UI_REQUIRE_AUTH"
-SESSION_KEY = "peakload_authenticated"
+SESSION_KEY = "peakload_visitor"  # the signed-in Visitor (ui/people.py) in session state
 LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
@@ -82,64 +85,54 @@ def password_ok(given: str, digest: bytes) -> bool:
     return hmac.compare_digest(hashlib.sha256(given.encode()).digest(), digest)
 
 
-def auth_configured(secrets: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
-    """ "oidc" or "password" when a login method is configured, else None."""
+def auth_configured(
+    secrets: Mapping[str, Any], environ: Mapping[str, str], user_count: int = 0
+) -> str | None:
+    """ "users" (the store has users), "oidc" or "password" when a login method is configured,
+    else None."""
+    if user_count > 0:
+        return "users"
     if oidc_configured(secrets):
         return "oidc"
     return "password" if password_digest(secrets, environ) is not None else None
 
 
-def auth_required(address: str | None, environ: Mapping[str, str] | None = None) -> bool:
-    """A login is needed when the server listens beyond localhost, or when forced by
-    `PEAKLOAD_UI_REQUIRE_AUTH=1` (set by `peakload ui` for public hosts, and by tests)."""
+def auth_required(
+    address: str | None, environ: Mapping[str, str] | None = None, user_count: int = 0
+) -> bool:
+    """A login is needed when the server listens beyond localhost, when forced by
+    `PEAKLOAD_UI_REQUIRE_AUTH=1` (set by `peakload ui` for public hosts, and by tests), and
+    whenever the store has users (roles mean nothing if anyone may walk in)."""
     env = os.environ if environ is None else environ
-    return env.get(REQUIRE_ENV, "").strip() == "1" or not is_local_host(address)
+    forced = env.get(REQUIRE_ENV, "").strip() == "1"
+    return forced or user_count > 0 or not is_local_host(address)
 
 
-# ---------------------------------------------------------------- the gate (Streamlit)
+SHARED_PASSWORD_ROLE = "admin"  # noqa: S105 - a role name; the single password opens everything, as it always did
+OIDC_DEFAULT_ROLE = "viewer"
 
 
-def _streamlit_secrets() -> dict[str, Any]:
-    import streamlit as st
+def oidc_default_role(secrets: Mapping[str, Any]) -> str:
+    """The role of an OIDC identity with no `users` row: `[peakload] oidc_default_role` in the
+    secrets (viewer, runner or admin), else viewer. ValueError for another value."""
+    from workers.store.users import ROLES
 
-    try:
-        return {k: st.secrets[k] for k in st.secrets}
-    except (FileNotFoundError, KeyError, st.errors.StreamlitSecretNotFoundError):
-        return {}
-
-
-def gate() -> bool:
-    """Show a login (OIDC button or password form) and return False until the visitor is
-    authenticated; True when no login is needed or it succeeded. Call before any page."""
-    import streamlit as st
-
-    if not auth_required(st.get_option("server.address")):
-        return True
-    secrets = _streamlit_secrets()
-    if oidc_configured(secrets):
-        if st.user.is_logged_in:
-            st.sidebar.button("Log out", on_click=st.logout)
-            return True
-        st.title("peakload")
-        st.write("Sign in to see stored runs.")
-        st.button("Log in", on_click=st.login, type="primary")
-        return False
-    digest = password_digest(secrets, os.environ)
-    if digest is None:
-        st.error(
-            "This server is reachable beyond localhost and has no login configured: set "
-            f"{PASSWORD_ENV}, `[peakload] password_sha256` or `[auth]` in .streamlit/secrets.toml."
+    section = secrets.get("peakload")
+    role = section.get("oidc_default_role") if isinstance(section, Mapping) else None
+    if role is None:
+        return OIDC_DEFAULT_ROLE
+    if role not in ROLES:
+        raise ValueError(
+            f"[peakload] oidc_default_role in secrets.toml is {role!r}: one of {', '.join(ROLES)}"
         )
-        return False
-    if st.session_state.get(SESSION_KEY):
-        return True
-    st.title("peakload")
-    with st.form("login"):
-        given = st.text_input("Password", type="password")
-        submitted = st.form_submit_button("Log in", type="primary")
-    if submitted:
-        if password_ok(given, digest):
-            st.session_state[SESSION_KEY] = True
-            st.rerun()
-        st.error("Wrong password.")
-    return False
+    return str(role)
+
+
+def oidc_identity(claims: Mapping[str, Any]) -> str | None:
+    """The name an OIDC sign-in is known by: its e-mail claim (what `peakload users add` names),
+    else its subject; None when the provider gave neither."""
+    for key in ("email", "sub"):
+        value = claims.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None

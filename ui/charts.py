@@ -5,120 +5,31 @@ light and dark both read; hover shows exact values with units.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from analysis.reports.plots import (
+    colour,
+    empty_figure,
+    frontier_figure,
+    over_time_figure,
+    percentile_figure,
+    timeline_figure,
+)
 from analysis.reports.render_server import CLIENT_SERVER_PANELS, client_server_series, client_totals
+from analysis.reports.tailaxis import set_latency_axis
 
-TAIL_TICKS = (50.0, 90.0, 99.0, 99.9, 99.99, 99.999)
-# mid-tone colours that read on both the light and the dark theme; one per series, fixed
-PALETTE = ("#4C8BF5", "#F2994A", "#27AE60", "#EB5757", "#9B51E0", "#2D9CDB", "#F2C94C", "#B4656F")
-MARK_COLOUR = "#EB5757"
-
-
-def colour(i: int) -> str:
-    return PALETTE[i % len(PALETTE)]
-
-
-_EMPTY_NOTE = "no samples"
-
-
-def _empty(title: str) -> go.Figure:
-    fig = go.Figure()
-    fig.update_layout(title=title, annotations=[{"text": _EMPTY_NOTE, "showarrow": False}])
-    return fig
-
-
-def _tail_axis(fig: go.Figure, max_x: float, row: int | None = None) -> None:
-    """x = 1 / (1 - p) on a log axis, labelled with percentiles (HdrHistogram style)."""
-    ticks = [t for t in (0.0, *TAIL_TICKS) if 1.0 / (1.0 - t / 100.0) <= max_x * 1.01]
-    fig.update_xaxes(
-        type="log",
-        tickvals=[1.0 / (1.0 - t / 100.0) for t in ticks],
-        ticktext=[f"p{t:g}" if t else "p0" for t in ticks],
-        title_text="percentile (tail axis: 1 / (1 - p))",
-        row=row,
-        col=1 if row else None,
-    )
-
-
-def percentile_curves(df: pd.DataFrame, title: str, y_label: str) -> go.Figure:
-    """One line per `series` (value_ms against x), with its distribution-free band shaded.
-    `df` as from ui.data.derive.curve/spectra_by: series, percentile, x, value_ms, lo_ms, hi_ms."""
-    if df.empty:
-        return _empty(title)
-    fig = go.Figure()
-    for i, (name, g) in enumerate(df.groupby("series", sort=False)):
-        fig.add_trace(
-            go.Scatter(
-                x=np.r_[g["x"], g["x"][::-1]],
-                y=np.r_[g["hi_ms"], g["lo_ms"][::-1]],
-                fill="toself",
-                fillcolor=colour(i),
-                opacity=0.2,
-                line={"width": 0, "color": colour(i)},
-                hoverinfo="skip",
-                showlegend=False,
-                legendgroup=str(name),
-                name=f"{name} band",
-            )
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=g["x"],
-                y=g["value_ms"],
-                mode="lines",
-                line={"color": colour(i)},
-                name=str(name),
-                legendgroup=str(name),
-                customdata=np.c_[g["percentile"], g["lo_ms"], g["hi_ms"], g["n"]],
-                hovertemplate=(
-                    "p%{customdata[0]:.4g}: %{y:.3f} ms"
-                    "<br>95% band %{customdata[1]:.3f} to %{customdata[2]:.3f} ms"
-                    "<br>n = %{customdata[3]:,}<extra>%{fullData.name}</extra>"
-                ),
-            )
-        )
-    _tail_axis(fig, float(df["x"].max()))
-    fig.update_layout(title=title, yaxis_title=y_label, hovermode="closest", legend_title=None)
-    return fig
-
-
-def over_time(df: pd.DataFrame, title: str) -> go.Figure:
-    """Three stacked panels per region: output tokens/s, mean in flight, failed/s (from
-    analysis.store.load.timeseries; bucket start in UTC)."""
-    fig = make_subplots(
-        rows=3,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.06,
-        subplot_titles=("output tokens/s", "in flight (mean)", "failed requests/s"),
-    )
-    if df.empty:
-        fig.update_layout(title=title)
-        return fig
-    for i, (region, g) in enumerate(df.groupby("region", sort=True)):
-        for row, col in ((1, "output_tokens_per_s"), (2, "in_flight"), (3, "failed_per_s")):
-            fig.add_trace(
-                go.Scatter(
-                    x=g["bucket"],
-                    y=g[col],
-                    mode="lines+markers",
-                    line={"color": colour(i)},
-                    marker={"size": 4},
-                    name=str(region),
-                    legendgroup=str(region),
-                    showlegend=row == 1,
-                    hovertemplate=f"%{{x|%H:%M:%S}} UTC: %{{y:.3f}}<extra>{region}</extra>",
-                ),
-                row=row,
-                col=1,
-            )
-    fig.update_layout(title=title, height=620, hovermode="x unified", legend_title="region")
-    fig.update_xaxes(title_text="time (UTC)", row=3, col=1)
-    return fig
+FIRST_SERVER_PANEL = 3  # CLIENT_SERVER_PANELS' rows after this one are the server's own
+# one builder each for the report and the UI (analysis.reports.plots)
+percentile_curves = percentile_figure
+over_time = over_time_figure
+_empty = empty_figure
+frontier = frontier_figure
+token_timeline = timeline_figure
 
 
 def client_and_server(ts: pd.DataFrame, server: pd.DataFrame, title: str) -> go.Figure:
@@ -148,55 +59,77 @@ def client_and_server(ts: pd.DataFrame, server: pd.DataFrame, title: str) -> go.
     return fig
 
 
-def token_timeline(df: pd.DataFrame, title: str) -> go.Figure:
-    """One row per sampled request: a bar from scheduled time to end, a mark per chunk arrival
-    (seconds from the run's first scheduled request)."""
-    if df.empty:
-        return _empty(title)
-    spans = df.drop_duplicates("request")
-    fig = go.Figure()
-    for i, (outcome, g) in enumerate(spans.groupby("outcome", sort=True)):
-        width = (g["end_s"] - g["start_s"]).fillna(0.0)
+IMAGE_WIDTH_PX = 1200
+IMAGE_MIME = {"png": "image/png", "svg": "image/svg+xml"}
+
+
+def static_image(fig: go.Figure, fmt: Literal["png", "svg"]) -> bytes:
+    """`fig` as a PNG (at twice 1200 px wide) or an SVG, drawn by plotly.js itself in headless
+    Chromium (kaleido, which runs the installed /usr/bin/chromium; nothing is downloaded), in
+    plotly's light template since the app's theme lives in the browser."""
+    height = int(fig.layout.height or 520)
+    scale = 2 if fmt == "png" else 1
+    return bytes(fig.to_image(format=fmt, width=IMAGE_WIDTH_PX, height=height, scale=scale))
+
+
+def timeslices(slices: pd.DataFrame, server: pd.DataFrame, label: str, title: str) -> go.Figure:
+    """A metric per window over the run (analysis.stats.timeslices: p50/p90/p99, log scale when
+    they span decades), the requests sent per window that succeeded and failed, and beneath,
+    when the run has them, the server's own series on the same windows (`server` as
+    ui.data.run.server_view's rows at that window): queue / running, KV use, server TTFT."""
+    lines = client_server_series(client_totals(pd.DataFrame()), server, server)
+    own = [s for s in lines if s.row > FIRST_SERVER_PANEL]
+    rows = sorted({s.row for s in own})
+    panels = [CLIENT_SERVER_PANELS[r - 1] for r in rows]
+    titles = (f"{label} per window (ms)", "requests per window", *panels)
+    fig = make_subplots(
+        rows=len(titles), cols=1, shared_xaxes=True, vertical_spacing=0.06, subplot_titles=titles
+    )
+    if slices.empty:
+        fig.update_layout(title=title, annotations=[{"text": "no requests", "showarrow": False}])
+        return fig
+    for i, col in enumerate(("p50_ms", "p90_ms", "p99_ms")):
         fig.add_trace(
-            go.Bar(
-                y=g["request"],
-                x=width,
-                base=g["start_s"],
-                orientation="h",
-                marker={"color": colour(0) if outcome == "ok" else colour(i + 1)},
-                opacity=0.35,
-                name=f"request ({outcome})",
-                customdata=np.c_[g["start_s"], g["end_s"]],
-                hovertemplate=(
-                    "%{y}<br>scheduled %{customdata[0]:.3f} s → end %{customdata[1]:.3f} s"
-                    f"<extra>{outcome}</extra>"
-                ),
-            )
+            go.Scatter(
+                x=slices["window"],
+                y=slices[col],
+                mode="lines+markers",
+                line={"color": colour(i)},
+                marker={"size": 4},
+                name=f"{label} {col.removesuffix('_ms')}",
+                customdata=slices["ok"],
+                hovertemplate="%{x|%H:%M:%S} UTC: %{y:.3f} ms (n = %{customdata})<extra></extra>",
+            ),
+            row=1,
+            col=1,
         )
-    marks = df.dropna(subset=["chunk_s"])
-    fig.add_trace(
-        go.Scatter(
-            y=marks["request"],
-            x=marks["chunk_s"],
-            mode="markers",
-            marker={
-                "symbol": "line-ns-open",
-                "size": 10,
-                "color": MARK_COLOUR,
-                "line": {"width": 1.5, "color": MARK_COLOUR},
-            },
-            name="chunk arrival",
-            customdata=marks["tokens"],
-            hovertemplate="%{y}<br>chunk at %{x:.4f} s, %{customdata} token(s)<extra></extra>",
-        )
+    set_latency_axis(
+        fig, slices[["p50_ms", "p90_ms", "p99_ms"]].to_numpy().ravel(), title="ms", row=1
     )
+    for i, (col, name) in enumerate((("ok", "ok"), ("failed", "failed"))):
+        fig.add_trace(
+            go.Bar(x=slices["window"], y=slices[col], name=name, marker={"color": colour(i + 3)}),
+            row=2,
+            col=1,
+        )
+    for s in own:
+        fig.add_trace(
+            go.Scatter(
+                x=s.frame["bucket"],
+                y=s.frame[s.column],
+                mode="lines+markers",
+                line={"color": colour(s.order)},
+                marker={"size": 4},
+                name=s.name,
+                hovertemplate=f"%{{x|%H:%M:%S}} UTC: %{{y:.3f}}<extra>{s.name}</extra>",
+            ),
+            row=3 + rows.index(s.row),
+            col=1,
+        )
     fig.update_layout(
-        title=title,
-        barmode="overlay",
-        xaxis_title="seconds from the first scheduled request",
-        yaxis={"autorange": "reversed", "type": "category"},
-        height=max(320, 18 * spans.shape[0] + 120),
+        title=title, height=320 + 200 * len(titles), barmode="stack", hovermode="x unified"
     )
+    fig.update_xaxes(title_text="window start, by send time (UTC)", row=len(titles), col=1)
     return fig
 
 
@@ -213,49 +146,6 @@ def failures(df: pd.DataFrame, title: str) -> go.Figure:
         )
     )
     fig.update_layout(title=title, xaxis_title="failure kind", yaxis_title="requests")
-    return fig
-
-
-def frontier(df: pd.DataFrame, title: str, y_label: str) -> go.Figure:
-    """Output tokens/s against a latency percentile per (run, level) (analysis.stats.frontier), with
-    the bootstrap band as error bars; Pareto points ringed, the knee starred."""
-    if df.empty:
-        return _empty(title)
-    fig = go.Figure()
-    for i, (run, g) in enumerate(df.groupby("run", sort=False)):
-        g = g.sort_values("output_tokens_per_s")
-        fig.add_trace(
-            go.Scatter(
-                line={"color": colour(i)},
-                x=g["output_tokens_per_s"],
-                y=g["latency"],
-                error_y={
-                    "type": "data",
-                    "symmetric": False,
-                    "array": g["latency_upper"] - g["latency"],
-                    "arrayminus": g["latency"] - g["latency_lower"],
-                    "thickness": 1,
-                },
-                mode="lines+markers",
-                name=str(run),
-                marker={
-                    "size": [
-                        14 if k else 12 if p else 8
-                        for p, k in zip(g["pareto"], g["knee"], strict=True)
-                    ],
-                    "symbol": ["star" if k else "circle" for k in g["knee"]],
-                    "color": colour(i),
-                    "line": {"width": [2 if p else 0 for p in g["pareto"]]},
-                },
-                customdata=np.c_[g["load"], g["request_rate"], g["pareto"], g["n"]],
-                hovertemplate=(
-                    "%{customdata[0]}<br>%{x:.2f} tokens/s, %{customdata[1]:.3f} req/s"
-                    "<br>%{y:.3f} ms (n = %{customdata[3]})<br>Pareto: %{customdata[2]}"
-                    "<extra>%{fullData.name}</extra>"
-                ),
-            )
-        )
-    fig.update_layout(title=title, xaxis_title="output tokens/s (steady)", yaxis_title=y_label)
     return fig
 
 

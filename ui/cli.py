@@ -6,7 +6,7 @@ from the explicit table below: add a line there for a new command.
 The one error boundary of the CLI: a `PeakloadError` (or a database driver error) that a
 command does not handle itself is printed as one line naming the command, and the process
 exits with the shared code for bad input or infrastructure (analysis.verdicts.exitcodes: 2). No user
-input reaches a traceback.
+input reaches a traceback. What the process prints passes through loadgen.scrub.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import click
 
 from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import PeakloadError
+from loadgen.scrub import ScrubbingStream
 
 # name -> (module, attribute, one-line help shown by `peakload --help`)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -26,12 +27,22 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "compare": ("ui.commands.compare", "compare_command", "Compare a candidate run to a baseline."),
     "db": ("ui.commands.db", "db", "The store: migrate, status, stop the embedded server."),
     "demo": ("ui.commands.demo", "demo_command", "A short sweep against the simulated engine."),
-    "export": ("ui.commands.export", "export_command", "Export requests: csv, parquet, jsonl."),
+    "export": (
+        "ui.commands.export",
+        "export_command",
+        "Export requests (csv, parquet, jsonl) or metrics (otlp).",
+    ),
+    "import": (
+        "ui.commands.importrun",
+        "import_command",
+        "Store another tool's results (vLLM, GuideLLM, AIPerf, ...) as a run.",
+    ),
     "nightly": (
         "ui.commands.nightly",
         "nightly_command",
         "A metric across a schedule's runs, with change points.",
     ),
+    "note": ("ui.commands.annotate", "note_command", "Add a note to a stored run."),
     "presets": (
         "ui.commands.presets",
         "presets_command",
@@ -49,7 +60,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "sim": ("ui.commands.sim", "sim", "Serve the simulated OpenAI-compatible engine."),
     "sla": ("ui.commands.sla", "sla_command", "Check SLA claims against a run."),
     "submit": ("ui.commands.submit", "submit_command", "Run a spec across the region workers."),
+    "tag": ("ui.commands.annotate", "tag_command", "Tag a stored run (or take a tag off)."),
     "ui": ("ui.commands.ui", "ui_command", "Serve the web app."),
+    "users": ("ui.commands.users", "users_group", "People who may log in to the UI, and roles."),
     "worker": ("ui.commands.worker", "worker_command", "Start a region worker (or control, beat)."),
 }
 
@@ -100,4 +113,22 @@ def cli() -> None:
 
 
 def main() -> None:
-    cli()
+    """The console script; everything the process prints is scrubbed (loadgen.scrub). An
+    interrupt (Ctrl-C) that reaches here (during the probe, or a second one while a run stops)
+    exits PARTIAL, "aborted", by the one table, not click's 1
+    (which means criteria failed); click's own usage errors keep their code 2 (bad input)."""
+    sys.stdout = ScrubbingStream(sys.stdout)
+    sys.stderr = ScrubbingStream(sys.stderr)
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:  # click turns KeyboardInterrupt into Abort
+        click.echo("\npeakload: interrupted; nothing judged", err=True)
+        sys.exit(Exit.PARTIAL)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("\npeakload: interrupted; nothing judged", err=True)
+        sys.exit(Exit.PARTIAL)

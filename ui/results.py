@@ -9,19 +9,18 @@ from typing import Any
 
 from rich.console import Console
 
-from analysis.reports.summary import (
-    level_summary,
-    render_client_vs_server_table,
-    render_summary_table,
-)
+from analysis.reports.summary import level_summary
+from analysis.reports.summary_audio import render_audio_table
+from analysis.reports.summary_table import render_client_vs_server_table, render_summary_table
+from analysis.reports.workload_table import render_adapter_table, render_prefix_table
 from analysis.stats.cost import run_cost
 from analysis.stats.server_metrics import server_section
 from analysis.store.load import load_levels, load_requests, load_run
 from analysis.verdicts import sla
 from analysis.verdicts.exitcodes import Exit
 from analysis.verdicts.verdict import judge_run
-from loadgen import hosted
-from loadgen.spec import RunSpec
+from loadgen.checks import hosted
+from loadgen.runspec.spec import RunSpec
 from workers.store.connect import connect_store
 
 
@@ -63,9 +62,15 @@ def print_verdict(summary: dict[str, Any], console: Console, title: str = "crite
 
 def print_summary(summary: dict[str, Any], console: Console) -> None:
     console.print(render_summary_table(summary))
+    audio = render_audio_table(summary)
+    if audio is not None:
+        console.print(audio)
     server = render_client_vs_server_table(summary)
     if server is not None:
         console.print(server)
+    for table in (render_adapter_table(summary), render_prefix_table(summary)):
+        if table is not None:
+            console.print(table)
     if summary.get("valid") is False:
         console.print(
             "[bold red]INVALID MEASUREMENT[/]: the generator, not the server, may have "
@@ -85,9 +90,9 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
 
 def print_estimate(spec: RunSpec, console: Console) -> None:
     """Before a run against a hosted preset (or one that paces or caps its cost): the requests,
-    tokens and cost it will send, on stderr-free stdout. Refusals come from loadgen.hosted's
+    tokens and cost it will send, on stderr-free stdout. Refusals come from loadgen.checks.hosted's
     guard, which the run itself calls."""
-    from loadgen.presets import load_preset
+    from loadgen.runspec.presets import load_preset
 
     preset = load_preset(spec.target.preset) if spec.target.preset else None
     hosted_target = preset is not None and preset.kind == "hosted"
@@ -117,6 +122,10 @@ def cost_line(cost: dict[str, Any]) -> str:
         price = f"${p['gpu_hourly_usd']:g}/GPU-hour x {p['gpus']}"
         if per_token:
             price += f", against per-token {per_token}"
+    elif cost["basis"] == "per-audio-hour":
+        price = f"${p['audio_per_hour']:g} per audio hour" + (
+            f" (as of {p['as_of']}, {p['source']})" if p.get("as_of") else ""
+        )
     else:
         price = per_token
     rated = [lv for lv in cost["levels"] if lv.get("usd_per_mtok_output") is not None]
@@ -129,6 +138,14 @@ def cost_line(cost: dict[str, Any]) -> str:
         )
     if cost.get("break_even"):
         parts.append(f"break-even: {cost['break_even']['sentence']}")
+    audio = cost.get("audio")
+    if audio:
+        priced = [lv for lv in audio["levels"] if lv.get("usd_per_audio_hour") is not None]
+        rates = ", ".join(f"level {lv['level']} ${lv['usd_per_audio_hour']:,.4f}" for lv in priced)
+        parts.append(
+            f"{audio['audio_hours'] * 3600:,.1f} s of audio"
+            + (f"; per audio hour: {rates}" if rates else "")
+        )
     return "; ".join(parts)
 
 

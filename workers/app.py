@@ -5,10 +5,15 @@ Environment: PEAKLOAD_REDIS_URL (default redis://127.0.0.1:6379/0).
 
 from __future__ import annotations
 
+import logging
 import os
+from typing import Any
 
 from celery import Celery
+from celery.signals import after_setup_logger, after_setup_task_logger
 from kombu import Queue  # type: ignore[attr-defined]
+
+from loadgen.scrub import scrub_logging
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 TASK_RUN_SHARD = "peakload.run_shard"
@@ -97,4 +102,12 @@ def make_app(broker_url: str | None = None, *, visibility_timeout_s: float | Non
     return app
 
 
+def _scrub_worker_logs(logger: logging.Logger, **_: Any) -> None:
+    """A worker's log lines pass through loadgen.scrub (a shard's errors quote servers)."""
+    scrub_logging(logger)
+    scrub_logging()
+
+
+after_setup_logger.connect(_scrub_worker_logs, weak=False)
+after_setup_task_logger.connect(_scrub_worker_logs, weak=False)
 app = make_app()

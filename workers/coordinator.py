@@ -19,10 +19,10 @@ import psycopg
 import redis
 from celery import Celery
 
-from loadgen import hosted
+from loadgen.checks import hosted
+from loadgen.engine.plan import ShardPlan
 from loadgen.errors import CoordinationError, SpecError
-from loadgen.plan import ShardPlan
-from loadgen.spec import RunSpec, spec_from_dict
+from loadgen.runspec.spec import RunSpec, spec_from_dict
 from workers import leases, runctl
 from workers.app import TASK_RUN_SHARD, region_queue, shard_time_limits
 from workers.clocks import reference_now_ns
@@ -46,6 +46,7 @@ class SubmitOptions:
     soft_limit_s: float | None = None  # override the limit derived from the planned duration
     preflight: bool = True  # one streaming request + token calibration from this process
     schedule_name: str | None = None
+    launched_by: str | None = None  # the person who started the run (deploy/sql/0230)
 
 
 @dataclass(slots=True)
@@ -87,9 +88,9 @@ class Coordinator:
     def create(self, spec: RunSpec, opts: SubmitOptions) -> tuple[str, list[ShardPlan], float]:
         """Check the target, create the run with its levels and `planned` shards. Returns
         (run_id, plans, tokens_per_word). Raises PeakloadError before writing anything."""
-        from loadgen import admission
-        from loadgen.schedule import static_levels
-        from loadgen.secrets import literal_secrets
+        from loadgen.checks import admission
+        from loadgen.engine.schedule import static_levels
+        from loadgen.runspec.secrets import literal_secrets
         from loadgen.targets import policy_from_env
         from workers.store import runs as store_runs
 
@@ -103,8 +104,8 @@ class Coordinator:
             )
         literal = literal_secrets(spec.target)
         if literal:
-            # plans reach the workers redacted (loadgen.secrets): a value written in the spec
-            # could only travel in the clear, through the broker and task events
+            # plans reach the workers redacted (loadgen.runspec.secrets): a value written in the
+            # spec could only travel in the clear, through the broker and task events
             raise SpecError(
                 f"{', '.join(literal)} would reach the workers only in the clear; give each "
                 'value by reference (headers_env = {Name = "ENV_VAR"}, set on every worker) '
@@ -130,7 +131,12 @@ class Coordinator:
         tpw = _preflight(spec, run_id) if opts.preflight else 1.0
         with self._conn() as conn:
             store_runs.create_run(
-                conn, run_id, spec, mode="distributed", schedule_name=opts.schedule_name
+                conn,
+                run_id,
+                spec,
+                mode="distributed",
+                schedule_name=opts.schedule_name,
+                launched_by=opts.launched_by,
             )
             _write_plan(conn, run_id, spec, plans)
             store_runs_levels(conn, run_id, static_levels(spec.load))
@@ -375,8 +381,8 @@ def store_runs_levels(conn: psycopg.Connection[Any], run_id: str, levels: list[A
 def _preflight(spec: RunSpec, run_id: str) -> float:
     """One streaming request and the token calibration, from the coordinator's host; returns
     tokens per synthetic word. Raises PreflightError with the reason."""
-    from loadgen.calibrate import calibrate
-    from loadgen.secrets import resolve_target
+    from loadgen.checks.calibrate import calibrate
+    from loadgen.runspec.secrets import resolve_target
     from loadgen.targets import build_target, preflight
 
     async def go() -> float:

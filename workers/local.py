@@ -3,9 +3,9 @@ one event loop, written through the same store writer. `peakload run` and `peakl
 
 Order matters for "nothing half-written": the spec is validated, the target checked against the
 policy and preflighted (reachable, key accepted, streams) before the run exists in the store;
-its inputs are read and its load admitted (loadgen.admission) before that too. Once it exists,
-the run holds a lease (workers.local_lease) and any failure ends it `failed` with its reason: it
-is never left `running`.
+its inputs are read and its load admitted (loadgen.checks.admission) before that too. Once it
+exists, the run holds a lease (workers.local_lease) and any failure ends it `failed` with its
+reason: it is never left `running`.
 """
 
 from __future__ import annotations
@@ -19,20 +19,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen import admission, hosted
-from loadgen.calibrate import calibrate
+from loadgen.checks import admission, hosted
+from loadgen.checks.calibrate import calibrate
+from loadgen.engine.livemetrics import LiveMetrics, MetricsSink
+from loadgen.engine.plan import ShardPlan, Sink
+from loadgen.engine.pool import LocalPool
+from loadgen.engine.runner import ShardResult, run_shard
+from loadgen.engine.runtime import run_measurement
+from loadgen.engine.schedule import static_levels
+from loadgen.engine.scrubbing import ScrubbingSink
 from loadgen.errors import RunFailed
-from loadgen.pacing import paced_by
-from loadgen.plan import ShardPlan
-from loadgen.pool import LocalPool
-from loadgen.records import Tick
-from loadgen.runner import ShardResult, run_shard
-from loadgen.runtime import run_measurement
-from loadgen.schedule import static_levels
-from loadgen.secrets import ScrubbingSink, resolve_target, secret_values
-from loadgen.spec import RunSpec
+from loadgen.results.records import Tick
+from loadgen.runspec.secrets import resolve_target, secret_values
+from loadgen.runspec.spec import RunSpec
 from loadgen.target import Target
 from loadgen.targets import OpenAITarget, TargetPolicy, build_target, policy_from_env, preflight
+from loadgen.targets.factory import paced_by
+from workers import local_procs
+from workers.local_failure import record_failure
 from workers.local_lease import LocalLease, owner_id, reap_dead_local_runs
 from workers.planner import plan_run, with_fraction_offsets
 from workers.probes import probe_network
@@ -61,6 +65,17 @@ class LocalRun:
 warm_connections = admission.warm_connections
 
 
+def admit_local(spec: RunSpec, processes: int = 1) -> None:
+    """The admission check `run_local` makes, for a caller that sends something first (the
+    probe): a load this machine cannot hold (in `processes` measuring processes) is refused
+    before any request."""
+    hosted.guard(spec)
+    if processes > 1:
+        local_procs.admit_machine(spec, local_procs.plan_processes(spec, "admission", processes))
+    else:
+        admission.admit(spec, with_fraction_offsets(plan_run(spec, "admission")))
+
+
 def run_local(
     spec: RunSpec,
     *,
@@ -69,15 +84,32 @@ def run_local(
     on_started: Callable[[str], None] | None = None,
     schedule_name: str | None = None,
     probe_result: dict[str, Any] | None = None,
+    processes: int = 1,
+    metrics: LiveMetrics | None = None,
+    launched_by: str | None = None,
+    preflight: bool = True,
 ) -> LocalRun:
-    """Run `spec` in this process and store everything. Raises PeakloadError subclasses for
-    bad input (inputs, capacity, policy, preflight, store) before anything is written, and
-    RunFailed for a failure after the run row exists (the row then says `failed`, and why).
-    `probe_result` (a parameter probe, workers.param_probe) is stored with the run."""
+    """Run `spec` and store everything: in this process, or with `processes` > 1 spread over
+    that many measuring processes (workers.local_procs), one run all the same. Raises
+    PeakloadError subclasses for bad input (inputs, capacity, policy, preflight, store) before
+    anything is written, and RunFailed for a failure after the run row exists (the row then
+    says `failed`, and why).
+    `probe_result` (a parameter probe, workers.param_probe) is stored with the run; `metrics`
+    (a started LiveMetrics) counts every record and tick the store is given (with measuring
+    processes, what they count: LiveMetrics.children_dir); `launched_by` names the person who
+    started it (ui/people.py picks who that is). `preflight` False: no streaming check and no
+    prompt calibration (1 token per word), so the target sees the run's own requests and
+    nothing else (as `submit --no-preflight`)."""
     hosted.guard(spec)  # over a provider's limits or max_cost_usd: refused before any work
     run_id = str(uuid.uuid4())
-    plans = with_fraction_offsets(plan_run(spec, run_id))
-    admission.admit(spec, plans)
+    groups: list[list[ShardPlan]] | None = None
+    if processes > 1:
+        groups = local_procs.plan_processes(spec, run_id, processes)
+        plans = [p for g in groups for p in g]
+        local_procs.admit_machine(spec, groups)
+    else:
+        plans = with_fraction_offsets(plan_run(spec, run_id))
+        admission.admit(spec, plans)
     # A local run is started by the operator on their own machine: loopback and private
     # targets are theirs to test. Link-local and metadata addresses stay refused regardless.
     policy = policy_from_env().allowing_private()
@@ -94,6 +126,10 @@ def run_local(
             on_started,
             schedule_name,
             probe_result,
+            groups,
+            metrics,
+            launched_by,
+            preflight,
         )
     )
 
@@ -108,6 +144,10 @@ async def _run(
     on_started: Callable[[str], None] | None,
     schedule_name: str | None,
     probe_result: dict[str, Any] | None = None,
+    groups: list[list[ShardPlan]] | None = None,
+    metrics: LiveMetrics | None = None,
+    launched_by: str | None = None,
+    check_first: bool = True,
 ) -> LocalRun:
     # one pacer for the process: the shards of a local run share the provider's limits
     pacer = paced_by(spec, 1.0)
@@ -119,19 +159,27 @@ async def _run(
             max_connections=admission.pool_size(warm_connections(spec, p)),
             pacer=pacer,
         )
-        for p in plans
+        for p in (plans[:1] if groups else plans)  # measuring processes build their own
     ]
     # the runners send through the pacer; preflight and calibration are not the run's load
     targets = [b.client for b in built]
     senders = [b.sender for b in built]
     try:
-        await preflight(targets[0])
-        tpw = await calibrate(spec, targets[0], run_id)
+        tpw = 1.0
+        if check_first:
+            await preflight(targets[0])
+            tpw = await calibrate(spec, targets[0], run_id)
         url = database_url or default_database_url()
         conn = connect_store(url)
         reap_dead_local_runs(conn)
         store_runs.create_run(
-            conn, run_id, spec, mode="local", schedule_name=schedule_name, owner=owner_id()
+            conn,
+            run_id,
+            spec,
+            mode="local",
+            schedule_name=schedule_name,
+            owner=owner_id(),
+            launched_by=launched_by,
         )
         if probe_result is not None:
             save_probe(conn, run_id, probe_result)
@@ -144,16 +192,35 @@ async def _run(
         lease = LocalLease(url, run_id, on_abort)
         lease.start()
         try:
-            result = await _measure(
-                spec, run_id, plans, targets, senders, conn, url, abort, tpw, on_tick, on_started
-            )
+            if groups:
+                result = await _measure_in_processes(
+                    spec, run_id, groups, conn, url, abort, tpw, on_tick, on_started, metrics
+                )
+            else:
+                result = await _measure(
+                    spec,
+                    run_id,
+                    plans,
+                    targets,
+                    senders,
+                    conn,
+                    url,
+                    abort,
+                    tpw,
+                    on_tick,
+                    on_started,
+                    metrics,
+                )
             if result.status == "aborted" and lease.abort_reason:
                 store_runs.set_run_status(conn, run_id, "aborted", lease.abort_reason)
             return result
         except BaseException as exc:
             reason = _failure_reason(exc)
-            with contextlib.suppress(Exception):
-                store_runs.fail_run(conn, run_id, reason)
+            conn, unrecorded = record_failure(conn, url, run_id, reason)
+            if unrecorded is not None:
+                reason = f"{reason}; {unrecorded}"
+                if isinstance(exc, RunFailed):
+                    raise RunFailed(run_id, reason) from exc
             if isinstance(exc, Exception) and not isinstance(exc, RunFailed):
                 raise RunFailed(run_id, reason) from exc
             raise
@@ -174,6 +241,44 @@ def _failure_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+def _register(
+    conn: Any,
+    run_id: str,
+    spec: RunSpec,
+    plans: list[ShardPlan],
+    on_started: Callable[[str], None] | None,
+) -> None:
+    store_runs.upsert_levels(conn, run_id, [level_row(lv) for lv in static_levels(spec.load)])
+    for p in plans:
+        store_runs.upsert_shard(conn, run_id, p.shard_id, p.region, p.slot, p.to_json())
+    if on_started is not None:
+        on_started(run_id)
+
+
+async def _network(conn: Any, run_id: str, spec: RunSpec, plans: list[ShardPlan]) -> None:
+    """One probe for the machine (every local shard takes the same path): the round trip and
+    connection set-up that split TTFT into network and server time per region."""
+    net = await asyncio.to_thread(probe_network, spec.target.base_url)
+    for p in plans:
+        store_runs.set_shard_network(conn, run_id, p.shard_id, net.rtt_ns, net.connect_ns)
+
+
+def _started(
+    conn: Any, run_id: str, spec: RunSpec, plans: list[ShardPlan], url: str
+) -> MetricsRecorder | None:
+    """The run and its shards `running`; the metrics scraper started if the target has one."""
+    store_runs.start_run(conn, run_id)
+    for p in plans:
+        store_runs.set_shard_state(conn, run_id, p.shard_id, "running")
+    if not spec.target.metrics_url:
+        return None
+    recorder = MetricsRecorder(
+        url, run_id, spec.target.metrics_url, (time.time_ns(), time.perf_counter_ns())
+    )
+    recorder.start()
+    return recorder
+
+
 async def _measure(
     spec: RunSpec,
     run_id: str,
@@ -186,40 +291,23 @@ async def _measure(
     tpw: float,
     on_tick: Callable[[Tick], None] | None,
     on_started: Callable[[str], None] | None,
+    metrics: LiveMetrics | None = None,
 ) -> LocalRun:
     """From the run row's existence to its end: levels, shards, warm-up, the shards run."""
-    store_runs.upsert_levels(
-        conn,
-        run_id,
-        [level_row(lv) for lv in static_levels(spec.load)],
-    )
-    for p in plans:
-        store_runs.upsert_shard(conn, run_id, p.shard_id, p.region, p.slot, p.to_json())
-    if on_started is not None:
-        on_started(run_id)
+    _register(conn, run_id, spec, plans, on_started)
     await asyncio.gather(
         *(t.warm(warm_connections(spec, p)) for t, p in zip(targets, plans, strict=True))
     )
-    # one probe for the process (every local shard takes the same path): the round trip
-    # and connection set-up that split TTFT into network and server time per region
-    net = await asyncio.to_thread(probe_network, spec.target.base_url)
-    for p in plans:
-        store_runs.set_shard_network(conn, run_id, p.shard_id, net.rtt_ns, net.connect_ns)
+    await _network(conn, run_id, spec, plans)
     loop = asyncio.get_running_loop()
     _install_abort(loop, abort)
     start = time.perf_counter_ns() + int(START_DELAY_S * 1e9)
-    store_runs.start_run(conn, run_id)
-    for p in plans:
-        store_runs.set_shard_state(conn, run_id, p.shard_id, "running")
-    recorder = None
-    if spec.target.metrics_url:
-        recorder = MetricsRecorder(
-            url, run_id, spec.target.metrics_url, (time.time_ns(), time.perf_counter_ns())
-        )
-        recorder.start()
+    recorder = _started(conn, run_id, spec, plans, url)
     pool = LocalPool(len(plans)) if len(plans) > 1 else None  # one run: shards meet per level
     writer = StoreWriter(url, run_id, WriterConfig(store_content=spec.store_content))
-    sink = ScrubbingSink(writer, secret_values(targets[0].spec))
+    sink: Sink = ScrubbingSink(writer, secret_values(targets[0].spec))
+    if metrics is not None:  # fed from what the store is given, off the event loop
+        sink = MetricsSink(sink, metrics)
     try:
         results = await asyncio.gather(
             *(
@@ -240,11 +328,60 @@ async def _measure(
         _remove_abort(loop)
         if recorder is not None:
             await recorder.stop()
-        writer_error = _close_writer(writer)
+        writer_error = _close_writer(sink)  # closes the writer inside
     return _finish(conn, run_id, spec, results, tpw, writer_error)
 
 
-def _close_writer(writer: StoreWriter) -> Exception | None:
+async def _measure_in_processes(
+    spec: RunSpec,
+    run_id: str,
+    groups: list[list[ShardPlan]],
+    conn: Any,
+    url: str,
+    abort: asyncio.Event,
+    tpw: float,
+    on_tick: Callable[[Tick], None] | None,
+    on_started: Callable[[str], None] | None,
+    metrics: LiveMetrics | None = None,
+) -> LocalRun:
+    """`_measure` with the shards in measuring processes: each warms its own connections;
+    they start at one monotonic instant, and what they hand back is pooled as shards are."""
+    plans = [p for g in groups for p in g]
+    _register(conn, run_id, spec, plans, on_started)
+    counts = metrics.children_dir() if metrics is not None else None
+    group = local_procs.ProcessGroup(groups, url, tpw, metrics_dir=counts)
+    loop = asyncio.get_running_loop()
+    recorder = None
+    try:
+        await group.spawn(on_tick)
+        try:
+            await group.wait_ready()
+        except RunFailed as exc:
+            raise RunFailed(run_id, exc.reason) from None
+        await _network(conn, run_id, spec, plans)
+        _install_abort(loop, abort)
+        start = time.perf_counter_ns() + int(START_DELAY_S * 1e9)
+        recorder = _started(conn, run_id, spec, plans, url)
+        done = await group.run(start, (time.time_ns(), time.perf_counter_ns()), abort)
+    finally:
+        _remove_abort(loop)
+        if recorder is not None:
+            await recorder.stop()
+        await group.close()
+    error = "; ".join(done.writer_errors) or None
+    return _finish(
+        conn,
+        run_id,
+        spec,
+        done.results,
+        tpw,
+        RuntimeError(error) if error else None,
+        lost=done.lost,
+        labels=done.labels,
+    )
+
+
+def _close_writer(writer: Sink) -> Exception | None:
     try:
         writer.close()
     except Exception as exc:  # reported as the run's failure below, after shard states
@@ -259,8 +396,20 @@ def _finish(
     results: list[ShardResult],
     tpw: float,
     writer_error: Exception | None,
+    *,
+    lost: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
 ) -> LocalRun:
+    """The shards' final states (a shard in `lost` ended `failed`: its process handed in
+    nothing, its rows are kept), the pooled levels and search, the run's status."""
+    lost, labels = lost or {}, labels or {}
     written = store_runs.count_requests_by_shard(conn, run_id)
+    for sid, why in sorted(lost.items()):
+        n = written.get(sid, 0)
+        store_runs.set_shard_state(
+            conn, run_id, sid, "failed", reason=why, valid=False, invalid_reasons=[why],
+            requests_scheduled=n, records_written=n,
+        )  # fmt: skip
     for r in results:
         store_runs.set_shard_state(
             conn,
@@ -281,8 +430,13 @@ def _finish(
     store_runs.set_search(
         conn, run_id, {r.shard_id: r.search for r in results if r.search is not None}
     )
-    reasons = [f"{r.shard_id}: {why}" for r in results for why in r.invalid_reasons]
-    statuses = {r.status for r in results}
+    reasons = [
+        f"{r.shard_id}{f' ({labels[r.shard_id]})' if r.shard_id in labels else ''}: {why}"
+        for r in results
+        for why in r.invalid_reasons
+    ]
+    reasons += [f"{sid}: {why}" for sid, why in sorted(lost.items())]
+    statuses = {r.status for r in results} | ({"failed"} if lost else set())
     status = (
         "completed"
         if statuses == {"completed"}
@@ -294,6 +448,7 @@ def _finish(
         status = "failed"
         reasons.append(f"store writer: {writer_error}")
     scheduled = sum(r.requests_scheduled for r in results)
+    scheduled += sum(written.get(sid, 0) for sid in lost)
     valid = not reasons
     store_runs.finish_run(conn, run_id, status, valid, reasons, scheduled)
     if writer_error is not None:

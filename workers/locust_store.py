@@ -1,9 +1,9 @@
-"""Locust mode's store: `install()` makes every Locust test that uses `loadgen.locust.LLMUser` a
-run in peakload's store (PEAKLOAD_DATABASE_URL, else the embedded one), and `python -m
+"""Locust mode's store: `install()` makes every Locust test that uses `loadgen.locust.user.LLMUser`
+a run in peakload's store (PEAKLOAD_DATABASE_URL, else the embedded one), and `python -m
 workers.locust_store --fd N` is the engine process each Locust process drives, writing its shard's
 records with the same StoreWriter as every other run.
 
-The split keeps the layers: loadgen.locust (gevent, Locust) and loadgen.locust_engine (asyncio)
+The split keeps the layers: loadgen.locust.user (gevent, Locust) and loadgen.locust.engine (asyncio)
 import no database driver; this module gives them a `RunStore` and a `ShardStore`.
 """
 
@@ -17,10 +17,10 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from loadgen.engine.plan import ShardPlan, Sink
 from loadgen.errors import PeakloadError
-from loadgen.locust_engine import ShardEnd
-from loadgen.plan import ShardPlan, Sink
-from loadgen.spec import Labels, RunSpec
+from loadgen.locust.engine import ShardEnd
+from loadgen.runspec.spec import Labels, RunSpec
 from workers.store import runs as store_runs
 from workers.store.connect import connect_store, database_url
 from workers.store.embedded import data_home
@@ -127,7 +127,7 @@ def install(url: str | None = None) -> None:
     command: PEAKLOAD_DATABASE_URL, else the embedded PostgreSQL)."""
     # imported here, not at the top: the engine process runs this module and must not import
     # Locust (importing it monkey-patches sockets and threads with gevent)
-    from loadgen import locust as locust_mode
+    from loadgen.locust import user as locust_mode
 
     locust_mode.use_store(LocustRunStore(url))
 
@@ -181,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     except PeakloadError as exc:
         print(f"peakload engine: {exc}", file=sys.stderr)
         return 1
-    from loadgen.locust_engine import serve
-    from loadgen.runtime import run_measurement
+    from loadgen.engine.runtime import run_measurement
+    from loadgen.locust.engine import serve
 
     sock = socket.socket(fileno=args.fd)
     run_measurement(serve(sock, EngineShardStore(url)))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from loadgen.errors import PreflightError
-from loadgen.spec import RunSpec
+from loadgen.runspec.spec import RunSpec
 from loadgen.targets.probe import ProbeResult, probe_sync, spec_checks
 
 

@@ -9,9 +9,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
+from loadgen.engine.plan import ShardPlan
 from loadgen.errors import SpecError
-from loadgen.plan import ShardPlan
-from loadgen.spec import RunSpec
+from loadgen.runspec.spec import RunSpec
 
 _MASK64 = (1 << 64) - 1
 
@@ -80,10 +80,10 @@ def plan_run(
     """One shard per (region, worker slot), in spec order, ids `"{region}-{slot}"`.
 
     Each shard's `fraction` is its region's share divided by the region's worker count (the
-    runner multiplies open-loop rates by it). Closed-loop users of every level and
-    `load.max_requests` are split by the largest-remainder method over those fractions, so the
-    shards of a level add up exactly to the configured count. `workers_per_region` overrides
-    each region's `workers` field.
+    runner multiplies open-loop rates by it). Closed-loop users of every level,
+    `load.max_requests` and `load.max_concurrency` are split by the largest-remainder method
+    over those fractions, so the shards of a level add up exactly to the configured count.
+    `workers_per_region` overrides each region's `workers` field.
     """
     if not run_id:
         raise SpecError("a run id is required", where="plan_run")
@@ -101,6 +101,9 @@ def plan_run(
             for i, part in enumerate(split_largest_remainder(count, weights)):
                 users[i].append(part)
     max_requests = split_largest_remainder(spec.load.max_requests, weights)
+    # `max_concurrency` caps the run's requests in flight: each shard holds its share (at
+    # least one), so the run's cap does not grow with its regions, workers or processes
+    caps = split_largest_remainder(spec.load.max_concurrency, weights)
 
     public = spec.public_dict()
     ids = [f"{region}-{slot}" for region, slot in slots]
@@ -123,6 +126,7 @@ def plan_run(
                     "shard_ids": ids,  # every shard of the run (they meet in a sample pool)
                     "workers_in_region": per_region[region],
                     "levels": levels,
+                    "max_concurrency": max(1, caps[i]),
                 },
             )
         )

@@ -168,12 +168,13 @@ def _merge_levels(conn: psycopg.Connection[Any], run_id: str) -> None:
     merged = store_runs.merge_levels(per_shard)
     if merged:
         store_runs.upsert_levels(conn, run_id, merged)
-    searches = {
-        str(shard): dict(search)
+    handed = {
+        str(shard): search
         for shard, search in conn.execute(
-            "SELECT shard_id, extra->'search' FROM shards WHERE run_id = %s "
-            "AND jsonb_typeof(extra->'search') = 'object'",
-            (run_id,),
+            "SELECT shard_id, extra->'search' FROM shards WHERE run_id = %s", (run_id,)
         ).fetchall()
     }
-    store_runs.set_search(conn, run_id, searches)
+    searches = {s: dict(a) for s, a in handed.items() if isinstance(a, dict)}
+    # a shard killed, or stopped by Celery's time limit before its runner returned, handed in
+    # no answer: the run's answer names it as stopped early instead of leaving it out unseen
+    store_runs.set_search(conn, run_id, searches, [s for s in handed if s not in searches])

@@ -1,4 +1,4 @@
-"""A `SamplePool` (loadgen/pool.py) in Redis: the Celery shards of one distributed run meet
+"""A `SamplePool` (loadgen/engine/pool.py) in Redis: the Celery shards of one distributed run meet
 there after each level run: a saturation search's shards judge the same pooled samples and run
 the same next level; a sweep's shards (under drain or cancel) start each next level together,
 once every one has ended its last.
@@ -27,14 +27,16 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
-import redis.asyncio as aioredis
 
-from loadgen.plan import ShardPlan
-from loadgen.pool import Pooled, concat
-from loadgen.spec import RunSpec
+from loadgen.engine.plan import ShardPlan
+from loadgen.engine.pool import Pooled, concat
+from loadgen.runspec.spec import RunSpec
+
+if TYPE_CHECKING:  # imported where a pool is used: a local run needs no Redis client
+    import redis.asyncio as aioredis
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -108,6 +110,8 @@ class RedisPool:
 
     def _redis(self) -> aioredis.Redis:
         if self._client is None:  # made on first use: bound to the loop the shard runs on
+            import redis.asyncio as aioredis
+
             self._client = aioredis.Redis.from_url(self.url, socket_timeout=10)
         return self._client
 
@@ -142,12 +146,14 @@ class RedisPool:
     async def _retry(self, op: Callable[[aioredis.Redis], Awaitable[T]], end: float | None) -> T:
         """`op` on the client, again after a lost connection (Redis restarting) until `end`
         (monotonic s) or, for the steps after the bound, for one more `wait_s`."""
+        from redis import exceptions as redis_errors
+
         stop = end if end is not None else time.monotonic() + self.wait_s
         delay = 0.1
         while True:
             try:
                 return await op(self._redis())
-            except (aioredis.ConnectionError, aioredis.TimeoutError) as exc:
+            except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
                 if time.monotonic() >= stop:
                     raise RuntimeError(
                         f"sample pool of run {self.run_id}: Redis unreachable ({exc})"

@@ -22,8 +22,8 @@ from croniter import croniter
 from psycopg.types.json import Jsonb
 
 from loadgen.errors import SpecError
-from loadgen.secrets import literal_secrets
-from loadgen.spec import RunSpec, spec_from_dict
+from loadgen.runspec.secrets import literal_secrets
+from loadgen.runspec.spec import RunSpec, spec_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ def create_scheduled_run(
     conn: psycopg.Connection[Any], run_id: str, spec: RunSpec, name: str
 ) -> None:
     """The run row of a fired slot (status pending); the control worker plans and starts it."""
-    from loadgen.schedule import static_levels
+    from loadgen.engine.schedule import static_levels
     from workers.coordinator import store_runs_levels
     from workers.store import runs as store_runs
 

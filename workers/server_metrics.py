@@ -1,4 +1,4 @@
-"""Stores what `loadgen.prometheus` scrapes from a target's metrics endpoint into the
+"""Stores what `loadgen.targets.prometheus` scrapes from a target's metrics endpoint into the
 `server_metrics` table, in small COPY batches from a worker thread (never on the event loop)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 import psycopg
 from psycopg.types.json import Jsonb
 
-from loadgen.plan import ShardPlan
-from loadgen.prometheus import Sample, scrape_loop
+from loadgen.engine.plan import ShardPlan
+from loadgen.targets.prometheus import Sample, scrape_loop
 from workers.store.runs import public_target_url
 
 FLUSH_EVERY_S = 5.0

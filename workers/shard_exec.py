@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg
 import redis
 
-from loadgen import admission
-from loadgen.plan import ShardPlan
-from loadgen.runtime import run_measurement
+from loadgen.checks import admission
+from loadgen.engine.plan import ShardPlan
+from loadgen.engine.runtime import run_measurement
 from workers import leases, runctl
 from workers.clocks import ClockEstimate, measure_offset
 from workers.control import ShardControl
@@ -30,7 +30,9 @@ from workers.server_metrics import SCRAPER_KEY, MetricsRecorder
 from workers.store.runs import level_row
 
 if TYPE_CHECKING:
-    from loadgen.runner import ShardResult
+    from loadgen.engine.livemetrics import LiveMetrics
+    from loadgen.engine.runner import ShardResult
+    from loadgen.engine.shard import Shard
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -48,6 +50,8 @@ class WorkerSettings:
     database_url: str
     redis_url: str
     target_override: str | None = None  # region-specific base URL (e.g. a latency proxy)
+    metrics_port: int | None = None  # live metrics (workers.metrics_serve); 0: a free port
+    metrics_host: str = "127.0.0.1"
     lease_ttl_s: float = leases.LEASE_TTL_S
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
@@ -61,7 +65,23 @@ class WorkerSettings:
             redis_url=redis_url(),
             target_override=os.environ.get("PEAKLOAD_TARGET_OVERRIDE") or None,
             lease_ttl_s=float(os.environ.get("PEAKLOAD_LEASE_TTL_S", leases.LEASE_TTL_S)),
+            metrics_port=_port_or_none(os.environ.get("PEAKLOAD_METRICS_PORT")),
+            metrics_host=os.environ.get("PEAKLOAD_METRICS_HOST") or "127.0.0.1",
         )
+
+
+def _port_or_none(text: str | None) -> int | None:
+    """PEAKLOAD_METRICS_PORT: unset or empty is None; anything but a port is logged and off."""
+    if not text or not text.strip():
+        return None
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        log.warning("PEAKLOAD_METRICS_PORT=%r is not a port: live metrics off", text)
+        return None
+    return port
 
 
 def planned_duration_s(plan: ShardPlan) -> float:
@@ -81,7 +101,8 @@ def planned_duration_s(plan: ShardPlan) -> float:
 
 
 def warm_connections(plan: ShardPlan) -> int:
-    """Connections to open before check-in (loadgen.admission's rule, as local runs use it)."""
+    """Connections to open before check-in (loadgen.checks.admission's rule, as local runs use
+    it)."""
     return admission.warm_connections(plan.run_spec(), plan)
 
 
@@ -151,13 +172,17 @@ class _Job:
         self.result: ShardResult | None = None
         self.skew_ns: int | None = None
         self.start_mono: int | None = None
+        self.shard: Shard | None = None  # the runner's state, read after a stop from outside
+        self.live: LiveMetrics | None = None  # this process's live metrics, if served
 
     def run(self) -> dict[str, Any]:
+        from loadgen.engine.livemetrics import MetricsSink
+        from workers.metrics_serve import process_metrics
         from workers.store.embedded import data_home
         from workers.store.writer import StoreWriter, WriterConfig
 
         spool = data_home() / "spool" / self.plan.run_id / self.plan.shard_id
-        sink = StoreWriter(
+        sink: Any = StoreWriter(
             self.settings.database_url,
             self.plan.run_id,
             WriterConfig(
@@ -165,6 +190,9 @@ class _Job:
                 store_content=self.plan.run_spec().store_content,
             ),
         )
+        self.live = process_metrics(self.settings.metrics_port, self.settings.metrics_host)
+        if self.live is not None:  # fed the batches the store is, off the event loop
+            sink = MetricsSink(sink, self.live)
         try:
             run_measurement(self._main(sink))
         except BaseException as exc:  # SoftTimeLimitExceeded lands here if the deadline missed
@@ -183,11 +211,12 @@ class _Job:
         return self._finish()
 
     async def _main(self, sink: Any) -> None:
-        from loadgen import admission
-        from loadgen.pacing import paced_by
-        from loadgen.runner import run_shard
-        from loadgen.secrets import ScrubbingSink, resolve_target, secret_values
+        from loadgen.checks import admission
+        from loadgen.engine.runner import run_shard
+        from loadgen.engine.scrubbing import ScrubbingSink
+        from loadgen.runspec.secrets import resolve_target, secret_values
         from loadgen.targets import build_target, policy_from_env
+        from loadgen.targets.factory import paced_by
 
         plan, spec = self.plan, self.plan.run_spec()
         target_spec = resolve_target(spec.target)  # headers_env from this worker's environment
@@ -229,6 +258,7 @@ class _Job:
                     "probe_error": net.error,
                     "target_overridden": self.settings.target_override is not None,
                     "warm_connections": n_conn,
+                    "metrics_url": self.live.url if self.live is not None else None,
                 },
             )
             if not ready:
@@ -270,6 +300,7 @@ class _Job:
                     # the shard's clock_uncertainty_ns (stored with it)
                     wall_clock=lambda: clock.mono_to_ref(time.perf_counter_ns()),
                     pool=sample_pool,
+                    on_shard=self._keep,
                 )
             )
             skew = self.skew_ns
@@ -292,6 +323,9 @@ class _Job:
                 self.reason = self.control.abort_reason
         finally:
             await target.aclose()
+
+    def _keep(self, shard: Shard) -> None:
+        self.shard = shard
 
     def _scraper(self, metrics_url: str | None, clock: ClockEstimate) -> MetricsRecorder | None:
         """The run's one metrics scraper, on the shard the coordinator named (SCRAPER_KEY),
@@ -335,6 +369,9 @@ class _Job:
 
     def _finish(self) -> dict[str, Any]:
         plan, res = self.plan, self.result
+        # stopped before the runner returned (SoftTimeLimitExceeded): the search so far, which
+        # the run's answer then names as stopped early (workers.store.searches)
+        search = res.search if res else (self.shard.search if self.shard else None)
         written = self.db(lambda c: _count_rows(c, plan))
         self.db(
             lambda c: leases.finish_shard(
@@ -351,7 +388,7 @@ class _Job:
                     "outcomes": dict(res.outcomes) if res else {},
                     "health": dict(res.health) if res else {},
                     "levels": [level_row(lv) for lv in (res.levels if res else [])],
-                    "search": res.search if res else None,
+                    "search": search,
                 },
                 start_skew_ns=self.skew_ns,
             )

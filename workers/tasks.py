@@ -8,7 +8,7 @@ from typing import Any
 
 from celery import Task
 
-from loadgen.plan import ShardPlan
+from loadgen.engine.plan import ShardPlan
 from workers.app import TASK_REAP, TASK_RUN_SHARD, TASK_START_RUN, app
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.store.load import load_requests
-from loadgen.storeformat import CONTENT_COLUMNS, NULLABLE_INT_COLUMNS
+from loadgen.results.storeformat import CONTENT_COLUMNS, NULLABLE_INT_COLUMNS
 
 Format = Literal["csv", "parquet", "jsonl"]
 FORMATS: tuple[Format, ...] = ("csv", "parquet", "jsonl")
@@ -39,6 +39,15 @@ def export_frame(df: pd.DataFrame, *, include_content: bool = False) -> pd.DataF
                 index=out.index,
                 dtype=object,
             )
+    if "chunk_choices" in out.columns:  # n > 1 (deploy/sql/0190); None where all choice 0
+        out["chunk_choices"] = pd.Series(
+            [
+                None if a is None else np.asarray(a, dtype=np.int64).tolist()
+                for a in out["chunk_choices"]
+            ],
+            index=out.index,
+            dtype=object,
+        )
     return out
 
 
@@ -52,7 +61,7 @@ def write_requests(
     p = Path(path)
     if fmt == "csv":
         csv = out.copy()
-        for c in _ARRAYS:
+        for c in (*_ARRAYS, "chunk_choices"):
             if c in csv.columns:
                 csv[c] = [json.dumps(a) for a in csv[c]]
         csv["scheduled_at"] = csv["scheduled_at"].map(lambda t: t.isoformat())

@@ -14,7 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from analysis.reports.render import METRIC_TITLES, TICKS, _x
+from analysis.reports.plots import METRIC_TITLES, report_curves
+from analysis.reports.tailaxis import TAIL_LABELS, spans_decades, tail_label, tail_ticks, tail_x
 
 
 def write_pngs(report: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
@@ -23,21 +24,21 @@ def write_pngs(report: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     written = []
-    curves = pd.DataFrame(report["curves"])
-    for metric, sub in curves.groupby("metric", sort=False) if not curves.empty else []:
+    for metric, curves in report_curves(report).items():
+        if not pd.to_numeric(curves["value_ms"], errors="coerce").notna().any():
+            continue  # no sample (e.g. ITL of a run imported without per-token times)
         fig, ax = plt.subplots(figsize=(8, 4.5))
-        for (level, region), g in sub.groupby(["level", "region"]):
-            line = ax.plot(
-                g["x"],
-                g["value"],
-                ls="-" if region == "all" else ":",
-                label=f"level {level}" + ("" if region == "all" else f" {region}"),
-            )
-            ax.fill_between(g["x"], g["lower"], g["upper"], alpha=0.2, color=line[0].get_color())
+        for name, g in curves.groupby("series", sort=False):
+            line = ax.plot(g["x"], g["value_ms"], label=str(name))
+            ax.fill_between(g["x"], g["lo_ms"], g["hi_ms"], alpha=0.2, color=line[0].get_color())
         ax.set_xscale("log")
-        ax.set_xticks([_x(q) for q, _ in TICKS], [t for _, t in TICKS])
-        ax.set_ylabel("ms")
-        ax.set_title(METRIC_TITLES.get(str(metric), str(metric)))
+        ticks = tail_ticks(float(curves["x"].max()))
+        ax.set_xticks([tail_x(q) for q in ticks], [tail_label(q) for q in ticks])
+        ax.set_xlim(1.0, max(tail_x(TAIL_LABELS[-1]), float(curves["x"].max())) * 1.05)
+        log = spans_decades(pd.concat([curves["lo_ms"], curves["hi_ms"]]))
+        ax.set_yscale("log" if log else "linear")
+        ax.set_ylabel("ms, log scale" if log else "ms")
+        ax.set_title(METRIC_TITLES.get(metric, metric))
         ax.legend(fontsize=7)
         written.append(_save(fig, d / f"percentiles_{metric}.png"))
     pts = pd.DataFrame(report["frontier"]["points"])

@@ -1,5 +1,6 @@
 """Rendering a report (analysis/reports/report.py) as one self-contained HTML file: plotly with its
-JavaScript inlined (no CDN, no network). PNG figures for CI artifacts: analysis/reports/figures.py.
+JavaScript inlined (no CDN, no network): its tables and sections here, its figures in
+analysis/reports/plots.py. PNG figures for CI artifacts: analysis/reports/figures.py.
 """
 
 from __future__ import annotations
@@ -8,242 +9,19 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import pandas as pd
-import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
-from plotly.subplots import make_subplots
 
+from analysis.reports.plots import _curve_figs, _frontier_fig, _timeline_fig, _timeseries_fig
 from analysis.reports.render_server import cost_html, regions_html, server_fig, server_html
-from analysis.reports.summary import (
+from analysis.reports.summary_table import (
     CLIENT_VS_SERVER,
     client_vs_server_rows,
     connection_cell,
     search_line,
 )
+from analysis.reports.workload_table import server_counter_lines, workload_html
+from analysis.store.imports import import_lines
 from analysis.store.probe import probe_rows
-
-TICKS = [
-    (0.0, "p0"),
-    (50.0, "p50"),
-    (90.0, "p90"),
-    (99.0, "p99"),
-    (99.9, "p99.9"),
-    (99.99, "p99.99"),
-]
-METRIC_TITLES = {
-    "ttft_ms": "TTFT from send (ms)",
-    "tpot_ms": "TPOT (ms)",
-    "itl_ms": "ITL per token (ms)",
-    "e2e_ms": "E2E from send (ms)",
-}
-_OUTCOME_COLOURS = {"ok": "#2b8a3e"}
-_PALETTE = [
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#7f7f7f",
-    "#bcbd22",
-    "#17becf",
-]
-
-
-def _rgba(hex_colour: str, alpha: float) -> str:
-    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
-    return f"rgba({r},{g},{b},{alpha})"
-
-
-def _x(q: float) -> float:
-    return 1.0 / (1.0 - q / 100.0)
-
-
-def _curve_figs(report: Mapping[str, Any]) -> list[go.Figure]:
-    curves = pd.DataFrame(report["curves"])
-    figs: list[go.Figure] = []
-    if curves.empty:
-        return figs
-    for metric, sub in curves.groupby("metric", sort=False):
-        fig = go.Figure()
-        for i, ((level, region), g) in enumerate(sub.groupby(["level", "region"])):
-            name = f"level {level}" + ("" if region == "all" else f" {region}")
-            dash = "solid" if region == "all" else "dot"
-            colour = _PALETTE[i % len(_PALETTE)]
-            fig.add_trace(
-                go.Scatter(
-                    x=g["x"],
-                    y=g["upper"],
-                    mode="lines",
-                    line={"width": 0},
-                    showlegend=False,
-                    hoverinfo="skip",
-                )
-            )
-            fig.add_trace(
-                go.Scatter(
-                    x=g["x"],
-                    y=g["lower"],
-                    mode="lines",
-                    line={"width": 0},
-                    fill="tonexty",
-                    fillcolor=_rgba(colour, 0.18),
-                    showlegend=False,
-                    hoverinfo="skip",
-                )
-            )
-            fig.add_trace(
-                go.Scatter(
-                    x=g["x"],
-                    y=g["value"],
-                    mode="lines",
-                    name=name,
-                    line={"dash": dash, "color": colour},
-                    customdata=g["percentile"],
-                    hovertemplate="p%{customdata:.3f}: %{y:.2f} ms",
-                )
-            )
-        fig.update_xaxes(
-            type="log",
-            tickvals=[_x(q) for q, _ in TICKS],
-            ticktext=[t for _, t in TICKS],
-            title="percentile",
-        )
-        fig.update_layout(
-            title=f"{METRIC_TITLES.get(str(metric), metric)} — percentile "
-            "spectrum (band: 95% bootstrap)",
-            yaxis_title="ms",
-            height=420,
-        )
-        figs.append(fig)
-    return figs
-
-
-def _frontier_fig(report: Mapping[str, Any]) -> go.Figure | None:
-    fr = report["frontier"]
-    pts = pd.DataFrame(fr["points"])
-    if pts.empty:
-        return None
-    err = {
-        "type": "data",
-        "symmetric": False,
-        "array": (pts["latency_upper"] - pts["latency"]).tolist(),
-        "arrayminus": (pts["latency"] - pts["latency_lower"]).tolist(),
-    }
-    fig = go.Figure(
-        go.Scatter(
-            x=pts["output_tokens_per_s"],
-            y=pts["latency"],
-            error_y=err,
-            mode="lines+markers",
-            text=[
-                f"level {lv}: {k} {v}"
-                for lv, k, v in zip(pts["level"], pts["kind"], pts["value"], strict=True)
-            ],
-            name="levels",
-        )
-    )
-    if fr.get("knee_level") is not None:
-        k = pts[pts["level"] == fr["knee_level"]]
-        fig.add_trace(
-            go.Scatter(
-                x=k["output_tokens_per_s"],
-                y=k["latency"],
-                mode="markers",
-                marker={"size": 14, "symbol": "x"},
-                name="knee",
-            )
-        )
-    fig.update_layout(
-        title=f"Throughput vs p{fr['percentile']:g} {fr['metric']}",
-        xaxis_title="output tokens/s (steady window)",
-        yaxis_title="ms",
-        height=420,
-    )
-    return fig
-
-
-def _timeseries_fig(report: Mapping[str, Any]) -> go.Figure | None:
-    ts = pd.DataFrame(report["timeseries"]["rows"])
-    if ts.empty:
-        return None
-    fig = make_subplots(
-        rows=3,
-        cols=1,
-        shared_xaxes=True,
-        subplot_titles=("output tokens/s", "in flight", "errors/s"),
-    )
-    for region, g in ts.groupby("region"):
-        for row, col in ((1, "output_tokens_per_s"), (2, "in_flight"), (3, "errors_per_s")):
-            y = (
-                g[col]
-                if g[col].notna().any()
-                else (
-                    g["request_tokens_per_s"]
-                    if col == "output_tokens_per_s"
-                    else g["failed_per_s"]
-                    if col == "errors_per_s"
-                    else g[col]
-                )
-            )
-            fig.add_trace(
-                go.Scatter(
-                    x=g["bucket"],
-                    y=y,
-                    mode="lines",
-                    name=str(region),
-                    legendgroup=str(region),
-                    showlegend=row == 1,
-                ),
-                row=row,
-                col=1,
-            )
-    fig.update_layout(
-        title=f"Over time per region ({report['timeseries']['bucket_s']:g} s buckets)", height=640
-    )
-    return fig
-
-
-def _timeline_fig(report: Mapping[str, Any]) -> go.Figure | None:
-    tl = report["timeline"]
-    if not tl:
-        return None
-    fig = go.Figure()
-    for i, r in enumerate(tl):
-        y = f"{i:02d} {r['region']}"
-        start = r["scheduled_s"]
-        end = start + (r["end_s"] if r["end_s"] is not None else 0.0)
-        colour = _OUTCOME_COLOURS.get(r["outcome"], "#c92a2a")
-        fig.add_trace(
-            go.Scatter(
-                x=[start, end],
-                y=[y, y],
-                mode="lines",
-                line={"width": 6, "color": colour},
-                showlegend=False,
-                hovertext=f"{r['outcome']} level {r['level']}",
-            )
-        )
-        if r["chunk_s"]:
-            fig.add_trace(
-                go.Scatter(
-                    x=[start + c for c in r["chunk_s"]],
-                    y=[y] * len(r["chunk_s"]),
-                    mode="markers",
-                    marker={"size": 4, "color": "#1c7ed6"},
-                    showlegend=False,
-                )
-            )
-    fig.update_layout(
-        title="Sample of requests: bar scheduled → end, dots = chunk arrivals",
-        xaxis_title="s from run start",
-        height=max(300, 18 * len(tl)),
-    )
-    return fig
 
 
 def _table(rows: list[list[Any]], head: list[str]) -> str:
@@ -399,6 +177,9 @@ def render_html(report: Mapping[str, Any]) -> str:
         )
     )
     parts.append(_client_vs_server(report))
+    parts.append(workload_html(report["summary"]))
+    if lines := server_counter_lines(report.get("prefix_cache_server") or {}):
+        parts.append("<p>" + "<br>".join(html.escape(x) for x in lines) + "</p>")
     search = search_line(report["summary"])
     if search:
         parts.append(f"<p><b>{html.escape(search)}</b></p>")
@@ -410,6 +191,7 @@ def render_html(report: Mapping[str, Any]) -> str:
                     [
                         c["claim"],
                         c["n"],
+                        c.get("tokens") if c.get("tokens") is not None else "",
                         c["exceedances"],
                         c["observed"],
                         c["exceed_upper"],
@@ -417,7 +199,15 @@ def render_html(report: Mapping[str, Any]) -> str:
                     ]
                     for c in report["sla"]
                 ],
-                ["claim", "n", "exceedances", "observed", "exceedance upper bound", "verdict"],
+                [
+                    "claim",
+                    "n (requests)",
+                    "tokens",
+                    "exceedances",
+                    "observed",
+                    "exceedance upper bound",
+                    "verdict",
+                ],
             )
         )
     if report["error_rates"]:
@@ -472,5 +262,8 @@ def render_html(report: Mapping[str, Any]) -> str:
             f"<h2>Parameter probe ({html.escape(str(probe.get('probed_at', '')))})</h2>"
             + _table(probe_rows(probe), ["parameter", "verdict", "detail"])
         )
+    if imported := report.get("imported"):
+        items = "".join(f"<li>{html.escape(line)}</li>" for line in import_lines(imported))
+        parts.append(f"<h2>Imported results</h2><ul>{items}</ul>")
     parts.append("</body></html>")
     return "".join(parts)

@@ -13,7 +13,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.stats.server_metrics import SPLIT_LINES, series_by_source, split_sources
+from analysis.stats.server_diagnosis import split_sources
+from analysis.stats.server_split import SPLIT_LINES, series_by_source
 
 # The client-and-server figure's panels, top to bottom: the report's and the UI's (ui.charts)
 CLIENT_SERVER_PANELS = (

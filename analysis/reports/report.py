@@ -15,13 +15,16 @@ import pandas as pd
 import psycopg
 
 from analysis import metrics as m
+from analysis.metrics.audio import has_audio
 from analysis.reports.summary import level_summary
 from analysis.stats import cost as acost
 from analysis.stats import frontier as fr
 from analysis.stats import percentiles as pc
+from analysis.stats import prefix_counters, throughput
 from analysis.stats import regions as rg
 from analysis.stats import server_metrics as srv
 from analysis.store import fastload, load
+from analysis.store.imports import load_import
 from analysis.store.probe import load_probe
 from analysis.verdicts import sla, verdict
 
@@ -158,7 +161,11 @@ def build_report(
     levels = load.load_levels(conn, run_id)
     shards = load.load_shards(conn, run_id)
     summary = level_summary(df, levels, run, chunks=chunks)
-    curves = pc.percentile_curves(df, chunks, resamples=resamples, seed=seed)
+    # a speech run's curves include its time to first audio byte and real-time factor
+    spoken = ("ttfab_ms", "audio_rtf") if has_audio(df) else ()
+    curves = pc.percentile_curves(
+        df, chunks, metrics=(*pc.DEFAULT_CURVES, *spoken), resamples=resamples, seed=seed
+    )
     points = fr.frontier_points(
         df,
         levels,
@@ -174,7 +181,9 @@ def build_report(
     if bucket_s is None:  # about 120 buckets over the run, at least 1 s
         span = float(duration) if duration and np.isfinite(duration) else 60.0
         bucket_s = max(1.0, math.ceil(span / 120.0))
-    ts = load.timeseries(conn, run_id, bucket_s)
+    ts = throughput.with_arrival_throughput(
+        load.timeseries(conn, run_id, bucket_s), df, chunks, bucket_s
+    )
     server = srv.server_section(conn, run, df, summary["levels"], bucket_s)
     judged = verdict.judge_claims(run, df, claims, chunks=chunks) if claims else None
     verdicts = judged.verdicts if judged else []
@@ -225,6 +234,8 @@ def build_report(
                 "levels": {str(k): v for k, v in server["levels"].items()},
                 "diagnosis": server["diagnosis"],
             },
+            # vLLM's prefix-cache counters over each level's steady span (where scraped)
+            "prefix_cache_server": prefix_counters.level_prefix_counters(conn, run_id, df),
             "cost": acost.run_cost(run, df, summary["levels"]),
             "regions_network": rg.region_breakdown(df, rg.shard_probes(conn, run_id)),
             "timeline": timeline_sample(df, chunks, run.get("started_at"), seed=seed),
@@ -236,4 +247,5 @@ def build_report(
         }
     )
     out["probe"] = load_probe(conn, run_id)  # the target's handling of the run's parameters
+    out["imported"] = load_import(conn, run_id)  # another tool's results: what they held
     return out

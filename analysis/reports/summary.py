@@ -1,5 +1,6 @@
-"""The per-level run summary (`peakload run --json`, `peakload report`) and its terminal table.
-Numbers come from analysis.metrics; this module only selects rows and shapes the result.
+"""The per-level run summary (`peakload run --json`, `peakload report`); its terminal tables are
+analysis.reports.summary_table. Numbers come from analysis.metrics; this module only selects rows
+and shapes the result.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from rich.table import Table
 
 from analysis import metrics as m
+from analysis.reports import summary_audio
 from analysis.stats import itl_spectra
-from loadgen import formulas
-from loadgen.reasons import STOPPED_BY_PEAKLOAD
-from loadgen.spec import DEFAULT_MAX_LOAD_SHORTFALL
+from analysis.stats import workload_split as ws
+from analysis.verdicts.delivered import level_delivered
+from loadgen.results import formulas
+from loadgen.results.reasons import STOPPED_BY_PEAKLOAD
 
 SUMMARY_PERCENTILES = (50.0, 90.0, 99.0)
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
@@ -35,6 +37,7 @@ DEFINITIONS = {
     "achieved": "concurrency: time-weighted mean of the level's own requests in flight over "
     "its steady window; rate: the level's requests sent inside it / window, req/s",
     "latency_scope": "ok requests in the steady phase; percentiles exact, numpy linear",
+    **summary_audio.DEFINITIONS,
     "connections": "sent requests with their connection on record, any phase and outcome: "
     "new_share = opened a new connection / on record; connect_ms = connect_ns of those that "
     "did (TCP and TLS set-up), ms; resent = sum of re-sends on a new connection after a "
@@ -44,6 +47,7 @@ DEFINITIONS = {
     "vs server ITL p50 = decode_ms / (decode_tokens - 1), its first to last token over the "
     "gaps between them; gap = client p50 - server p50 (network, client, unreported queue); "
     "None when the server reported no timings",
+    **ws.DEFINITIONS,
 }
 
 
@@ -93,10 +97,12 @@ class _Values:
             for name in ("ttft_ms", "tpot_ms", "e2e_ms", *EXTRA_LATENCIES, "output_speed_tps")
         }
         self.kinds = m.failure_kind(df).to_numpy()
+        self.switches = ws.switch_kinds(df)  # per adapter: after a switch or steady
         self.times = m.Timeline.from_frame(df)
         self.arrivals = m.Arrivals.of(chunks, self.times)
         self.level = df["level"].to_numpy()
         self.good = m.meets_slos(df, slos, chunks) if slos else None
+        self.audio = summary_audio.AudioValues.of(df)  # speech runs only
         # ITL p50/p90/p99 of every level and (level, region), in a few passes over the chunks
         level = df["level"].to_numpy()
         region = df["region"].astype(object).to_numpy()
@@ -190,6 +196,17 @@ def _block(
         sent = rows & v.times.sent
         sent &= (v.times.sent_at >= win.start_ns) & (v.times.sent_at < win.end_ns)
         out["achieved"] = _num(int(sent.sum()) / window) if window > 0 else None
+    out["audio"] = None
+    if v.audio is not None:
+        done = m.completed_in(v.times, win, scope)
+        out["audio"] = summary_audio.audio_block(
+            v.audio, df, lat, done, window, out["itl_ms"], _pcts, _num
+        )
+    # per LoRA adapter, and with vs without the shared prefix (analysis.stats.workload_split)
+    out["adapters"] = ws.adapter_blocks(
+        df, v.per_request, v.switches, v.times, v.arrivals, win, rows, scope
+    )
+    out["prefix_cache"] = ws.prefix_block(df, v.per_request["ttft_ms"], rows)
     out["token_agreement"] = m.token_agreement(sub)
     out["connections"] = _connections(sub)
     out["client_vs_server"] = None
@@ -218,26 +235,18 @@ def _connections(sub: pd.DataFrame) -> dict[str, Any]:
 
 
 def load_flags(
-    entry: Mapping[str, Any], df: pd.DataFrame, rows: np.ndarray, spec: Any
+    level: Mapping[str, Any], df: pd.DataFrame, rows: np.ndarray, spec: Any
 ) -> list[str]:
-    """Why the level did not deliver the load it claims to measure: its achieved load (mean in
-    flight for concurrency, sent req/s for a rate) short of the configured one by more than
+    """Why the level did not deliver the load it claims to measure: short of what its schedule
+    asked (analysis.verdicts.delivered: for a rate, the schedule's own arrivals in the steady
+    window, not its mean; for a concurrency, the mean in flight) by more than
     `[validity] max_load_shortfall` (default 5%), or requests demanded and not sent (e.g.
-    refused by `max_concurrency`; not those peakload stopped: loadgen.reasons). Closed loop
+    refused by `max_concurrency`; not those peakload stopped: loadgen.results.reasons). Closed loop
     with think time is not judged by in-flight (users thinking are not in flight)."""
-    spec = spec if isinstance(spec, Mapping) else {}
-    validity = spec.get("validity") or {}
-    bound = float(validity.get("max_load_shortfall", DEFAULT_MAX_LOAD_SHORTFALL))
-    load = spec.get("load") or {}
     flags = []
-    kind, value, achieved = entry.get("kind"), entry.get("value"), entry.get("achieved")
-    judged = kind == "rate" or (kind == "concurrency" and not load.get("think_time_s"))
-    if judged and value and achieved is not None and achieved < value * (1.0 - bound):
-        what = "mean in flight" if kind == "concurrency" else "sent req/s"
-        flags.append(
-            f"achieved load short: {what} {achieved:.3g} of {value:g} configured "
-            f"({1 - achieved / value:.1%} short, bound {bound:.0%})"
-        )
+    d = level_delivered(level, df, rows, spec)
+    if d.short:
+        flags.append(d.reason().split(": ", 1)[1])
     unsent = rows & (df["outcome"] == "not_sent").to_numpy()
     unsent &= ~df["error_phase"].isin(tuple(STOPPED_BY_PEAKLOAD)).to_numpy()
     if unsent.any():
@@ -304,7 +313,7 @@ def level_summary(
             str(r): _block(vals, rows & (region_col == r), region_col == r, level, f"{lv}|{r}")
             for r in sorted(set(region_col[rows]))
         }
-        entry["flags"] = load_flags(entry, df, rows, spec)
+        entry["flags"] = load_flags(level, df, rows, spec)
         levels_out.append(entry)
     reasons = run.get("invalid_reasons") or []
     resent = [lv["connections"]["resent"] for lv in levels_out]
@@ -321,6 +330,10 @@ def level_summary(
         "definitions": DEFINITIONS,
         "resent": None if all(r is None for r in resent) else sum(r or 0 for r in resent),
         "server_timings": vals.has_server,
+        # n > 1 (loadgen/results/choices.py): the most choices a request's chunks name; None for n =
+        # 1
+        "choices": None if ch.choices is None else int(ch.choices.max()) + 1,
+        "adapters": ws.adapters_of(df),  # [[workload.adapters]] asked for; [] for none
         "levels": levels_out,
         "search": _search(run.get("search")),
     }
@@ -332,168 +345,9 @@ def _search(x: Any) -> dict[str, Any] | None:
     return dict(x) if isinstance(x, Mapping) else None
 
 
-def search_line(summary: Mapping[str, Any]) -> str | None:
-    """The saturation search's answer in one sentence (run table, report, UI); None without one."""
-    sr = summary.get("search")
-    if not sr:
-        return None
-    if sr.get("per_shard"):
-        per = "; ".join(
-            f"{k}: {_fmt(v.get('highest_passing'), 3)}" for k, v in sorted(sr["per_shard"].items())
-        )
-        return (
-            "saturation search, each shard on its own samples (not pooled): highest load "
-            f"meeting the SLOs {per}; all of them: {_fmt(sr.get('highest_passing'), 3)} req/s"
-        )
-    best, nxt = sr.get("highest_passing"), sr.get("next_failing")
-    conf = sr.get("confidence")
-    text = "saturation search: highest load meeting the SLOs " + (
-        f"{best:g} req/s" if best is not None else "none (no tried load passed)"
-    )
-    if nxt is not None:
-        text += f"; next tried {nxt:g} req/s: {sr.get('next_verdict')}"
-    if conf is not None:
-        text += f" (exact binomial, {conf:.0%} confidence)"
-    if sr.get("stopped_early"):
-        text += (
-            f"; shard(s) {', '.join(sr['stopped_early'])} stopped before the search ended "
-            "(cut short): the answer is the others' complete one"
-        )
-    if sr.get("pool_complete") is False:
-        missing = ", ".join(sr.get("missing_shards") or []) or "?"
-        text += (
-            f"; judged on an incomplete pool: shard(s) {missing} did not hand in their "
-            "samples of some level"
-        )
-    return text
-
-
 def summarize_run(conn: Any, run_id: str) -> dict[str, Any]:
     """Load a stored run (psycopg connection) and return `level_summary` for it."""
     from analysis.store.load import load_levels, load_requests, load_run
 
     run = load_run(conn, run_id)
     return level_summary(load_requests(conn, run_id), load_levels(conn, run_id), run)
-
-
-def _fmt(x: Any, digits: int = 1) -> str:
-    return "—" if x is None else f"{x:,.{digits}f}"
-
-
-def _trio(p: Mapping[str, Any]) -> str:
-    return " / ".join(_fmt(p.get(k)) for k in ("p50", "p90", "p99"))
-
-
-def render_summary_table(summary: Mapping[str, Any]) -> Table:
-    """A rich Table: one row per level (load, counts, rates, latency p50/p90/p99 in ms)."""
-    valid = summary.get("valid")
-    verdict = "valid" if valid else ("INVALID" if valid is False else "validity unknown")
-    title = f"run {summary.get('name') or ''} {summary.get('run_id', '')[:8]} — {verdict}"
-    reasons = summary.get("invalid_reasons") or []
-    caption = "latencies ms p50 / p90 / p99 (steady phase, ok requests; TTFT from send, ITL "
-    caption += "per token); new conn: share of sent requests that opened a connection, its "
-    caption += "set-up ms p50 / p99"
-    if summary.get("resent") is not None:
-        caption += f"; re-sent on a new connection: {summary['resent']} in the run"
-    if reasons:
-        caption = "INVALID: " + "; ".join(str(r) for r in reasons) + "\n" + caption
-    search = search_line(summary)
-    if search:
-        caption = search + "\n" + caption
-    t = Table(title=title, caption=caption)
-    for col in (
-        "level",
-        "load (configured → achieved)",
-        "ok",
-        "failed",
-        "req/s",
-        "out tok/s",
-        "TTFT",
-        "TPOT",
-        "ITL",
-        "E2E",
-        "new conn",
-        "re-sent",
-        "load delivered",
-    ):
-        t.add_column(col, justify="right" if col not in ("level", "load delivered") else "left")
-    for lvl in summary.get("levels", []):
-        kind = lvl.get("kind") or ""
-        load = f"{kind} {_fmt(lvl.get('value'), 0)} → {_fmt(lvl.get('achieved'), 1)}"
-        conn = lvl.get("connections") or {}
-        t.add_row(
-            str(lvl["level"]),
-            load,
-            str(lvl["requests_ok"]),
-            str(lvl["requests_failed"]),
-            _fmt(lvl.get("request_rate"), 2),
-            _fmt(lvl.get("output_tokens_per_s"), 1),
-            *(_trio(lvl.get(k) or {}) for k in LATENCIES),
-            connection_cell(conn),
-            "—" if conn.get("resent") is None else str(conn["resent"]),
-            "FLAGGED: " + "; ".join(lvl["flags"]) if lvl.get("flags") else "ok",
-        )
-    return t
-
-
-def connection_cell(conn: Mapping[str, Any]) -> str:
-    """ "12.5% · 0.8 / 2.1": the new-connection share, then set-up p50 / p99 (ms)."""
-    share = conn.get("new_share")
-    if share is None:
-        return "—"
-    pct = conn.get("connect_ms") or {}
-    text = f"{100 * share:.1f}%"
-    if conn.get("opened"):
-        text += f" · {_fmt(pct.get('p50'), 2)} / {_fmt(pct.get('p99'), 2)}"
-    return text
-
-
-CLIENT_VS_SERVER = (
-    ("client TTFT p50", "client_ttft_p50_ms"),
-    ("server prefill+queue p50", "server_prefill_p50_ms"),
-    ("TTFT gap", "ttft_gap_ms"),
-    ("client ITL p50", "client_itl_p50_ms"),
-    ("server ITL p50", "server_itl_p50_ms"),
-    ("ITL gap", "itl_gap_ms"),
-)
-
-
-def client_vs_server_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One row per level and per (level, region) that has server timings: "level", "region"
-    ("all" for the level) and the `client_vs_server` numbers (ms), for the tables of the CLI,
-    the report and the UI. Empty when the run has no server timings."""
-    rows: list[dict[str, Any]] = []
-    for lvl in summary.get("levels", []):
-        blocks = [("all", lvl), *sorted((lvl.get("regions") or {}).items())]
-        if len(blocks) == 2:  # one region: the same numbers as the level's
-            blocks = blocks[:1]
-        for region, block in blocks:
-            cvs = block.get("client_vs_server")
-            if cvs:
-                rows.append({"level": lvl["level"], "region": region, **cvs})
-    return rows
-
-
-def render_client_vs_server_table(summary: Mapping[str, Any]) -> Table | None:
-    """Client vs server per level (and region), or None when the server reported no timings."""
-    rows = client_vs_server_rows(summary)
-    if not rows:
-        return None
-    t = Table(
-        title="client vs server (the server's own timings)",
-        caption="ms; p50 over ok steady requests the server timed; server ITL = decode ms / "
-        "(tokens - 1); gap = client - server (network, client, unreported queue)",
-    )
-    t.add_column("level", justify="left")
-    t.add_column("region", justify="left")
-    for head, _ in CLIENT_VS_SERVER:
-        t.add_column(head, justify="right")
-    t.add_column("requests", justify="right")
-    for r in rows:
-        t.add_row(
-            str(r["level"]),
-            str(r["region"]),
-            *(_fmt(r.get(k), 2) for _, k in CLIENT_VS_SERVER),
-            str(max(r.get("ttft_n") or 0, r.get("itl_n") or 0)),
-        )
-    return t

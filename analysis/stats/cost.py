@@ -1,6 +1,6 @@
 """What a stored run cost and what a million tokens cost at each level's measured throughput,
-from the prices stored with its spec (`[cost]`, loadgen.cost), and the break-even between the
-self-hosted price and per-token billing. USD; tokens as billed (the server's usage when it
+from the prices stored with its spec (`[cost]`, loadgen.runspec.cost), and the break-even between
+the self-hosted price and per-token billing. USD; tokens as billed (the server's usage when it
 reported one, else the client's count), of requests the server answered with 200.
 """
 
@@ -12,11 +12,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loadgen.cost import (
+from loadgen.runspec.cost import (
     CostSpec,
+    audio_cost_usd,
     blended_per_mtok_output,
     break_even_output_tok_s,
     hosted_cost_usd,
+    per_audio_hour_at,
     per_mtok_at,
     token_cost_usd,
 )
@@ -60,20 +62,28 @@ def run_cost(
     likewise per million input tokens at the level's input tokens/s, each charged the whole
     price). Per-token: the listed prices, and per million output tokens with this load's
     input attached (output + input x in/out). Break-even: the output tokens/s, averaged over
-    the hours paid, at which both cost the same (loadgen.cost.break_even_output_tok_s)."""
+    the hours paid, at which both cost the same (loadgen.runspec.cost.break_even_output_tok_s)."""
     cost = cost_spec(run)
     inp, out = billed_tokens(df)
     tin, tout = float(inp.sum()), float(out.sum())
     duration = run.get("duration_s")
     seconds = float(duration) if duration is not None and np.isfinite(duration) else None
     basis = (
-        "self-hosted" if cost.hourly_usd is not None else "per-token" if cost.per_token else None
+        "self-hosted"
+        if cost.hourly_usd is not None
+        else "per-token"
+        if cost.per_token
+        else "per-audio-hour"
+        if cost.audio_per_hour is not None
+        else None
     )
     total = (
         hosted_cost_usd(seconds, cost)
         if basis == "self-hosted" and seconds is not None
         else token_cost_usd(tin, tout, cost)
         if basis == "per-token"
+        else audio_cost_usd(billed_audio_s(df).sum(), cost)
+        if basis == "per-audio-hour"
         else None
     )
     level_col = df["level"].to_numpy() if len(df) else np.zeros(0)
@@ -120,7 +130,44 @@ def run_cost(
         "levels": per_level,
         "break_even": _break_even(cost, per_level, tin, tout),
     }
+    block["prices"]["audio_per_hour"] = cost.audio_per_hour
+    block["audio"] = audio_cost(cost, df, levels)
     return block
+
+
+def billed_audio_s(df: pd.DataFrame) -> np.ndarray:
+    """Per request the audio seconds billed (its `audio_ms`, deploy/sql/0210) when the server
+    answered with 200; zero otherwise and for requests without audio."""
+    if df.empty or "audio_ms" not in df.columns:
+        return np.zeros(len(df))
+    answered = (pd.to_numeric(df["http_status"], errors="coerce") == 200).to_numpy()
+    ms = pd.to_numeric(df["audio_ms"], errors="coerce").fillna(0).to_numpy(dtype=float)
+    return np.where(answered, ms / 1000.0, 0.0)
+
+
+def audio_cost(
+    cost: CostSpec, df: pd.DataFrame, levels: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """A speech run's cost per hour of audio (None for a run without audio): the price per
+    audio hour when billed so, and per level, self-hosted, hourly / the level's audio seconds
+    per wall second (analysis.reports.summary_audio's `audio_s_per_s`)."""
+    audio_s = billed_audio_s(df)
+    if not audio_s.any():
+        return None
+    per_level = []
+    for lv in levels:
+        rate = (lv.get("audio") or {}).get("audio_s_per_s")
+        hosted = per_audio_hour_at(float(rate), cost) if rate is not None else None
+        usd = hosted if hosted is not None else cost.audio_per_hour
+        per_level.append(
+            {"level": int(lv["level"]), "audio_s_per_s": rate, "usd_per_audio_hour": usd}
+        )
+    return {
+        "audio_hours": float(audio_s.sum()) / 3600.0,
+        "billed_usd": audio_cost_usd(float(audio_s.sum()), cost),
+        "audio_per_hour": cost.audio_per_hour,
+        "levels": per_level,
+    }
 
 
 def _break_even(

@@ -171,14 +171,16 @@ def spectrum(
     )
 
 
-CURVE_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfat_ms", "ttft_sched_ms")
+CURVE_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfat_ms", "ttft_sched_ms",
+                 "ttfab_ms", "audio_rtf")  # fmt: skip
+DEFAULT_CURVES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 
 
 def percentile_curves(
     df: pd.DataFrame,
     chunks: m.ChunkArrays | None = None,
     *,
-    metrics: Sequence[str] = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"),
+    metrics: Sequence[str] = DEFAULT_CURVES,
     by_region: bool = True,
     grid: Sequence[float] | np.ndarray | None = None,
     confidence: float = 0.95,

@@ -22,7 +22,7 @@ import psycopg
 from psycopg import sql
 
 from analysis import metrics as m
-from loadgen import formulas
+from loadgen.results import formulas
 
 PCTS = (50.0, 90.0, 99.0)
 FROM_RTT = "TTFT from send - probe round trip"
@@ -189,8 +189,8 @@ def compare_regions(
 
 def network_breakdown(conn: psycopg.Connection[Any], run_id: str) -> list[dict[str, Any]]:
     """Per region, ms, straight from the store (`peakload submit`'s summary): TTFT median of
-    `ok` requests (loadgen.formulas.TTFT, in SQL), the network round trip (fastest warm-up probe
-    on a warm connection, median over the region's shards), connection setup (first probe's
+    `ok` requests (loadgen.results.formulas.TTFT, in SQL), the network round trip (fastest warm-up
+    probe on a warm connection, median over the region's shards), connection setup (first probe's
     extra time), and server time = TTFT - round trip. Start skew and clock uncertainty (max
     over shards) say how well the region's clocks lined up."""
     query = sql.SQL(

@@ -17,8 +17,11 @@ import psycopg
 from psycopg import sql
 
 from analysis.metrics import ChunkArrays
+from analysis.store.audioload import attach_audio, no_audio
+from analysis.store.choiceload import attach_choices
 from analysis.store.copyout import HEADER, SIGNATURE, copy_out
 from analysis.store.packed import load_packed
+from analysis.store.workloadload import attach_workload
 
 NULL = -(2**63)  # sentinel for SQL NULL in int8 fields
 _CODED = ("region", "shard_id", "phase", "outcome", "error_phase", "token_source")
@@ -274,7 +277,10 @@ def load_requests_fast(
             codes = dict(zip(_CODED, got.dicts, strict=True))
             ptr = np.zeros(got.fields.shape[0] + 1, dtype=np.int64)
             np.cumsum(got.fields[:, 0], out=ptr[1:])
-            return _frame(got.fields, codes), ChunkArrays(got.offsets, got.tokens, ptr)
+            # blocks never hold a run with audio (deploy/sql/0210): its columns are NaN
+            frame = no_audio(_frame(got.fields, codes))
+            attach_workload(conn, run_id, frame)  # deploy/sql/0220: not in the blocks
+            return frame, ChunkArrays(got.offsets, got.tokens, ptr)
     if isinstance(conn, str):
         with psycopg.connect(conn, autocommit=True) as c:
             dicts = _dictionaries(c, run_id)
@@ -282,14 +288,20 @@ def load_requests_fast(
         dicts = _dictionaries(conn, run_id)
         parallel = 1  # more connections need a URL
     if parallel == 1:
-        return _assemble(_read_partition(conn, _query(run_id, dicts, 0, 1)), dicts)
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
-        futures = [
-            pool.submit(_read_partition, conn, _query(run_id, dicts, k, parallel))
-            for k in range(parallel)
-        ]
-        parsed = [p for f in futures for p in f.result()]
-    return _assemble(parsed, dicts)
+        df, chunks = _assemble(_read_partition(conn, _query(run_id, dicts, 0, 1)), dicts)
+    else:
+        with ThreadPoolExecutor(max_workers=parallel) as pool:
+            futures = [
+                pool.submit(_read_partition, conn, _query(run_id, dicts, k, parallel))
+                for k in range(parallel)
+            ]
+            parsed = [p for f in futures for p in f.result()]
+        df, chunks = _assemble(parsed, dicts)
+    # n > 1 (deploy/sql/0190) and audio (0210): such a run has no blocks, so only this path
+    # meets them
+    attach_audio(conn, run_id, df)
+    attach_workload(conn, run_id, df)  # deploy/sql/0220: every path reads them here
+    return df, attach_choices(conn, run_id, df, chunks)
 
 
 def _assemble(

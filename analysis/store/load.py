@@ -18,7 +18,8 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from loadgen.storeformat import (
+from loadgen.results.storeformat import (
+    AUDIO_COLUMNS,
     CONTENT_COLUMNS,
     DATABASE_ENV,
     NULLABLE_INT_COLUMNS,
@@ -28,7 +29,8 @@ from loadgen.storeformat import (
 
 DATABASE_URL_ENV = DATABASE_ENV
 REQUEST_COLUMNS = READ_COLUMNS  # what a frame of requests has, in the store's order
-_FLOAT_COLUMNS = (*NULLABLE_INT_COLUMNS, *NULLABLE_REAL_COLUMNS)  # float64, NaN for NULL
+# float64, NaN for NULL (the audio columns too: deploy/sql/0210)
+_FLOAT_COLUMNS = (*NULLABLE_INT_COLUMNS, *NULLABLE_REAL_COLUMNS, *AUDIO_COLUMNS)
 
 BucketFn = Literal["time_bucket", "date_bin"]
 
@@ -68,11 +70,16 @@ def load_runs(
     target_like: str | None = None,
     model: str | None = None,
     labels: dict[str, Any] | None = None,
+    launched_by: str | None = None,
+    preset: str | None = None,
+    tag: str | None = None,
     limit: int | None = 100,
 ) -> pd.DataFrame:
     """One row per run, newest first: id, name, target, model, labels, start, duration (s),
-    status, validity, requests (recorded), errors (not ok), plus the stored spec and reasons, and
-    a saturation search's answer (`search`, JSON; None for other runs)."""
+    status, validity, requests (recorded), errors (not ok), plus the stored spec and reasons, a
+    saturation search's answer (`search`, JSON; None for other runs), who launched it
+    (`launched_by`), its target preset (`preset`, None without one) and `tags` (a list).
+    `launched_by`, `preset` and `tag` filter exactly."""
     where: list[sql.Composable] = []
     params: list[Any] = []
     if run_ids is not None:
@@ -87,10 +94,21 @@ def load_runs(
     ):
         if val is not None:
             where.append(sql.SQL("r.{} {} %s").format(sql.Identifier(col), sql.SQL(op)))
-            params.append(f"%{val}%" if op == "ILIKE" else val)
+            params.append(f"%{literal_like(val)}%" if op == "ILIKE" else val)
     if labels:
         where.append(sql.SQL("r.labels @> %s::jsonb"))
         params.append(Jsonb(labels))
+    if launched_by is not None:
+        where.append(sql.SQL("r.launched_by = %s"))
+        params.append(launched_by)
+    if preset is not None:
+        where.append(sql.SQL("r.spec->'target'->>'preset' = %s"))
+        params.append(preset)
+    if tag is not None:
+        where.append(
+            sql.SQL("EXISTS (SELECT 1 FROM run_tags t WHERE t.run_id = r.run_id AND t.tag = %s)")
+        )
+        params.append(tag)
     # Two counts, each answered from an index (requests_run_idx; requests_errors_idx, partial,
     # deploy/sql/0111) without reading the rows, where the visibility map allows: counting
     # both in one pass over `requests` read every row of every run listed (seconds per call).
@@ -98,7 +116,10 @@ def load_runs(
         """
         SELECT r.run_id::text AS run_id, r.name, r.mode, r.status, r.valid, r.invalid_reasons,
                r.status_reason, r.api, r.target_url, r.model, r.labels, r.spec, r.schedule_name,
-               r.created_at, r.started_at, r.ended_at, r.search,
+               r.created_at, r.started_at, r.ended_at, r.search, r.launched_by,
+               r.spec->'target'->>'preset' AS preset,
+               ARRAY(SELECT t.tag FROM run_tags t WHERE t.run_id = r.run_id ORDER BY t.tag)
+                   AS tags,
                EXTRACT(EPOCH FROM (r.ended_at - r.started_at))::float8 AS duration_s,
                r.requests_scheduled,
                (SELECT count(*) FROM requests q WHERE q.run_id = r.run_id) AS requests,
@@ -122,6 +143,8 @@ def load_runs(
         df[col] = _utc(df[col])
     for col in ("requests", "errors"):
         df[col] = df[col].astype("int64")
+    for col in ("launched_by", "preset"):  # None, not NaN, where absent: `if row[col]` works
+        df[col] = df[col].astype(object).where(df[col].notna(), None)
     return df
 
 
@@ -134,28 +157,35 @@ def load_run(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any]:
 
 
 CANDIDATES_SHOWN = 10
+ID_CHARS = frozenset("0123456789abcdef-")  # what a run id (a UUID) is written with
+
+
+def literal_like(text: str) -> str:
+    """`text` for a LIKE pattern, matched literally: `%`, `_` and the escape `\\` escaped."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def resolve_run_id(conn: psycopg.Connection[Any], ref: str) -> str:
-    """A run given by full id, unique id prefix, or a name only one run has; LookupError (its
-    message listing the candidates, newest first) when none matches or several do."""
+    """A run given by full id, unique id prefix, or a name only one run has, matched literally
+    (no character is a wildcard); LookupError (its message listing the candidates, newest
+    first) when none matches, or when several do (by prefix, by name, or one each)."""
+    prefix = ref.lower() if ref and set(ref.lower()) <= ID_CHARS else None
     with conn.cursor() as cur:
         cur.execute(
-            "SELECT run_id::text, name, status, created_at, run_id::text LIKE %s FROM runs "
-            "WHERE run_id::text LIKE %s OR name = %s ORDER BY created_at DESC, run_id",
-            (ref.lower() + "%", ref.lower() + "%", ref),
+            "SELECT run_id::text, name, status, created_at FROM runs "
+            "WHERE starts_with(run_id::text, %s) OR name = %s ORDER BY created_at DESC, run_id",
+            (prefix, ref),
         )
         rows = cur.fetchall()
     if not rows:
         raise LookupError(f"no run matches {ref!r} (by id, id prefix or name)")
     for r in rows:
-        if r[0] == ref.lower():
+        if r[0] == prefix:
             return str(r[0])
-    by_prefix = [r for r in rows if r[4]]
-    found = by_prefix or rows
+    found = rows
     if len(found) == 1:
         return str(found[0][0])
-    what = f"the id prefix {ref!r}" if by_prefix else f"the name {ref!r}"
+    what = f"{ref!r} (as an id prefix or a name)"
     shown = "; ".join(
         f"{r[0]} ({r[1]}, {r[2]}, created {r[3]:%Y-%m-%d %H:%M:%S})"
         for r in found[:CANDIDATES_SHOWN]
@@ -233,8 +263,9 @@ def load_requests(
     `connect_ns`, a duration (NaN: a reused connection); nullable integers are float64 with
     NaN. `server_*` are the server's own counts and ms, NaN where it reported none.
     `chunk_offsets_us` (int64 µs from send) and `chunk_tokens` (int64) hold one numpy array per
-    row; `arrays=False` leaves them out (with `n_chunks` kept). Content columns only with
-    `include_content=True`.
+    row, `chunk_choices` per row its chunks' choices of `n > 1` or None
+    (loadgen/results/choices.py); `arrays=False` leaves them out (with `n_chunks` kept). Content
+    columns only with `include_content=True`.
     """
     cols: list[sql.Composable] = [
         sql.SQL("request_id::text AS request_id"),
@@ -243,7 +274,7 @@ def load_requests(
     for c in REQUEST_COLUMNS:
         if c in ("request_id", "run_id"):
             continue
-        if c in ("chunk_offsets_us", "chunk_tokens") and not arrays:
+        if c in ("chunk_offsets_us", "chunk_tokens", "chunk_choices") and not arrays:
             continue
         cols.append(sql.Identifier(c))
     cols.append(sql.SQL("cardinality(chunk_offsets_us) AS n_chunks"))
@@ -273,6 +304,11 @@ def load_requests(
     if arrays:
         for c in ("chunk_offsets_us", "chunk_tokens"):
             df[c] = pd.Series([np.asarray(a, dtype=np.int64) for a in df[c]], dtype=object)
+        # deploy/sql/0190: per chunk its choice (n > 1), None when all are choice 0
+        df["chunk_choices"] = pd.Series(
+            [None if a is None else np.asarray(a, dtype=np.int64) for a in df["chunk_choices"]],
+            dtype=object,
+        )
     return df
 
 
@@ -338,7 +374,9 @@ def timeseries(
 ) -> pd.DataFrame:
     """Per time bucket (and region): from ticks, mean in-flight (summed over shards per tick
     second, averaged over the bucket), tokens/s, started/s, completed/s, errors/s; from requests
-    (bucketed by completion time = scheduled_at + end_ns), ok/s and failed/s.
+    (bucketed by completion time = scheduled_at + end_ns, as metrics.request_rate counts them),
+    ok/s and failed/s. The tokens/s here are the shards' live count; charts of a stored run
+    count them as the tables do: analysis.stats.throughput.with_arrival_throughput.
 
     Ticks are per-second deltas except `in_flight` (a gauge). `bucket` is the bucket's start
     (UTC), buckets aligned to the Unix epoch; identical under `time_bucket` and `date_bin`.
@@ -374,8 +412,7 @@ def timeseries(
         """
         SELECT {b} AS bucket, {grp} AS region,
                (count(*) FILTER (WHERE outcome = 'ok') / %(w)s)::float8 AS ok_per_s,
-               (count(*) FILTER (WHERE outcome <> 'ok') / %(w)s)::float8 AS failed_per_s,
-               (sum(output_tokens) / %(w)s)::float8 AS request_tokens_per_s
+               (count(*) FILTER (WHERE outcome <> 'ok') / %(w)s)::float8 AS failed_per_s
         FROM requests WHERE run_id = %(run)s::uuid GROUP BY 1, 2
         """
     ).format(
@@ -399,7 +436,7 @@ def timeseries(
         "completed_per_s",
         "errors_per_s",
     ]
-    cols_r = ["bucket", "region", "ok_per_s", "failed_per_s", "request_tokens_per_s"]
+    cols_r = ["bucket", "region", "ok_per_s", "failed_per_s"]
     ticks = ticks if not ticks.empty else pd.DataFrame(columns=cols_t)
     reqs = reqs if not reqs.empty else pd.DataFrame(columns=cols_r)
     out = ticks.merge(reqs, on=["bucket", "region"], how="outer")

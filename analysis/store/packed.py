@@ -25,7 +25,7 @@ import psycopg
 from psycopg import sql
 
 from analysis.store.copyout import HEADER, SIGNATURE, copy_out
-from loadgen.storeformat import (
+from loadgen.results.storeformat import (
     BLOCK_CODED,
     BLOCK_FLOAT_FIELDS,
     BLOCK_FORMAT,

@@ -3,24 +3,16 @@ back for the report, as rows for its table."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import psycopg
 
+from analysis.store.runjson import run_document
+
 
 def load_probe(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any] | None:
     """The run's probe result (api, model, probed_at, verdicts), or None when it had none."""
-    try:
-        row = conn.execute("SELECT result FROM run_probes WHERE run_id = %s", (run_id,)).fetchone()
-    except psycopg.errors.UndefinedTable:  # a store from before the table existed
-        conn.rollback()
-        return None
-    if row is None:
-        return None
-    value = row[0]
-    out: dict[str, Any] = value if isinstance(value, dict) else json.loads(value)
-    return out
+    return run_document(conn, "run_probes", "result", run_id)
 
 
 def probe_rows(probe: dict[str, Any]) -> list[list[Any]]:

@@ -1,18 +1,32 @@
-"""Run-to-run comparison: per latency metric, level and percentile, the candidate's change from
-the baseline with a bootstrap confidence interval of the difference and a Mann-Whitney U test;
-regressions beyond a threshold that are statistically significant fail CI.
+"""Run-to-run comparison of latency percentiles: per metric, level and percentile, the
+candidate's change from the baseline with a bootstrap interval of the difference and a one-sided
+p-value; which rows are regressions is decided over the whole family (analysis.verdicts.family).
 
-A regression (latency metrics: higher is worse) is a row where
-- the relative change (candidate - baseline) / baseline exceeds `threshold_pct`, and
-- the bootstrap CI (at `confidence`) of the difference lies entirely above 0, and
-- for the median (p50) also the one-sided Mann-Whitney U p-value is below 1 - confidence
-  (the U test compares whole distributions, so it is not required for tail percentiles).
-Bootstrap draws use the exact order-statistic resampling of analysis.stats.percentiles, seeded.
+The request is the unit. Per-request metrics (TTFT, TPOT, E2E, ...) are resampled per request
+(the exact order-statistic bootstrap of analysis.stats.ranks); token-level metrics (`itl_ms`,
+one sample per token) by the cluster bootstrap of analysis.stats.cluster, which resamples
+requests and carries all their tokens, so a request's correlated tokens count as one unit. The
+reported n is the number of requests (`tokens_*` beside it for token metrics).
+
+Each row's test: z = (candidate - baseline) / se, se = sqrt(Var*(baseline) + Var*(candidate))
+from the bootstrap replicates (independent sides); p_worse = 1 - Phi(z) (candidate larger:
+worse), p_better = Phi(z). The p50 of a per-request metric is tested by the one-sided
+Mann-Whitney U test on the requests instead (exact under identical distributions, and for a
+shift of the whole distribution about 1.2 times as efficient as the bootstrap test of the median
+for lognormal latencies; the change in the median must still exceed the threshold). Token
+metrics never use a rank test on tokens: their tokens are not independent. The interval shown
+is the percentile-bootstrap interval of the difference at `confidence`, per row (not
+simultaneous). A side with fewer than MIN_REQUESTS requests, or a per-request percentile with
+fewer than MIN_BEYOND requests beyond it, is not tested (p None, outside the family): the
+bootstrap cannot see a tail it has no requests in. A row is a regression when its
+family-adjusted p_worse is below 1 - confidence and the change exceeds `threshold_pct`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,32 +35,101 @@ from scipy import stats
 
 from analysis import metrics as m
 from analysis.stats import percentiles as pc
+from analysis.stats.cluster import cluster_percentile_draws
 from analysis.stats.ranks import bootstrap_ranks
+from analysis.verdicts import family
 
 COMPARE_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 COMPARE_PERCENTILES = (50.0, 90.0, 99.0)
+TOKEN_METRICS = frozenset({"itl_ms"})  # many samples per request: clustered by request
+MIN_REQUESTS = 20  # per side: below it the bootstrap spread is itself too noisy to test on
+MIN_BEYOND = 5  # per-request percentiles: requests needed on the rarer side of the percentile
 
 
-def _samples(df: pd.DataFrame, metric: str, level: int, chunks: m.ChunkArrays | None) -> np.ndarray:
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One side's samples of a metric at a level: `values`, and for a token metric the request
+    each value belongs to (`clusters`; None: one value per request)."""
+
+    values: np.ndarray
+    clusters: np.ndarray | None = None
+
+    @property
+    def n_requests(self) -> int:
+        if self.clusters is None:
+            return int(self.values.size)
+        return int(np.unique(self.clusters).size)
+
+    @property
+    def n_tokens(self) -> int | None:
+        return None if self.clusters is None else int(self.values.size)
+
+    @classmethod
+    def of(cls, values: np.ndarray | Sample) -> Sample:
+        return values if isinstance(values, Sample) else cls(np.asarray(values, dtype=np.float64))
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A side's percentiles, their bootstrap replicates (resamples, len(q)) and variance."""
+
+    point: np.ndarray
+    draws: np.ndarray
+
+    @property
+    def var(self) -> np.ndarray:
+        if self.draws.shape[0] < 2:
+            return np.full(self.point.shape, np.nan)
+        return np.asarray(np.var(self.draws, axis=0, ddof=1), dtype=np.float64)
+
+
+def samples(df: pd.DataFrame, metric: str, level: int, chunks: m.ChunkArrays | None) -> Sample:
+    """Ok steady-phase samples of one level; token metrics carry their request labels."""
     rows = (df["outcome"] == "ok") & (df["phase"] == "steady") & (df["level"] == level)
     sel = rows.to_numpy()
-    if metric == "itl_ms":
+    if metric in TOKEN_METRICS:
         ch = chunks if chunks is not None else m.ChunkArrays.from_frame(df)
-        v = m.itl_per_token_ms(ch, sel)
+        v, lab = m.per_token_values(m.chunk_gaps(ch, sel))
+        keep = np.isfinite(v)
+        return Sample(np.asarray(v[keep], dtype=np.float64), np.asarray(lab[keep]))
+    v = m.per_request_values(df, metric)[sel]
+    return Sample(np.asarray(v[np.isfinite(v)], dtype=np.float64))
+
+
+def summarize(s: Sample, q: np.ndarray, resamples: int, seed: int) -> Summary:
+    """Percentiles and bootstrap replicates with the request as the resampled unit."""
+    v = s.values
+    if v.size == 0:
+        return Summary(np.full(q.shape, np.nan), np.full((0, q.size), np.nan))
+    point = pc.exact_percentiles(v, q)
+    if s.clusters is not None:
+        draws = cluster_percentile_draws(v, s.clusters, q, resamples=resamples, seed=seed)
     else:
-        v = m.per_request_values(df, metric)[sel]
-    return v[np.isfinite(v)]
+        idx = bootstrap_ranks(v.size, q, resamples, seed)
+        draws = pc.order_statistics(v, idx.ravel()).reshape(idx.shape)
+    return Summary(point, draws)
 
 
-def _draws(v: np.ndarray, q: np.ndarray, resamples: int, seed: int) -> np.ndarray:
-    """Bootstrap replicates (resamples, len(q)) of the percentiles of v."""
-    idx = bootstrap_ranks(v.size, q, resamples, seed)
-    return pc.order_statistics(v, idx.ravel()).reshape(idx.shape)
+def _testable(s: Sample, p: float) -> bool:
+    """Enough requests for a bootstrap test of the p-th percentile: MIN_REQUESTS, and for a
+    per-request metric MIN_BEYOND of them on the rarer side of it (a p99 needs 500)."""
+    n = s.n_requests
+    if n < MIN_REQUESTS:
+        return False
+    return s.clusters is not None or n * min(p, 100.0 - p) / 100.0 >= MIN_BEYOND
+
+
+def z_pvalues(delta: float, se: float) -> tuple[float, float]:
+    """One-sided normal p-values (worse = larger, better = smaller); NaN without a spread."""
+    if not (math.isfinite(delta) and math.isfinite(se)) or se <= 0:
+        return math.nan, math.nan
+    z = delta / se
+    return float(stats.norm.sf(z)), float(stats.norm.cdf(z))
 
 
 def compare_samples(
-    base: np.ndarray,
-    cand: np.ndarray,
+    base: np.ndarray | Sample,
+    cand: np.ndarray | Sample,
     percentiles: Sequence[float] = COMPARE_PERCENTILES,
     *,
     threshold_pct: float = 5.0,
@@ -54,58 +137,70 @@ def compare_samples(
     resamples: int = 1000,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """One row per percentile: baseline, candidate, delta, delta_pct, ci_lower/ci_upper of the
-    difference, mwu_p (one-sided: candidate larger), n_base, n_cand, regression, improvement."""
+    """One row per percentile (module docstring): baseline, candidate, delta, delta_pct,
+    ci_lower/ci_upper of the difference, se, p_worse, p_better, n_base/n_cand (requests),
+    tokens_base/tokens_cand, unit; regression/improvement decided over these rows alone (Holm,
+    analysis.verdicts.family; a caller with more rows decides again over all of them)."""
+    b, c = Sample.of(base), Sample.of(cand)
     q = np.asarray(percentiles, dtype=np.float64)
-    out = []
-    if base.size == 0 or cand.size == 0:
-        for p in q:
-            out.append(
-                {
-                    "percentile": float(p),
-                    "baseline": None,
-                    "candidate": None,
-                    "delta": None,
-                    "delta_pct": None,
-                    "ci_lower": None,
-                    "ci_upper": None,
-                    "mwu_p": None,
-                    "n_base": int(base.size),
-                    "n_cand": int(cand.size),
-                    "regression": False,
-                    "improvement": False,
-                }
-            )
-        return out
-    pb, pcnd = pc.exact_percentiles(base, q), pc.exact_percentiles(cand, q)
-    diff = _draws(cand, q, resamples, seed + 1) - _draws(base, q, resamples, seed)
+    sb = summarize(b, q, resamples, seed)
+    sc = summarize(c, q, resamples, seed + 1)
     alpha = 1.0 - confidence
-    lo = np.quantile(diff, alpha / 2, axis=0)
-    hi = np.quantile(diff, 1 - alpha / 2, axis=0)
-    p_worse = float(stats.mannwhitneyu(cand, base, alternative="greater").pvalue)
-    p_better = float(stats.mannwhitneyu(cand, base, alternative="less").pvalue)
+    testable = [_testable(b, float(p)) and _testable(c, float(p)) for p in q]
+    if any(testable):
+        diff = sc.draws - sb.draws
+        lo = np.quantile(diff, alpha / 2, axis=0)
+        hi = np.quantile(diff, 1 - alpha / 2, axis=0)
+        se = np.sqrt(sb.var + sc.var)
+    unit = "request (tokens clustered)" if b.clusters is not None else "request"
+    out = []
     for i, p in enumerate(q):
-        delta = float(pcnd[i] - pb[i])
-        pct = 100.0 * delta / pb[i] if pb[i] else float("inf") if delta else 0.0
-        median = p == 50.0
-        worse = pct > threshold_pct and lo[i] > 0 and (not median or p_worse < alpha)
-        better = pct < -threshold_pct and hi[i] < 0 and (not median or p_better < alpha)
-        out.append(
-            {
-                "percentile": float(p),
-                "baseline": float(pb[i]),
-                "candidate": float(pcnd[i]),
-                "delta": delta,
-                "delta_pct": float(pct),
-                "ci_lower": float(lo[i]),
-                "ci_upper": float(hi[i]),
-                "mwu_p": p_worse,
-                "n_base": int(base.size),
-                "n_cand": int(cand.size),
-                "regression": bool(worse),
-                "improvement": bool(better),
-            }
-        )
+        row: dict[str, Any] = {
+            "percentile": float(p),
+            "baseline": _num(sb.point[i]),
+            "candidate": _num(sc.point[i]),
+            "delta": None,
+            "delta_pct": None,
+            "ci_lower": None,
+            "ci_upper": None,
+            "se": None,
+            "p_worse": None,
+            "p_better": None,
+            "n_base": b.n_requests,
+            "n_cand": c.n_requests,
+            "tokens_base": b.n_tokens,
+            "tokens_cand": c.n_tokens,
+            "unit": unit,
+            "test": ("bootstrap z (cluster)" if b.clusters is not None else "bootstrap z")
+            if testable[i]
+            else "too few requests to test",
+            "beyond_worse": False,
+            "beyond_better": False,
+        }
+        if b.values.size and c.values.size:
+            delta = float(sc.point[i] - sb.point[i])
+            base_v = float(sb.point[i])
+            pct = 100.0 * delta / base_v if base_v else math.inf if delta > 0 else 0.0
+            row.update(
+                delta=delta,
+                delta_pct=pct if math.isfinite(pct) else None,
+                beyond_worse=pct > threshold_pct,
+                beyond_better=pct < -threshold_pct,
+            )
+            if testable[i]:
+                p_w, p_b = z_pvalues(delta, float(se[i]))
+                if p == 50.0 and b.clusters is None:  # the median of a per-request metric
+                    p_w, p_b = _mwu(b.values, c.values)
+                    row["test"] = "Mann-Whitney U"
+                row.update(
+                    ci_lower=float(lo[i]),
+                    ci_upper=float(hi[i]),
+                    se=_num(float(se[i])),
+                    p_worse=_num(p_w),
+                    p_better=_num(p_b),
+                )
+        out.append(row)
+    family.decide(out, confidence)
     return out
 
 
@@ -119,17 +214,21 @@ def compare_runs(
     confidence: float = 0.95,
     resamples: int = 1000,
     seed: int = 0,
+    primary: family.Primary | None = None,
 ) -> pd.DataFrame:
-    """Rows per (metric, level present in both runs, percentile); see `compare_samples`.
-    Levels are matched by index (check the labels and configured values separately)."""
-    bch = m.ChunkArrays.from_frame(base_df) if "itl_ms" in metrics else None
-    cch = m.ChunkArrays.from_frame(cand_df) if "itl_ms" in metrics else None
+    """Rows per (metric, level present in both runs, percentile); see `compare_samples`. The
+    family is every row of the table: regression flags are decided over all of them (Holm;
+    columns p_adjusted, correction, family_size). Levels are matched by index (check the
+    labels and configured values separately)."""
+    tok = any(x in TOKEN_METRICS for x in metrics)
+    bch = m.ChunkArrays.from_frame(base_df) if tok else None
+    cch = m.ChunkArrays.from_frame(cand_df) if tok else None
     levels = sorted(set(base_df["level"].tolist()) & set(cand_df["level"].tolist()))
     rows = []
     for metric in metrics:
         for level in levels:
-            b = _samples(base_df, metric, level, bch)
-            c = _samples(cand_df, metric, level, cch)
+            b = samples(base_df, metric, level, bch)
+            c = samples(cand_df, metric, level, cch)
             for r in compare_samples(
                 b,
                 c,
@@ -140,6 +239,7 @@ def compare_runs(
                 seed=seed,
             ):
                 rows.append({"metric": metric, "level": int(level), **r})
+    family.decide(rows, confidence, primary)
     return pd.DataFrame(rows)
 
 
@@ -157,3 +257,14 @@ def label_differences(
         if bl.get(key) != cl.get(key):
             diffs[f"labels.{key}"] = (bl.get(key), cl.get(key))
     return diffs
+
+
+def _mwu(b: np.ndarray, c: np.ndarray) -> tuple[float, float]:
+    """One-sided Mann-Whitney U p-values (candidate larger, smaller), requests as the units."""
+    worse = float(stats.mannwhitneyu(c, b, alternative="greater").pvalue)
+    better = float(stats.mannwhitneyu(c, b, alternative="less").pvalue)
+    return worse, better
+
+
+def _num(x: float) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) else None

@@ -50,9 +50,14 @@ TABLE: dict[Exit, tuple[str, str]] = {
     ),
     Exit.PARTIAL: (
         "partial or aborted",
-        "the run ended partial, aborted, timed out or failed, or has not ended",
+        "the run ended partial, aborted, timed out or failed, or has not ended (`submit` "
+        "without `--wait`: started, nothing judged); a command interrupted (Ctrl-C)",
     ),
-    Exit.MISSING: ("missing run", "no stored run (or nightly schedule) matches the reference"),
+    Exit.MISSING: (
+        "missing run",
+        "no stored run (or schedule) matches the reference: `sla`, `report`, `compare`, "
+        "`export`, `abort`, `nightly`, `schedule remove`",
+    ),
     Exit.CANNOT_COMPARE: (
         "cannot compare",
         "compare: a side is invalid, partial or empty, so no regression can be judged",

@@ -10,7 +10,12 @@ segment is the one that lowers the cost most; it is kept if the gain exceeds the
 2·σ²·ln(n) (BIC for one extra mean parameter under Gaussian noise of variance σ²), and both
 halves are searched again. The noise sigma is estimated robustly from first differences,
 median(|Δx|)/(0.6745·√2) (see `noise_sigma`), so steps do not inflate it. Segments shorter
-than `min_size` are not split off.
+than `min_size` are not split off. Error control across the family (every split position of
+the history searched at once): the penalty is at least c·sigma_hat², c the (1 - alpha) quantile
+of the best split's gain over series without a change (analysis.stats.segmentation_null), so a
+history with no change shows a change point, hence a regression, at most alpha = 1 - confidence
+of the time. The series is of per-run values, so run-to-run variation is in the noise it is
+judged by.
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ import pandas as pd
 import psycopg
 from psycopg import sql
 
+from analysis.stats.segmentation_null import family_statement, familywise_penalty_factor
 from analysis.verdicts.exitcodes import Exit, run_state_code
-from loadgen import formulas
+from loadgen.results import formulas
 
-# per-request metrics computed in SQL: their loadgen.formulas SQL forms (ms; output speed in
+# per-request metrics computed in SQL: their loadgen.results.formulas SQL forms (ms; output speed in
 # tokens/s)
 _SQL_METRICS = {
     name: formulas.REQUEST_METRICS[name].sql
@@ -45,6 +51,7 @@ HIGHER_IS_BETTER = frozenset({"output_speed_tps"})
 # runs; a new level is only found once it has lasted this long, so detection needs twice as many
 MIN_SEGMENT = 3
 HISTORY_LIMIT = 365  # runs read unless told otherwise: a year of nightlies
+DEFAULT_CONFIDENCE = 0.95  # the family-wise rate of false change points is 1 - this
 
 
 def schedule_names(conn: psycopg.Connection[Any]) -> list[str]:
@@ -133,10 +140,15 @@ def noise_sigma(x: npt.ArrayLike) -> float:
 
 
 def change_points(
-    x: npt.ArrayLike, *, min_size: int = MIN_SEGMENT, penalty: float | None = None
+    x: npt.ArrayLike,
+    *,
+    min_size: int = MIN_SEGMENT,
+    penalty: float | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
 ) -> list[int]:
     """Indices i where a new mean starts (x[i] is the first value of the new segment), sorted.
-    NaNs are not allowed (drop them first). See the module docstring for the method."""
+    NaNs are not allowed (drop them first). See the module docstring for the method; the
+    default penalty is the larger of BIC's and the family-wise one at 1 - `confidence`."""
     v = np.asarray(x, dtype=np.float64)
     if not np.isfinite(v).all():
         raise ValueError("change_points needs finite values: drop runs without a value first")
@@ -147,7 +159,8 @@ def change_points(
         sigma = noise_sigma(v)
         if sigma == 0.0:
             sigma = max(float(np.std(v)) * 1e-3, 1e-12)
-        penalty = 2.0 * sigma**2 * np.log(n)
+        c = familywise_penalty_factor(n, min_size, 1.0 - confidence, noise_sigma)
+        penalty = max(2.0 * np.log(n), c) * sigma**2
     csum = np.r_[0.0, np.cumsum(v)]
     csq = np.r_[0.0, np.cumsum(v * v)]
 
@@ -176,7 +189,12 @@ def change_points(
 
 
 def history_with_changes(
-    conn: psycopg.Connection[Any], schedule_name: str, *, valid_only: bool = False, **kwargs: Any
+    conn: psycopg.Connection[Any],
+    schedule_name: str,
+    *,
+    valid_only: bool = False,
+    confidence: float = DEFAULT_CONFIDENCE,
+    **kwargs: Any,
 ) -> tuple[pd.DataFrame, list[int]]:
     """The schedule's history (`schedule_history`'s keywords) and the change points of its
     values; indices refer to the returned frame's rows. Runs without a value are left out of the
@@ -187,7 +205,8 @@ def history_with_changes(
     hist["excluded"] = exclusion_reasons(hist, valid_only=valid_only)
     has = (hist["excluded"] == "").to_numpy()
     idx = np.flatnonzero(has)
-    cps = change_points(hist["value"].to_numpy()[has]) if has.any() else []
+    values = hist["value"].to_numpy()[has]
+    cps = change_points(values, confidence=confidence) if has.any() else []
     hist["segment"] = np.nan
     starts = [0, *cps]
     for seg, s in enumerate(starts):
@@ -264,14 +283,19 @@ def judge_schedule(
     threshold_pct: float = DEFAULT_THRESHOLD_PCT,
     include_invalid: bool = False,
     metric: str = "ttft_ms",
+    confidence: float = DEFAULT_CONFIDENCE,
     **kwargs: Any,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The schedule's history (`history_with_changes`, `schedule_history`'s keywords; invalid
     and unended runs left out of the detection unless `include_invalid`) and its `verdict`."""
+    valid_only = not include_invalid
     hist, cps = history_with_changes(
-        conn, schedule_name, valid_only=not include_invalid, metric=metric, **kwargs
+        conn, schedule_name, valid_only=valid_only, metric=metric, confidence=confidence, **kwargs
     )
-    return hist, verdict(hist, cps, metric, threshold_pct, include_invalid=include_invalid)
+    result = verdict(hist, cps, metric, threshold_pct, include_invalid=include_invalid)
+    used = int((hist["excluded"] == "").sum()) if len(hist) else 0
+    result["family"] = family_statement(used, MIN_SEGMENT, confidence)
+    return hist, result
 
 
 def verdict(

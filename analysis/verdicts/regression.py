@@ -11,6 +11,11 @@ invalid, partial or empty cannot be compared at all.
   model of completions (Var(rate) = sum of squared per-request tokens / window^2; for requests
   /s each counts 1), is below the one-sided normal quantile of 1 - confidence. Closed-loop
   completions are more regular than Poisson, so the test errs on the side of "no regression".
+
+Every row is one one-sided test of the family (analysis.verdicts.family); which rows are
+regressions is decided over all of them by Holm's procedure at 1 - confidence, the threshold
+(for latency and throughput) applying as well. One run per side sees only within-run noise;
+analysis.verdicts.multirun compares against a baseline of several runs.
 """
 
 from __future__ import annotations
@@ -25,11 +30,18 @@ import pandas as pd
 from scipy import stats
 
 from analysis import metrics as m
+from analysis.stats.workload_split import adapters_of
 from analysis.verdicts import compare as cmp
+from analysis.verdicts import family
 from analysis.verdicts.exitcodes import Exit, run_state_code
 from analysis.verdicts.sla import CLAIM_METRICS
+from loadgen.results.audio_formulas import AUDIO_SLO_METRICS
 
-LATENCY_METRICS = CLAIM_METRICS  # every per-request latency the store can give
+# every per-request latency the store gives for any run; a speech run's own (ttfab_ms,
+# audio_rtf) are compared when both runs have audio (ui/commands/compare.py), never added to
+# a text run's family of tests
+LATENCY_METRICS = tuple(x for x in CLAIM_METRICS if x not in AUDIO_SLO_METRICS)
+AUDIO_METRICS = AUDIO_SLO_METRICS
 THROUGHPUT_METRICS = ("request_rate", "output_tokens_per_s")
 ERROR_METRIC = "error_rate"
 
@@ -79,25 +91,24 @@ def pair_levels(base: pd.DataFrame, cand: pd.DataFrame) -> tuple[list[tuple[int,
 
 def error_rate_row(b: pd.DataFrame, c: pd.DataFrame, confidence: float) -> dict[str, Any]:
     """Steady-phase error rates and Fisher's exact test (candidate larger), one row."""
-    nb, kb = _errors(b)
-    nc, kc = _errors(c)
+    nb, kb = errors(b)
+    nc, kc = errors(c)
     rb, rc = (kb / nb if nb else math.nan), (kc / nc if nc else math.nan)
     if nb and nc:
         p_worse = float(stats.fisher_exact([[kc, nc - kc], [kb, nb - kb]], "greater")[1])
         p_better = float(stats.fisher_exact([[kc, nc - kc], [kb, nb - kb]], "less")[1])
     else:
         p_worse = p_better = math.nan
-    alpha = 1.0 - confidence
-    return _row(
+    return row(
         ERROR_METRIC,
         rb,
         rc,
-        p_worse,
+        (p_worse, p_better),
         "Fisher exact",
         nb,
         nc,
-        regression=rc > rb and p_worse < alpha,
-        improvement=rc < rb and p_better < alpha,
+        beyond_worse=bool(rc > rb),
+        beyond_better=bool(rc < rb),
     )
 
 
@@ -112,40 +123,46 @@ def throughput_rows(
     """Request and output-token throughput of one level pair (a fall is the regression), by the
     one definition the summary shows (analysis.metrics.request_rate / output_token_rate: from
     arrivals inside each level's stored steady window)."""
-    win_b = m.level_window(b_level, b, np.ones(len(b), dtype=bool))
-    win_c = m.level_window(c_level, c, np.ones(len(c), dtype=bool))
-    wb, wc = win_b.seconds, win_c.seconds
-    tb, tc = m.Timeline.from_frame(b), m.Timeline.from_frame(c)
+    side_b, side_c = throughput_side(b, b_level), throughput_side(c, c_level)
     rows = []
-    z_crit = float(stats.norm.ppf(confidence))
     for metric in THROUGHPUT_METRICS:
-        if metric == "request_rate":
-            vb, vc = m.request_rate(tb, win_b), m.request_rate(tc, win_c)
-            # sum of 1² per request completed inside the window
-            sb, sc = m.completed_in(tb, win_b).sum(), m.completed_in(tc, win_c).sum()
-            varb, varc = sb / wb**2 if wb else math.nan, sc / wc**2 if wc else math.nan
-        else:
-            vb = m.output_token_rate(m.Arrivals.of(m.ChunkArrays.from_frame(b), tb), win_b)
-            vc = m.output_token_rate(m.Arrivals.of(m.ChunkArrays.from_frame(c), tc), win_c)
-            varb, varc = _token_var(b, wb), _token_var(c, wc)
+        (vb, varb), (vc, varc) = side_b[metric], side_c[metric]
         se = math.sqrt(varb + varc) if varb + varc > 0 else math.nan
         z = (vc - vb) / se if se == se and se > 0 else math.nan
-        p = float(stats.norm.cdf(z)) if z == z else math.nan  # one-sided: candidate lower
+        # one-sided: a lower candidate is worse
+        p_w, p_b = (
+            (float(stats.norm.cdf(z)), float(stats.norm.sf(z))) if z == z else (math.nan,) * 2
+        )
         pct = 100.0 * (vc - vb) / vb if vb else math.nan
         rows.append(
-            _row(
+            row(
                 metric,
                 vb,
                 vc,
-                p,
+                (p_w, p_b),
                 "compound-Poisson z",
-                int(_ok_steady(b).sum()),
-                int(_ok_steady(c).sum()),
-                regression=bool(pct == pct and pct < -threshold_pct and z == z and z < -z_crit),
-                improvement=bool(pct == pct and pct > threshold_pct and z == z and z > z_crit),
+                int(ok_steady(b).sum()),
+                int(ok_steady(c).sum()),
+                beyond_worse=bool(pct == pct and pct < -threshold_pct),
+                beyond_better=bool(pct == pct and pct > threshold_pct),
             )
         )
     return rows
+
+
+def throughput_side(df: pd.DataFrame, level: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
+    """One level's request and output-token throughput, each with its compound-Poisson
+    variance (module docstring): {metric: (value, variance)}."""
+    win = m.level_window(level, df, np.ones(len(df), dtype=bool))
+    w = win.seconds
+    tl = m.Timeline.from_frame(df)
+    # sum of 1² per request completed inside the window
+    done = float(m.completed_in(tl, win).sum())
+    tokens = m.output_token_rate(m.Arrivals.of(m.ChunkArrays.from_frame(df), tl), win)
+    return {
+        "request_rate": (m.request_rate(tl, win), done / w**2 if w else math.nan),
+        "output_tokens_per_s": (tokens, _token_var(df, w)),
+    }
 
 
 @dataclass(slots=True)
@@ -156,6 +173,7 @@ class Comparison:
     reason: str
     rows: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    family: dict[str, Any] = field(default_factory=dict)  # analysis.verdicts.family.describe
 
 
 def compare_stored(
@@ -172,6 +190,7 @@ def compare_stored(
     confidence: float = 0.95,
     resamples: int = 1000,
     seed: int = 0,
+    primary: family.Primary | None = None,
 ) -> Comparison:
     """Judge the candidate against the baseline (module docstring). CANNOT_COMPARE when a side
     is invalid, partial or empty, or no configured load is in both; FAILED on any regression."""
@@ -215,21 +234,57 @@ def compare_stored(
         )
         for rec in lat.to_dict("records"):
             r = {str(k): v for k, v in rec.items() if k != "level"}
-            rows.append({**where, **r, "p_value": r.get("mwu_p"), "test": "bootstrap CI, MWU"})
+            rows.append({**where, **r, "p_value": r.get("p_worse")})
+        # per LoRA adapter both sides asked for (deploy/sql/0220): its own latency rows, in the
+        # same family (each is one more test), named by the load and the adapter
+        for name in sorted(set(adapters_of(b)) & set(adapters_of(c))):
+            lat = cmp.compare_runs(
+                b[(b["adapter"] == name).to_numpy()],
+                c0[(c0["adapter"] == name).to_numpy()],
+                metrics=metrics,
+                percentiles=percentiles,
+                threshold_pct=threshold_pct,
+                confidence=confidence,
+                resamples=resamples,
+                seed=seed,
+            )
+            at = {**where, "load": f"{load} · adapter {name}", "adapter": name}
+            for rec in lat.to_dict("records"):
+                r = {str(k): v for k, v in rec.items() if k != "level"}
+                rows.append({**at, **r, "p_value": r.get("p_worse")})
+    return judged(rows, confidence, [*notes, SINGLE_BASELINE_NOTE], primary)
+
+
+SINGLE_BASELINE_NOTE = (
+    "one baseline run: run-to-run variation (a server's warm state, the machine) is not "
+    "counted in these tests, only the noise within each run; pass several baseline runs to "
+    "count it"
+)
+
+
+def judged(
+    rows: list[dict[str, Any]],
+    confidence: float,
+    notes: list[str],
+    primary: family.Primary | None = None,
+) -> Comparison:
+    """The verdict over a family of rows (analysis.verdicts.family: Holm at 1 - confidence)."""
+    family.decide(rows, confidence, primary)
     table = pd.DataFrame(rows)
+    fam = family.describe(rows, confidence, primary)
     regressed = table[table["regression"].astype(bool)]
     if len(regressed):
         what = sorted({f"{r['metric']} at {r['load']}" for _, r in regressed.iterrows()})
-        return Comparison(Exit.FAILED, "regression: " + ", ".join(what), table, notes)
-    return Comparison(Exit.PASSED, "no significant regression", table, notes)
+        return Comparison(Exit.FAILED, "regression: " + ", ".join(what), table, notes, fam)
+    return Comparison(Exit.PASSED, "no significant regression", table, notes, fam)
 
 
-def _errors(df: pd.DataFrame) -> tuple[int, int]:
+def errors(df: pd.DataFrame) -> tuple[int, int]:
     steady = (df["phase"] == "steady").to_numpy()
     return int(steady.sum()), int((steady & (df["outcome"] != "ok").to_numpy()).sum())
 
 
-def _ok_steady(df: pd.DataFrame) -> np.ndarray:
+def ok_steady(df: pd.DataFrame) -> np.ndarray:
     return ((df["outcome"] == "ok") & (df["phase"] == "steady")).to_numpy()
 
 
@@ -242,17 +297,17 @@ def _token_var(df: pd.DataFrame, window_s: float) -> float:
     return float(np.sum(tok**2)) / window_s**2
 
 
-def _row(
+def row(
     metric: str,
     base: float,
     cand: float,
-    p: float,
+    p: tuple[float, float],
     test: str,
     n_base: int,
     n_cand: int,
     *,
-    regression: bool,
-    improvement: bool,
+    beyond_worse: bool,
+    beyond_better: bool,
 ) -> dict[str, Any]:
     ok = base == base and cand == cand
     delta = cand - base if ok else None
@@ -266,11 +321,13 @@ def _row(
         "delta_pct": pct,
         "ci_lower": None,
         "ci_upper": None,
-        "mwu_p": None,
-        "p_value": p if p == p else None,
+        "p_worse": p[0] if p[0] == p[0] else None,
+        "p_better": p[1] if p[1] == p[1] else None,
+        "p_value": p[0] if p[0] == p[0] else None,
         "test": test,
         "n_base": n_base,
         "n_cand": n_cand,
-        "regression": bool(regression),
-        "improvement": bool(improvement),
+        "unit": "request",
+        "beyond_worse": beyond_worse,
+        "beyond_better": beyond_better,
     }

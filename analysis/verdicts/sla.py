@@ -13,6 +13,12 @@ n samples and k exceedances (samples with value >= T: the claim is strict), at c
 - else "insufficient samples" (never "pass").
 With k = 0, pass needs (1 - e0)^n <= 1 - C: 459 samples for p99 at 99% (0.99^458 > 0.01 >=
 0.99^459); 44 for p90 at 99%; with k = 1, 662 samples for p99 at 99%.
+
+That rule holds for per-request metrics (TTFT, TPOT, E2E: one independent sample a request). A
+token-level claim (`itl_ms`: one sample a token, correlated within a request) is judged with the
+request as the unit (loadgen/results/clustered.py): n is the number of requests, the tokens are
+shown beside it, and passing needs at least as many requests as the same claim on a per-request
+metric.
 """
 
 from __future__ import annotations
@@ -27,17 +33,19 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from scipy import stats
 
 from analysis import metrics as m
+from analysis.verdicts.clusters import TOKEN_METRICS, request_counts
 from analysis.verdicts.exitcodes import Exit
-from loadgen.binomial import Verdict as Verdict
-from loadgen.binomial import decide as decide
-from loadgen.binomial import fail_p_value as fail_p_value
-from loadgen.binomial import pass_p_value as pass_p_value
 from loadgen.errors import SpecError
-from loadgen.reasons import STOPPED_BY_PEAKLOAD
-from loadgen.spec import DEFAULT_VERDICT_CONFIDENCE
+from loadgen.results.binomial import Verdict as Verdict
+from loadgen.results.binomial import decide as decide
+from loadgen.results.binomial import fail_p_value as fail_p_value
+from loadgen.results.binomial import pass_p_value as pass_p_value
+from loadgen.results.clustered import RULE as CLUSTERED_RULE
+from loadgen.results.clustered import decide_clustered
+from loadgen.results.reasons import STOPPED_BY_PEAKLOAD
+from loadgen.runspec.fields import DEFAULT_VERDICT_CONFIDENCE
 
 DEFAULT_CONFIDENCE = DEFAULT_VERDICT_CONFIDENCE
 CLAIM_METRICS = (
@@ -48,11 +56,13 @@ CLAIM_METRICS = (
     "itl_ms",
     "e2e_ms",
     "e2e_sched_ms",
+    "ttfab_ms",  # speech: the time to the first audio byte (loadgen.results.audio_formulas)
+    "audio_rtf",  # speech: processing time / audio length
 )
 
 
 class PromptRange(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     min: int | None = Field(default=None, ge=0)
     max: int | None = Field(default=None, ge=0)
 
@@ -63,11 +73,20 @@ class Claim(BaseModel):
     sent but failed count as exceedances ("exceed", the conservative default) or are left out;
     `unsent`: the same for requests demanded but never sent (`not_sent`, e.g. refused by
     `max_concurrency`). Requests peakload itself stopped (the user aborted the run, its time
-    limit, its end: loadgen.reasons.STOPPED_BY_PEAKLOAD) never count; they are reported apart."""
+    limit, its end: loadgen.results.reasons.STOPPED_BY_PEAKLOAD) never count; they are reported
+    apart."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     metric: Literal[
-        "ttft_ms", "ttft_sched_ms", "ttfat_ms", "tpot_ms", "itl_ms", "e2e_ms", "e2e_sched_ms"
+        "ttft_ms",
+        "ttft_sched_ms",
+        "ttfat_ms",
+        "tpot_ms",
+        "itl_ms",
+        "e2e_ms",
+        "e2e_sched_ms",
+        "ttfab_ms",
+        "audio_rtf",
     ]
     percentile: float = Field(gt=0, lt=100)
     threshold: float = Field(gt=0)
@@ -97,7 +116,7 @@ def _prompt_label(r: PromptRange | None) -> str:
 
 
 class ClaimsFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     confidence: float = Field(default=DEFAULT_CONFIDENCE, gt=0.5, lt=1)
     # the error budget judged beside the claims (analysis.verdicts.verdict); None: the run spec's
     # own
@@ -140,8 +159,8 @@ def load_claims(path: str | Path) -> ClaimsFile:
 
 
 # ---------------------------------------------------------------- statistics
-# pass_p_value, fail_p_value and decide live in loadgen/binomial.py: the saturation search in
-# the runner decides its levels with the same rule.
+# pass_p_value, fail_p_value and decide live in loadgen/results/binomial.py: the saturation search
+# in the runner decides its levels with the same rule.
 
 
 def clopper_pearson(n: int, k: int, confidence: float) -> tuple[float, float]:
@@ -149,6 +168,8 @@ def clopper_pearson(n: int, k: int, confidence: float) -> tuple[float, float]:
     fraction after k exceedances in n samples."""
     if n == 0:
         return 0.0, 1.0
+    from scipy import stats  # here, not at import: a report without claims never needs it
+
     lower = 0.0 if k == 0 else float(stats.beta.ppf(1 - confidence, k, n - k + 1))
     upper = 1.0 if k == n else float(stats.beta.ppf(confidence, k + 1, n - k))
     return lower, upper
@@ -156,6 +177,8 @@ def clopper_pearson(n: int, k: int, confidence: float) -> tuple[float, float]:
 
 def min_samples_to_pass(percentile: float, confidence: float, exceedances: int = 0) -> int:
     """The smallest n with P(Binomial(n, 1 - percentile/100) <= exceedances) <= 1 - confidence."""
+    from scipy import stats
+
     allowed = 1.0 - percentile / 100.0
     alpha = 1.0 - confidence
     if exceedances == 0:  # closed form, exact in floating point up to rounding at the boundary
@@ -183,16 +206,18 @@ class ClaimVerdict:
     threshold: float
     confidence: float
     verdict: Verdict
-    n: int
-    exceedances: int
+    n: int  # requests: the unit of every claim (a token-level claim's tokens are `tokens`)
+    exceedances: int  # samples at or above the threshold (tokens, for a token-level claim)
     observed: float | None  # the pooled percentile of the samples (ms), numpy linear
     exceed_lower: float  # Clopper-Pearson bounds on the exceedance fraction
     exceed_upper: float
     allowed: float  # 1 - percentile/100
     p_pass: float
     p_fail: float
-    samples_needed: int  # to pass with the observed exceedances
+    samples_needed: int  # to pass with the observed exceedances (token-level: requests, at least)
     stopped: int = 0  # requests peakload itself stopped: reported apart, never counted
+    tokens: int | None = None  # a token-level claim's samples (its n is the requests)
+    rule: str = "exact binomial"
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -208,14 +233,8 @@ def claim_samples(
     number of requests demanded and not served counted as extra exceedances: sent but failed
     (`failures = "exceed"`) and never sent (`unsent = "exceed"`), leaving out those peakload
     itself stopped (`claim_stopped`). `itl_ms` gives one sample per token (see
-    metrics.itl_per_token_ms)."""
-    rows = _claim_rows(df, claim)
-    ok = (df["outcome"] == "ok").to_numpy()
-    sent = df["sent_ns"].notna().to_numpy()
-    served = rows & ~ok & ~_stopped(df)
-    failed = int((served & sent).sum()) if claim.failures == "exceed" else 0
-    failed += int((served & ~sent).sum()) if claim.unsent == "exceed" else 0
-    sel = rows & ok
+    metrics.itl_per_token_ms); its verdict takes them by request (`evaluate`)."""
+    sel, failed = _selected(df, claim)
     if claim.metric == "itl_ms":
         ch = chunks if chunks is not None else m.ChunkArrays.from_frame(df)
         values = m.itl_per_token_ms(ch, sel)
@@ -224,15 +243,27 @@ def claim_samples(
     return values[np.isfinite(values)], failed
 
 
-def _stopped(df: pd.DataFrame) -> np.ndarray:
-    """Cancelled or not sent because peakload stopped (loadgen.reasons.STOPPED_BY_PEAKLOAD)."""
+def _selected(df: pd.DataFrame, claim: Claim) -> tuple[np.ndarray, int]:
+    """The claim's ok requests, and how many of its requests count as misses."""
+    rows = _claim_rows(df, claim)
+    ok = (df["outcome"] == "ok").to_numpy()
+    sent = df["sent_ns"].notna().to_numpy()
+    served = rows & ~ok & ~stopped_rows(df)
+    failed = int((served & sent).sum()) if claim.failures == "exceed" else 0
+    failed += int((served & ~sent).sum()) if claim.unsent == "exceed" else 0
+    return rows & ok, failed
+
+
+def stopped_rows(df: pd.DataFrame) -> np.ndarray:
+    """Cancelled or not sent because peakload stopped
+    (loadgen.results.reasons.STOPPED_BY_PEAKLOAD)."""
     out = df["outcome"].isin(("cancelled", "not_sent")).to_numpy()
     return out & df["error_phase"].isin(tuple(STOPPED_BY_PEAKLOAD)).to_numpy()
 
 
 def claim_stopped(df: pd.DataFrame, claim: Claim) -> int:
     """The claim's requests peakload itself stopped: never counted, reported apart."""
-    return int((_claim_rows(df, claim) & _stopped(df)).sum())
+    return int((_claim_rows(df, claim) & stopped_rows(df)).sum())
 
 
 def _claim_rows(df: pd.DataFrame, claim: Claim) -> np.ndarray:
@@ -268,6 +299,10 @@ def evaluate(
     out = []
     for c in items:
         conf = c.confidence or default_c
+        if c.metric in TOKEN_METRICS:
+            assert ch is not None
+            out.append(_token_verdict(df, c, ch, conf))
+            continue
         values, failed = claim_samples(df, c, ch)
         n = int(values.size) + failed
         k = int((values >= c.threshold).sum()) + failed
@@ -295,6 +330,34 @@ def evaluate(
             )
         )
     return out
+
+
+def _token_verdict(df: pd.DataFrame, c: Claim, chunks: m.ChunkArrays, conf: float) -> ClaimVerdict:
+    """A token-level claim, the request as the unit (loadgen/results/clustered.py)."""
+    sel, failed = _selected(df, c)
+    counts, hits, values = request_counts(chunks, sel, c.threshold, failed)
+    d = decide_clustered(counts, hits, c.percentile, conf)
+    observed = m.percentile(values, c.percentile) if values.size else float("nan")
+    return ClaimVerdict(
+        claim=c.label(),
+        metric=c.metric,
+        percentile=c.percentile,
+        threshold=c.threshold,
+        confidence=conf,
+        verdict=d.verdict,
+        n=d.requests,
+        exceedances=d.exceedances,
+        observed=float(observed) if np.isfinite(observed) else None,
+        exceed_lower=d.lower,
+        exceed_upper=d.upper,
+        allowed=1.0 - c.percentile / 100.0,
+        p_pass=d.p_pass,
+        p_fail=d.p_fail,
+        samples_needed=d.min_requests,
+        stopped=claim_stopped(df, c),
+        tokens=d.tokens,
+        rule=CLUSTERED_RULE,
+    )
 
 
 def exit_code(verdicts: Sequence[ClaimVerdict]) -> Exit:

@@ -4,10 +4,15 @@ the run's state (partial, invalid, empty) first. This is what `run`, `submit` an
 
 The error budget is a claim on the failure fraction of the steady-phase requests: with
 e0 = max_error_rate, n steady requests (every outcome, `not_sent` included: a request the run
-scheduled and lost) and k of them not ok, it passes when P(Binomial(n, e0) <= k) <= 1 - C, fails
-when P(Binomial(n, e0) >= k) <= 1 - C, else it lacks samples: with no failure, 459 requests
-prove a 1% budget at 99% confidence. e0 = 0 allows no failure (pass iff k = 0); e0 = 1 turns
-the budget off.
+scheduled and lost; not those peakload itself stopped, loadgen.results.reasons) and k of them not
+ok, it passes when P(Binomial(n, e0) <= k) <= 1 - C, fails when P(Binomial(n, e0) >= k) <= 1 - C,
+else it lacks samples: with no failure, 459 requests prove a 1% budget at 99% confidence.
+e0 = 0 allows no failure (pass iff k = 0); e0 = 1 turns the budget off.
+
+A level that did not deliver its load (analysis.verdicts.delivered: short of what its schedule
+asked by more than `[validity] max_load_shortfall`) makes the claims judged on it undecidable
+unless one fails anyway: a "load delivered" criterion beside them. A saturation search is judged
+the same way level by level, as the search itself judges (loadgen/engine/search.py).
 """
 
 from __future__ import annotations
@@ -22,10 +27,13 @@ import pandas as pd
 
 from analysis import metrics as m
 from analysis.verdicts import sla
+from analysis.verdicts.delivered import Delivered, levels_delivered, pooled, shortfall_bound
 from analysis.verdicts.exitcodes import Exit, run_state_code
-from loadgen.spec import DEFAULT_MAX_ERROR_RATE
+from loadgen.results.binomial import decide_error_budget
+from loadgen.runspec.spec import DEFAULT_MAX_ERROR_RATE
 
 ERROR_METRIC = "error_rate"
+LOAD_METRIC = "load_shortfall"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,27 +55,30 @@ def criteria_from_spec(spec: Mapping[str, Any] | None) -> Criteria:
         for s in spec.get("slos") or []
     )
     load = spec.get("load") or {}
+    sat = load.get("saturation")
+    # a search decided its levels at its own confidence: its exit verdict judges at the same
+    conf = (sat.get("confidence") if isinstance(sat, Mapping) else None) or spec.get("confidence")
     return Criteria(
         claims=claims,
         max_error_rate=float(spec.get("max_error_rate", DEFAULT_MAX_ERROR_RATE)),
-        confidence=float(spec.get("confidence") or sla.DEFAULT_CONFIDENCE),
-        saturation=load.get("saturation") is not None,
+        confidence=float(conf or sla.DEFAULT_CONFIDENCE),
+        saturation=sat is not None,
     )
 
 
 def error_budget(df: pd.DataFrame, max_error_rate: float, confidence: float) -> sla.ClaimVerdict:
-    """The error budget's verdict over `df`'s steady-phase requests (module docstring)."""
+    """The error budget's verdict over `df`'s steady-phase requests (module docstring), leaving
+    out those peakload itself stopped (an abort, its time limit: loadgen.results.reasons), which are
+    never a failure of the server."""
+    stopped = sla.stopped_rows(df)
     steady = (df["phase"] == "steady").to_numpy()
+    n_stopped = int((steady & stopped).sum())
+    steady = steady & ~stopped
     n = int(steady.sum())
     k = int((steady & (df["outcome"] != "ok").to_numpy()).sum())
     e0 = float(max_error_rate)
     lo, hi = sla.clopper_pearson(n, k, confidence)
-    if e0 >= 1.0:
-        verdict: sla.Verdict = "pass"
-    elif e0 <= 0.0:
-        verdict = "pass" if n > 0 and k == 0 else "fail" if k > 0 else "insufficient samples"
-    else:
-        verdict = sla.decide(n, k, 100.0 * (1.0 - e0), confidence)
+    verdict = decide_error_budget(n, k, e0, confidence)
     needed = sla.min_samples_to_pass(100.0 * (1.0 - e0), confidence, k) if 0 < e0 < 1 else n
     return sla.ClaimVerdict(
         claim=f"error rate <= {e0:.4g} (max_error_rate)",
@@ -85,6 +96,39 @@ def error_budget(df: pd.DataFrame, max_error_rate: float, confidence: float) -> 
         p_pass=sla.pass_p_value(n, k, e0),
         p_fail=sla.fail_p_value(n, k, e0),
         samples_needed=needed,
+        stopped=n_stopped,
+    )
+
+
+def load_delivered(delivered: Sequence[Delivered], bound: float) -> sla.ClaimVerdict | None:
+    """The "load delivered" criterion over `delivered` (the levels judged): "insufficient
+    samples" (undecidable) when one fell short by more than the bound, else "pass"; None when
+    no level was judged (no levels on record)."""
+    if not delivered:
+        return None
+    short = [d for d in delivered if d.short]
+    worst = max((d.shortfall for d in delivered if d.shortfall is not None), default=None)
+    verdict: sla.Verdict = "insufficient samples" if short else "pass"
+    name = f"load delivered (shortfall <= {bound:.0%}, max_load_shortfall)"
+    if short:
+        name += ": " + "; ".join(d.reason() for d in short)
+    return sla.ClaimVerdict(
+        claim=name,
+        metric=LOAD_METRIC,
+        percentile=100.0 * (1.0 - bound),
+        threshold=bound,
+        confidence=1.0,
+        verdict=verdict,
+        n=len(delivered),
+        exceedances=len(short),
+        observed=worst,
+        exceed_lower=0.0,
+        exceed_upper=1.0,
+        allowed=bound,
+        p_pass=math.nan,
+        p_fail=math.nan,
+        samples_needed=0,
+        rule="achieved vs the schedule's own arrivals (loadgen/results/shortfall.py)",
     )
 
 
@@ -137,9 +181,11 @@ def judge_run(
     whose criteria pass (else the lowest code over its levels)."""
     crit = criteria if criteria is not None else criteria_from_spec(_spec(run))
     gate = state_gate(run, df)
+    spec = _spec(run)
     if crit.saturation and levels is not None and len(levels) and gate is None:
-        return _best_level(df, levels, crit)
-    verdicts = _evaluate(df, crit)
+        return _best_level(df, levels, crit, spec)
+    load = load_delivered(levels_delivered(df, levels, spec), shortfall_bound(spec))
+    verdicts = _evaluate(df, crit, load)
     if gate is not None:
         return RunJudgement(gate[0], gate[1], verdicts)
     code = sla.exit_code(verdicts)
@@ -153,14 +199,22 @@ def judge_claims(
     *,
     confidence: float | None = None,
     chunks: m.ChunkArrays | None = None,
+    levels: pd.DataFrame | None = None,
 ) -> RunJudgement:
     """`peakload sla` and `report --claims`: the claims file's claims and an error budget (the
-    file's `max_error_rate`, else the run spec's), after the run's state (`state_gate`)."""
+    file's `max_error_rate`, else the run spec's), and with `levels` whether the levels the
+    claims are on delivered their load (every level, unless every claim names one), after
+    the run's state (`state_gate`)."""
     own = criteria_from_spec(_spec(run))
     conf = confidence or claims.confidence
     budget = claims.max_error_rate if claims.max_error_rate is not None else own.max_error_rate
+    spec = _spec(run)
+    on = {c.level for c in claims.claims}
+    judged = [d for d in levels_delivered(df, levels, spec) if None in on or d.level in on]
+    load = load_delivered(judged, shortfall_bound(spec))
     verdicts = [
         *sla.evaluate(df, claims, confidence=confidence, chunks=chunks),
+        *([load] if load is not None else []),
         error_budget(df, budget, conf),
     ]
     gate = state_gate(run, df)
@@ -170,17 +224,30 @@ def judge_claims(
     return RunJudgement(code, _why(code, verdicts), verdicts)
 
 
-def _evaluate(df: pd.DataFrame, crit: Criteria) -> list[sla.ClaimVerdict]:
+def _evaluate(
+    df: pd.DataFrame, crit: Criteria, load: sla.ClaimVerdict | None = None
+) -> list[sla.ClaimVerdict]:
+    """The claims, the load delivered (if judged), the error budget (last)."""
     out = sla.evaluate(df, list(crit.claims), confidence=crit.confidence) if crit.claims else []
+    out += [load] if load is not None else []
     return [*out, error_budget(df, crit.max_error_rate, crit.confidence)]
 
 
-def _best_level(df: pd.DataFrame, levels: pd.DataFrame, crit: Criteria) -> RunJudgement:
+def _best_level(
+    df: pd.DataFrame, levels: pd.DataFrame, crit: Criteria, spec: Mapping[str, Any] | None
+) -> RunJudgement:
+    """Each tried load (its levels pooled: the search runs a load it could not decide again and
+    pools the samples, loadgen/engine/search.py) on every criterion, as the search judged it."""
     judged = []
-    for _, lv in levels.sort_values("value").iterrows():
-        sub = df[(df["level"] == lv["level"]).to_numpy()]
-        verdicts = _evaluate(sub, crit)
-        judged.append((int(lv["level"]), float(lv["value"]), sla.exit_code(verdicts), verdicts))
+    bound = shortfall_bound(spec)
+    delivered = {d.level: d for d in levels_delivered(df, levels, spec)}
+    for _, group in levels.groupby("value", sort=True):
+        ids = [int(x) for x in group["level"]]
+        sub = df[df["level"].isin(ids).to_numpy()]
+        load = load_delivered([pooled([delivered[i] for i in ids])], bound)
+        verdicts = _evaluate(sub, crit, load)
+        value = float(group["value"].to_numpy(dtype=np.float64)[0])
+        judged.append((min(ids), value, sla.exit_code(verdicts), verdicts))
     passing = [j for j in judged if j[2] is Exit.PASSED]
     undecided = [j for j in judged if j[2] is Exit.UNDECIDABLE]
     level, value, code, verdicts = (passing[-1:] or undecided[:1] or judged[:1])[0]

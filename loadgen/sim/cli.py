@@ -70,6 +70,11 @@ def _stall(text: str | None) -> tuple[float, float] | tuple[None, None]:
     "streamed response, as llama.cpp's server does [never].",
 )
 @click.option("--keepalive-header", help='Send "Keep-Alive: VALUE", e.g. "timeout=5, max=100".')
+@click.option(
+    "--echo-request/--no-echo-request",
+    default=None,
+    help="Misbehave: quote the request's URL and headers in every error answer.",
+)
 @click.option("--idle-close-s", type=float, help="Close connections idle this long [never].")
 @click.option(
     "--report-timings/--no-report-timings",
@@ -106,6 +111,18 @@ def _stall(text: str | None) -> tuple[float, float] | tuple[None, None]:
     "one a spec needs for it [all: every route, /v1 printed].",
 )
 @click.option(
+    "--audio-rtf",
+    type=float,
+    help="Audio APIs, fixed mode: each speech chunk / transcript word is due this fraction of "
+    "its audio's length after the one before (0: at --itl-ms, like text) [0].",
+)
+@click.option("--audio-chunk-ms", type=float, help="Speech: audio per streamed chunk [100].")
+@click.option(
+    "--speech-words-per-s",
+    type=float,
+    help="The voice's pace: a speech's length, a transcript's words [2.5].",
+)
+@click.option(
     "--timer-spin-us",
     type=float,
     help="Wake this early before each due time for sub-ms precision (default 1000; 0: ms).",
@@ -132,11 +149,15 @@ def sim(
     truth_log: Path | None,
     close_after: str | None,
     keepalive_header: str | None,
+    echo_request: bool | None,
     idle_close_s: float | None,
     report_timings: bool | None,
     timings_as: str | None,
     param_modes: tuple[str, ...],
     protocol: str | None,
+    audio_rtf: float | None,
+    audio_chunk_ms: float | None,
+    speech_words_per_s: float | None,
     timer_spin_us: float | None,
 ) -> None:
     """Run the simulated OpenAI-compatible engine until SIGINT/SIGTERM.
@@ -144,7 +165,9 @@ def sim(
     \b
     Serves POST /v1/chat/completions and /v1/completions (stream true or false), the other
     APIs' routes (/v1/responses, Ollama /api/chat and /api/generate, TGI /generate_stream and
-    /generate, llama.cpp /completion, Triton /v2/models/M/generate_stream), GET /v1/models,
+    /generate, llama.cpp /completion, Triton /v2/models/M/generate_stream), speech
+    (/v1/audio/speech: PCM or WAV, raw or SSE) and transcription (/v1/audio/transcriptions:
+    multipart upload, SSE or JSON), GET /v1/models,
     /health and /metrics (Prometheus, peakload_sim:*). Prompt tokens = whitespace-separated
     words of the prompt text; output = one pseudo-word per token (some multi-byte UTF-8).
     Force faults per request with the header `x-peakload-sim-fault: KIND[:ARG][, ...]`;
@@ -175,10 +198,14 @@ def sim(
             "timer_spin_us": timer_spin_us,
             "close_after": close_after,
             "keepalive_header": keepalive_header,
+            "echo_request": echo_request,
             "idle_close_s": idle_close_s,
             "report_timings": report_timings,
             "timings_as": timings_as,
             "protocol": protocol,
+            "audio_rtf": audio_rtf,
+            "audio_chunk_ms": audio_chunk_ms,
+            "speech_words_per_s": speech_words_per_s,
             "params": dict(_params(param_modes)) if param_modes else None,
             "faults": [parse_fault_rule(f) for f in faults],
         }

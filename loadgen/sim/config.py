@@ -141,6 +141,9 @@ class SimConfig(BaseModel):
     close_after: Literal["never", "response", "response_silent", "stream"] = "never"
     # sent as `Keep-Alive:` on kept connections, e.g. "timeout=5, max=100"
     keepalive_header: str = Field(default="", pattern=r"^[\x20-\x7e]*$")
+    # a misbehaving gateway: every error answer (JSON, HTML page, SSE error event) quotes the
+    # request's method, target (path and query) and headers, as some proxies' error pages do
+    echo_request: bool = False
     idle_close_s: float = Field(default=0.0, ge=0.0)  # close connections idle this long (0: never)
     report_timings: bool = False  # llama.cpp's `timings` object closing each stream
     # how the OpenAI routes report them: llama.cpp's `timings` (prompt evaluation after the
@@ -151,6 +154,12 @@ class SimConfig(BaseModel):
     # which wire API the completion routes speak ("all": every one, each at its own path)
     protocol: Literal["all", "openai", "openai-responses", "ollama", "tgi-generate",
                       "llamacpp-completion", "triton-generate"] = "all"  # fmt: skip
+    # the audio APIs (loadgen.sim.audio): audio per speech chunk, the voice's pace, and the
+    # real-time factor (0: tokens come at itl_ms like text; else each is due audio_rtf times
+    # the audio it carries after the one before, in mode "fixed")
+    audio_chunk_ms: float = Field(default=100.0, ge=5.0, le=10_000.0)
+    speech_words_per_s: float = Field(default=2.5, gt=0.0, le=20.0)
+    audio_rtf: float = Field(default=0.0, ge=0.0, le=100.0)
     stall_every_s: float = Field(default=0.0, ge=0.0)
     stall_for_s: float = Field(default=0.0, ge=0.0)
     faults: list[FaultRule] = Field(default_factory=list)

@@ -140,13 +140,15 @@ class Engine(Protocol):
 
 
 class _FixedSeq:
-    __slots__ = ("arrival_ns", "engine", "fire", "seq")
+    __slots__ = ("arrival_ns", "engine", "fire", "itl_ns", "seq")
 
     def __init__(self, seq: Sequence, engine: FixedEngine, arrival_ns: int) -> None:
         self.arrival_ns: int | None = arrival_ns
         self.seq = seq
         self.engine = engine
         self.fire: Action = self._fire
+        # an answer with a pace of its own (loadgen.sim.audio: audio at a real-time factor)
+        self.itl_ns: int = getattr(seq, "itl_ns", 0) or engine.itl_ns
 
     def _fire(self, due_ns: int) -> None:
         if self.arrival_ns is not None:
@@ -155,7 +157,7 @@ class _FixedSeq:
         if self.seq.on_token(due_ns):
             self.engine.running -= 1
         else:
-            self.engine.sched.at(due_ns + self.engine.itl_ns, self.fire)
+            self.engine.sched.at(due_ns + self.itl_ns, self.fire)
 
 
 class FixedEngine:

@@ -42,6 +42,7 @@ class Request:
     keep_alive: bool
     headers_ns: int
     received_ns: int
+    target: str = ""  # the request line's target as sent: path and query
 
 
 class RequestParser:
@@ -70,13 +71,16 @@ class RequestParser:
                     and "100-continue" in self._head[2].get("expect", "").lower()
                 ):
                     self.expect_continue = True
-            method, path, headers, keep_alive, length, headers_ns = self._head
+            method, target, headers, keep_alive, length, headers_ns = self._head
+            path = target.split("?", 1)[0]
             if len(self._buf) < length:
                 return
             body = bytes(self._buf[:length])
             del self._buf[:length]
             self._head = None
-            self.ready.append(Request(method, path, headers, body, keep_alive, headers_ns, now_ns))
+            self.ready.append(
+                Request(method, path, headers, body, keep_alive, headers_ns, now_ns, target)
+            )
 
 
 def _parse_head(head: bytes, now_ns: int) -> tuple[str, str, dict[str, str], bool, int, int]:
@@ -107,8 +111,7 @@ def _parse_head(head: bytes, now_ns: int) -> tuple[str, str, dict[str, str], boo
         raise HttpParseError(413, f"request body over {MAX_BODY_BYTES} bytes")
     conn = headers.get("connection", "").lower()
     keep_alive = "close" not in conn if version == "HTTP/1.1" else "keep-alive" in conn
-    path = target.split("?", 1)[0]
-    return method, path, headers, keep_alive, length, now_ns
+    return method, target, headers, keep_alive, length, now_ns
 
 
 def response_head(

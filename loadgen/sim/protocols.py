@@ -17,6 +17,8 @@ _FAMILY = {
     "openai-completions": "openai",
     "ollama-chat": "ollama",
     "ollama-generate": "ollama",
+    "openai-speech": "openai",
+    "openai-transcription": "openai",
 }
 
 
@@ -28,6 +30,10 @@ def route(path: str) -> str | None:
         return "openai-completions"
     if path == "/v1/responses":
         return "openai-responses"
+    if path == "/v1/audio/speech":
+        return "openai-speech"
+    if path == "/v1/audio/transcriptions":
+        return "openai-transcription"
     if path == "/api/chat":
         return "ollama-chat"
     if path == "/api/generate":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import html
 import json
 import math
 import signal
@@ -15,19 +16,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+from loadgen.sim import audio as sim_audio
 from loadgen.sim import params, protocols, text
 from loadgen.sim.config import FaultKind, SimConfig
 from loadgen.sim.engine import BatchEngine, FixedEngine, Scheduler, make_engine
 from loadgen.sim.faults import FAULT_HEADER, RateLimiter, choose_faults
 from loadgen.sim.http import CONTINUE, HttpParseError, Request, RequestParser, response_head
-from loadgen.sim.stream import Completion, Plan
+from loadgen.sim.plan import Plan
+from loadgen.sim.stream import Completion
 from loadgen.sim.truth import TruthLog
 
 REQUEST_ID_HEADER = "x-peakload-request-id"
 GC_GEN0_THRESHOLD = 20_000
 HTML_PAGE = (
     "<html><head><title>{status} Error</title></head><body><center><h1>{status} Error</h1>"
-    "</center><hr><center>nginx</center></body></html>"
+    "</center><hr><center>nginx</center>{echo}</body></html>"
 )
 
 
@@ -197,13 +200,22 @@ class Connection(asyncio.Protocol):
     def _reply_json(self, status: int, obj: Any, keep_alive: bool) -> None:
         self._reply(status, "application/json", json.dumps(obj).encode(), keep_alive)
 
+    def _echo(self, req: Request) -> str:
+        """What an echoing gateway (`echo_request`) adds to an error message, else ""."""
+        if not self.state.cfg.echo_request:
+            return ""
+        heads = "; ".join(f"{k}: {v}" for k, v in reversed(req.headers.items()))  # ours first
+        return f" [request: {req.method} {req.target or req.path} headers: {heads}]"
+
     def _dispatch(self, req: Request) -> None:
         if self.state.cfg.close_after == "response":
             req.keep_alive = False  # `Connection: close` on the answer, then close
         api = protocols.route(req.path)
         if api is not None and protocols.served(self.state.cfg.protocol, api):
             if req.method != "POST":
-                self._reply_json(405, _err(f"{req.path} takes POST"), req.keep_alive)
+                self._reply_json(
+                    405, _err(f"{req.path} takes POST{self._echo(req)}"), req.keep_alive
+                )
                 return
             self._completion(req, api)
         elif req.path == "/health":
@@ -220,7 +232,9 @@ class Connection(asyncio.Protocol):
         elif req.path == "/metrics":
             self._reply(200, "text/plain; version=0.0.4", self.state.metrics(), req.keep_alive)
         else:
-            self._reply_json(404, _err(f"no route {req.method} {req.path}"), req.keep_alive)
+            self._reply_json(
+                404, _err(f"no route {req.method} {req.path}{self._echo(req)}"), req.keep_alive
+            )
 
     def _completion(self, req: Request, api: str) -> None:
         st = self.state
@@ -230,11 +244,12 @@ class Connection(asyncio.Protocol):
         plan = Plan(rid, req.path, chat, False, False, 0, 0, req.keep_alive, req.headers_ns, 0)
         plan.api = api
         plan.request_ns = req.received_ns
+        plan.echo = echo = self._echo(req)
         reject: tuple[int, bytes, dict[str, str], str] | None = None
         labels: list[str] = []
         faults: dict[FaultKind, float | None] = {}
         try:
-            _fill_plan(plan, req.body, st.cfg)
+            _fill_plan(plan, req.body, st.cfg, req.headers.get("content-type", ""))
             faults = choose_faults(st.cfg, rid, req.headers.get(FAULT_HEADER))
             need = plan.prompt_tokens + plan.max_tokens
             if isinstance(st.engine, BatchEngine) and need > st.cfg.kv_capacity_tokens:
@@ -243,20 +258,20 @@ class Connection(asyncio.Protocol):
                     f"the KV capacity of {st.cfg.kv_capacity_tokens} tokens"
                 )
         except text.BadRequest as e:
-            reject = (400, json.dumps(_err(str(e), 400)).encode(), {}, "bad_request")
+            reject = (400, json.dumps(_err(f"{e}{echo}", 400)).encode(), {}, "bad_request")
         if reject is None:
             wait_s = st.limiter.admit(req.received_ns, plan.prompt_tokens + plan.max_tokens)
             plan.extra_headers.update(st.limiter.headers())
             if wait_s is not None:
                 labels.append("rate_limit")
-                reject = _status_reply(429, float(math.ceil(wait_s)))
+                reject = _status_reply(429, float(math.ceil(wait_s)), echo)
             elif FaultKind.HTTP_429 in faults:
-                reject = _status_reply(429, faults[FaultKind.HTTP_429])
+                reject = _status_reply(429, faults[FaultKind.HTTP_429], echo)
             elif FaultKind.HTTP_503 in faults:
-                reject = _status_reply(503, faults[FaultKind.HTTP_503])
+                reject = _status_reply(503, faults[FaultKind.HTTP_503], echo)
             elif FaultKind.HTML_ERROR in faults:
                 status = int(faults[FaultKind.HTML_ERROR] or 200)
-                page = HTML_PAGE.format(status=status).encode()
+                page = HTML_PAGE.format(status=status, echo=html.escape(echo)).encode()
                 reject = (status, page, {"content-type": "text/html; charset=utf-8"}, "html_error")
         st.prompt_tokens_total += plan.prompt_tokens
         c = Completion(st, self.t, plan, faults, self._done, reject=reject, labels=labels)
@@ -265,7 +280,10 @@ class Connection(asyncio.Protocol):
         st.sched.now_or_stalled(c.open)
 
 
-def _fill_plan(plan: Plan, raw: bytes, cfg: SimConfig) -> None:
+def _fill_plan(plan: Plan, raw: bytes, cfg: SimConfig, content_type: str = "") -> None:
+    if plan.api == sim_audio.TRANSCRIPTION:  # a multipart upload, not JSON
+        _set_plan(plan, sim_audio.transcription_fields(raw, content_type, cfg), cfg)
+        return
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -286,6 +304,9 @@ def _fill_plan(plan: Plan, raw: bytes, cfg: SimConfig) -> None:
             stream = False
         if params.mode_of(cfg.params, "include_usage") == "ignore":
             include_usage = False
+    elif plan.api == sim_audio.SPEECH:
+        _set_plan(plan, sim_audio.speech_fields(body, cfg), cfg)
+        return
     else:
         f = protocols.request_fields(plan.api, body, plan.path, cfg.default_max_tokens)
         stream, mt, include_usage = f["stream"], f["max_tokens"], f["include_usage"]
@@ -302,6 +323,14 @@ def _fill_plan(plan: Plan, raw: bytes, cfg: SimConfig) -> None:
     plan.prompt_tokens = prompt_tokens
 
 
+def _set_plan(plan: Plan, f: dict[str, Any], cfg: SimConfig) -> None:
+    """An audio request's plan: its answer's length in tokens is the audio's, not a cap."""
+    plan.stream, plan.include_usage = f["stream"], f["include_usage"]
+    plan.max_tokens = min(int(f["max_tokens"]), cfg.max_tokens_limit)
+    plan.prompt_tokens = int(f["prompt_tokens"])
+    plan.audio = f["audio"]
+
+
 def _err(message: str, code: int = 0) -> dict[str, Any]:
     return {"error": {"message": message, "type": "invalid_request_error", "code": code or None}}
 
@@ -309,13 +338,13 @@ def _err(message: str, code: int = 0) -> dict[str, Any]:
 Reject = tuple[int, bytes, dict[str, str], str]
 
 
-def _status_reply(status: int, retry_after_s: float | None) -> Reject:
+def _status_reply(status: int, retry_after_s: float | None, echo: str = "") -> Reject:
     extra: dict[str, str] = {}
     if retry_after_s is not None:
         extra["retry-after"] = str(max(0, math.ceil(retry_after_s)))
         extra["retry-after-ms"] = str(int(retry_after_s * 1000))
     kind = "rate_limit_exceeded" if status == 429 else "service_unavailable"
-    body = {"error": {"message": f"simulated {status}", "type": kind, "code": status}}
+    body = {"error": {"message": f"simulated {status}{echo}", "type": kind, "code": status}}
     return status, json.dumps(body).encode(), extra, "http_error"
 
 

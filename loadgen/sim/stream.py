@@ -10,40 +10,34 @@ import socket
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from loadgen.sim import audio as sim_audio
 from loadgen.sim import formats, params, text
-from loadgen.sim.config import FaultKind
+from loadgen.sim.config import FaultKind, SimConfig
+from loadgen.sim.engine import BatchEngine, FixedEngine, Scheduler
 from loadgen.sim.faults import Faults, describe
 from loadgen.sim.http import LAST_CHUNK, chunk, response_head
+from loadgen.sim.plan import Plan
+from loadgen.sim.truth import TruthLog
 
 if TYPE_CHECKING:
     import asyncio
-
-    from loadgen.sim.server import SimState
 
 SSE_TYPE = text.SSE_TYPE
 _LINGER_RST = struct.pack("ii", 1, 0)
 
 
-@dataclass(slots=True)
-class Plan:
-    """What the request asked for, after validation."""
+class SharedState(Protocol):
+    """What a completion uses of the state its server's connections share (server.SimState):
+    the config, the timer heap and the engine, the truth log, the open responses, the count."""
 
-    request_id: str
-    path: str
-    chat: bool
-    stream: bool
-    include_usage: bool
-    prompt_tokens: int
-    max_tokens: int
-    keep_alive: bool
-    headers_ns: int
-    request_ns: int
-    api: str = "openai-chat"  # which wire API (loadgen.sim.protocols.route)
-    effects: dict[str, Any] = field(default_factory=dict)  # honoured parameters (sim.params)
-    extra_headers: dict[str, str] = field(default_factory=dict)  # e.g. advertised rate limits
+    cfg: SimConfig
+    sched: Scheduler
+    engine: FixedEngine | BatchEngine
+    truth: TruthLog
+    active: set[Completion]
+    tokens_generated: int
 
 
 def _head_extra(plan: Plan) -> dict[str, str]:
@@ -56,7 +50,7 @@ class Completion:
 
     def __init__(
         self,
-        state: SimState,
+        state: SharedState,
         transport: asyncio.Transport,
         plan: Plan,
         faults: Faults,
@@ -95,11 +89,22 @@ class Completion:
         seed = plan.effects.get("seed")
         same = f"seed={seed}" if type(seed) is int else plan.request_id  # honoured seed: same text
         self.offset = text.word_offset(cfg.seed, same)
-        self.fmt = formats.make_format(plan.api, plan.request_id, cfg.model, cfg.reasoning_field)
+        self.itl_ns = 0  # the engine's own pace, unless the answer has one (audio)
+        if plan.api in sim_audio.APIS:
+            self.fmt: formats.Format = sim_audio.make_format(
+                plan.api, plan.request_id, cfg.model, plan.audio
+            )
+            self.itl_ns = sim_audio.token_interval_ns(plan.api, plan.audio, cfg)
+        else:
+            self.fmt = formats.make_format(
+                plan.api, plan.request_id, cfg.model, cfg.reasoning_field
+            )
         self.generated = 0
         self.finished = False
+        self.choices = text.stream_choices(plan.effects.get("n"), plan.api, self.streaming)
         self._plain = (
             self.streaming
+            and self.choices == 1
             and self.fmt.plain
             and self.k == 1
             and self.per_write == 1
@@ -211,7 +216,8 @@ class Completion:
         words.append(text.token_bytes(self.offset, i, i != 0 and i != r))
         last = n == self.max_tokens
         if last or n == r or len(words) >= self.k or n == self.fault_at:
-            self._events.append((self.fmt.content_event(b"".join(words), phase), len(words)))
+            ev = self.fmt.content_event(b"".join(words), phase)
+            self._events.extend((e, len(words)) for e in text.each_choice(ev, self.choices))
             words.clear()
         if n == self.fault_at and self.fault_end is not None:
             self._end_with_fault(due_ns)
@@ -276,7 +282,7 @@ class Completion:
         tail = self.fmt.tail(
             "tool_calls" if self.tool else "length",
             self.prompt_tokens,
-            self.generated,
+            self.generated * self.choices,
             self.reasoning if self.reasoning else None,
             self.plan.include_usage,
             timings,
@@ -327,12 +333,13 @@ class Completion:
     def _end_with_fault(self, due_ns: int) -> None:
         if self.fault_end is FaultKind.ERROR_EVENT:
             if not self.streaming:
-                body = text.error_event("simulated engine error")[6:-2]  # the JSON object
+                body = text.error_event("simulated engine error" + self.plan.echo)[6:-2]
                 self._send(_json_head(500, len(body), self) + body, 0, due_ns)
                 self.status = 500
                 self._finish("http_error", self.plan.keep_alive)
                 return
-            tail = self.fmt.error(f"simulated engine error after {self.generated} tokens")
+            msg = f"simulated engine error after {self.generated} tokens{self.plan.echo}"
+            tail = self.fmt.error(msg)
             self._write_events(due_ns, tail + self.fmt.done_event(), final=True)
             self._finish("error_event", self.plan.keep_alive)
             return

@@ -321,3 +321,20 @@ def completion_body(
         "usage": usage(prompt, completion, None if reasoning is None else len(reasoning.split())),
     }
     return json.dumps(body, ensure_ascii=False).encode()
+
+
+_CHOICE0 = b'"choices":[{"index":0,'  # an OpenAI delta's choice, as EventFormat writes it
+
+
+def stream_choices(n: object, api: str, streaming: bool) -> int:
+    """How many choices a stream carries: an honoured `n` > 1 on the OpenAI APIs, else 1."""
+    openai = api in ("openai-chat", "openai-completions") and streaming
+    return n if type(n) is int and n > 1 and openai else 1
+
+
+def each_choice(event: bytes, choices: int) -> list[bytes]:
+    """One step's event for every choice, interleaved (n > 1: the same text, each delta with its
+    own choice index, as an engine decoding the n sequences in one batch writes them)."""
+    return [event] + [
+        event.replace(_CHOICE0, b'"choices":[{"index":%d,' % c, 1) for c in range(1, choices)
+    ]

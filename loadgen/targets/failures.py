@@ -10,7 +10,6 @@ CANCELLED -> None.
 from __future__ import annotations
 
 import asyncio
-import re
 
 import httpx
 
@@ -21,23 +20,20 @@ from loadgen.errors import (
     StreamProtocolError,
     TransportError,
 )
-from loadgen.records import Outcome
+from loadgen.results.records import Outcome
+from loadgen.scrub import scrub
 from loadgen.targets.http_common import ConnectFailed, StreamReset, StreamTruncated
 from loadgen.targets.structured import StructuredOutputError
 
 MAX_DETAIL = 240
-_SECRETS = re.compile(
-    r"(?i)(bearer\s+|authorization\s*[:=]\s*|api[-_]?key\s*[:=]\s*|[?&](?:api_?)?key=)[^\s&\"',;]+"
-)
-_KEYLIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,})")
 
 Failure = tuple[Outcome, str | None, int | None, str]
 
 
 def redact(text: str) -> str:
-    """Drop anything shaped like a credential and cut to MAX_DETAIL characters."""
-    text = _KEYLIKE.sub("[redacted]", _SECRETS.sub(r"\1[redacted]", text))
-    text = " ".join(text.split())
+    """`text` scrubbed (loadgen.scrub: known secrets in any echo form, anything shaped like a
+    credential), on one line, cut to MAX_DETAIL characters."""
+    text = " ".join(scrub(text).split())
     return text if len(text) <= MAX_DETAIL else text[: MAX_DETAIL - 1] + "…"
 
 

@@ -1,5 +1,6 @@
 """Newline-delimited JSON framing (Ollama's streams): one JSON object per line, lines split
-anywhere across reads. The SSE framing is `sse.SSEParser`; both offer `feed` and `finish`."""
+anywhere across reads; and raw framing (speech's audio body: each read one payload). The SSE
+framing is `sse.SSEParser`; all offer `feed` and `finish`."""
 
 from __future__ import annotations
 
@@ -35,3 +36,15 @@ class NDJSONParser:
         tail = self._buf.strip()
         self._buf = b""
         return ([tail] if tail else []), False
+
+
+class RawParser:
+    """A body that is its own payload (speech's raw audio): every read is one payload."""
+
+    __slots__ = ()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        return [data] if data else []
+
+    def finish(self) -> tuple[list[bytes], bool]:
+        return [], False

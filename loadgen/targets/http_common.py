@@ -29,7 +29,10 @@ class StreamTruncated(StreamProtocolError):
 class StaleConnection(StreamTruncated):
     """A request sent on a kept-alive connection got not one byte back before the connection
     closed or was reset: the server had closed it (or was closing it) when we sent. The request
-    can be sent again once on a new connection; a new connection that fails is the server's."""
+    can be sent again once on a new connection; a new connection that fails is the server's.
+    `reach`: whether the request reached the server (loadgen.targets.resend), None: unknown."""
+
+    reach: bool | None = None
 
 
 @dataclass(slots=True)

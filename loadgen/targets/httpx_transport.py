@@ -20,18 +20,32 @@ from loadgen.targets.http_common import (
     StreamReset,
     StreamTruncated,
     connect_error,
+    keep_alive,
     read_some,
 )
+from loadgen.targets.httpx_keepalive import (
+    apply_keep_alive,
+    closed_soon,
+    connection_socket,
+    request_connection,
+)
 from loadgen.targets.rawhttp import DEFAULT_KEEPALIVE_EXPIRY_S
+from loadgen.targets.rawpool import LEARN_QUICK_CLOSES, QUICK_CLOSE_S
+from loadgen.targets.resend import (
+    bytes_acked,
+    not_resent_detail,
+    reached,
+    should_resend,
+)
 from loadgen.targets.transport import HttpRequest, Sent
 
 _SENT_EVENT = "http11.send_request_body.complete"
 _HEADERS_STARTED = "http11.send_request_headers.started"  # a connection was acquired
 _CONNECT_STARTED = "connection.connect_tcp.started"  # only when a new connection is opened
 _CONNECT_DONE = ("connection.connect_tcp.complete", "connection.start_tls.complete")
+_HEAD_FAILED = "http11.receive_response_headers.failed"  # the socket is still open here
 # httpcore's message when a kept-alive connection closes before any byte of the response
 _NO_RESPONSE = "without sending a response"
-LEARN_STALE = 2  # stale reused connections before requests ask for `Connection: close`
 
 
 class _Deadline:
@@ -70,7 +84,9 @@ class HttpxClient:
         connect_timeout_s: float,
         ssl_context: ssl.SSLContext | None,
         keepalive_expiry_s: float = DEFAULT_KEEPALIVE_EXPIRY_S,
+        resend_on_stale: bool | None = None,
     ) -> None:
+        self.resend_on_stale = resend_on_stale  # target.resend_on_stale (targets.resend)
         self.limits = httpx.Limits(
             max_connections=max_connections,
             max_keepalive_connections=max_connections,
@@ -79,14 +95,42 @@ class HttpxClient:
         self.connect_timeout_s = connect_timeout_s
         self.verify: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._client: httpx.AsyncClient | None = None
+        self.keepalive_expiry_s = keepalive_expiry_s
         self.stale = 0  # requests re-sent because their reused connection was dead
+        self.quick_closes = 0  # connections the server closed right after a response
+        self.reuse_worked = 0  # responses on a connection that had served before
+        self.watched: list[tuple[Any, float]] = []  # (connection, loop time its response ended)
 
     @property
     def reuse(self) -> bool:
-        """False once the server is seen to drop kept-alive connections: then each request
-        says `Connection: close` (httpcore checks a pooled socket before reuse, as our raw
-        pool does, but cannot know that a server closes after every response)."""
-        return self.stale < LEARN_STALE
+        """False once the server is seen to close after every response, by the raw pool's
+        rule: LEARN_QUICK_CLOSES closes within QUICK_CLOSE_S of a response (or stale reused
+        connections), more than the reuses that worked. Then each request says
+        `Connection: close`."""
+        q = self.quick_closes
+        return not (q >= LEARN_QUICK_CLOSES and q > self.reuse_worked)
+
+    def watch_close(self, conn: Any) -> None:
+        """A response on `conn` just ended whole: a close of it by the server within
+        QUICK_CLOSE_S is a close after the response (loadgen.targets.httpx_keepalive). Looked
+        at when the next request starts and QUICK_CLOSE_S later, whichever comes first."""
+        loop = asyncio.get_running_loop()
+        self.watched.append((conn, loop.time()))
+        loop.call_later(QUICK_CLOSE_S, self.sweep)
+
+    def sweep(self) -> None:
+        """Count the watched connections closed within QUICK_CLOSE_S of their response; forget
+        those closed later or still open past it."""
+        if not self.watched:
+            return
+        now = asyncio.get_running_loop().time()
+        keep = []
+        for conn, ended in self.watched:
+            if closed_soon(conn):
+                self.quick_closes += now - ended <= QUICK_CLOSE_S + 0.05
+            elif now - ended < QUICK_CLOSE_S:
+                keep.append((conn, ended))
+        self.watched = keep
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -132,6 +176,7 @@ class HttpxTransport:
         connect_timeout_s: float,
         ssl_context: ssl.SSLContext | None,
         keepalive_expiry_s: float = DEFAULT_KEEPALIVE_EXPIRY_S,
+        resend_on_stale: bool | None = None,
     ) -> None:
         self.origin = origin
         self.headers = headers
@@ -140,6 +185,7 @@ class HttpxTransport:
             connect_timeout_s=connect_timeout_s,
             ssl_context=ssl_context,
             keepalive_expiry_s=keepalive_expiry_s,
+            resend_on_stale=resend_on_stale,
         )
 
     @property
@@ -212,6 +258,12 @@ class HttpxExchange:
         self.connect_began = -1
         self.connect_ns = -1  # set-up of a connection opened for this request (-1: reused)
         self.resent = 0
+        self.complete = False  # the body ended as its framing says
+        self.persistent = False
+        self.conn: Any = None  # httpcore's connection, once it picked one
+        self.sock: Any = None  # its socket
+        self.acked_sent: int | None = None  # tcpi_bytes_acked before our write (reused conn)
+        self.acked_fail: int | None = None  # ... when the head failed
         self.url, self.data, self.headers = url, data, headers
         self.deadline_s = deadline_s
         if not owner.reuse:
@@ -222,6 +274,13 @@ class HttpxExchange:
             self.sent_ns = self.clock()
         elif name == _HEADERS_STARTED:
             self.connected = True
+            self.owner.sweep()
+            self.conn = request_connection(self.owner.client, info.get("request"))
+            if self.connect_began < 0:  # a reused connection: note what was acknowledged
+                self.sock = connection_socket(self.conn)
+                self.acked_sent = bytes_acked(self.sock)
+        elif name == _HEAD_FAILED:
+            self.acked_fail = bytes_acked(self.sock)
         elif name == _CONNECT_STARTED:
             self.connect_began = self.clock()
         elif name in _CONNECT_DONE and self.connect_began >= 0:
@@ -236,6 +295,12 @@ class HttpxExchange:
         r = self.response
         assert r is not None
         headers = {k.lower(): v for k, v in r.headers.items()}
+        owner = self.owner
+        ka = keep_alive(r.http_version, headers)
+        self.persistent = ka.persistent  # a server that says it closes is no quick close
+        apply_keep_alive(self.conn, ka, owner.keepalive_expiry_s)
+        if self.connect_began < 0 and not self.resent:
+            owner.reuse_worked += 1
         # httpcore reads the body's read timeout when iteration starts: from now on, idle
         self.request.extensions["timeout"]["read"] = self.idle_s
         self._head = ResponseHead(r.status_code, headers, r.http_version, self.head_ns)
@@ -266,7 +331,14 @@ class HttpxExchange:
                 raise _translate(e, "headers") from None
             # a kept-alive connection died before the response head (reset, or closed without
             # a byte: httpx reads the head whole, so a reset mid-head looks the same and is
-            # rare): once more, on a new connection
+            # rare): once more, on a new connection, if target.resend_on_stale and what is
+            # known of the request's reach allow it (loadgen.targets.resend)
+            reset = not isinstance(e, httpx.RemoteProtocolError)
+            reach = reached(self.acked_sent, self.acked_fail, reset)
+            policy = self.owner.resend_on_stale
+            if not should_resend(policy, reach):
+                detail = not_resent_detail("server closed the reused connection", policy, reach)
+                raise StreamTruncated(detail) from None
             return await self._resend()
         except httpx.TransportError as e:
             raise _translate(e, "headers") from None
@@ -278,6 +350,7 @@ class HttpxExchange:
     async def _resend(self) -> int:
         owner = self.owner
         owner.stale += 1
+        owner.quick_closes += 1  # as the raw pool counts a stale connection
         self.resent = 1
         self.sent_ns, self.connected = None, False
         read = self.request.extensions["timeout"]
@@ -304,6 +377,7 @@ class HttpxExchange:
             try:
                 chunk = await it.__anext__()
             except StopAsyncIteration:
+                self.complete = True
                 return
             except asyncio.CancelledError:
                 if guard.ours():
@@ -328,6 +402,8 @@ class HttpxExchange:
         if self.response is not None:
             await self.response.aclose()
             self.response = None
+            if self.complete and self.persistent and self.conn is not None and self.owner.reuse:
+                self.owner.watch_close(self.conn)
 
 
 def _translate(e: httpx.TransportError, where: str) -> TransportError:

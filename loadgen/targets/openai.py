@@ -20,10 +20,13 @@ from loadgen.errors import (
     StreamProtocolError,
     TransportError,
 )
-from loadgen.spec import TargetSpec
+from loadgen.runspec.secrets import secret_values
+from loadgen.runspec.target_spec import TargetSpec
+from loadgen.scrub import scrub
 from loadgen.target import Clock, EventKind, PreparedRequest, ServerTimings, StreamEvent, Usage
 from loadgen.targets.apis import Api, api_for
-from loadgen.targets.framing import NDJSONParser
+from loadgen.targets.apis.base import stream_decoder
+from loadgen.targets.framing import NDJSONParser, RawParser
 from loadgen.targets.http_common import StreamTruncated, display_url
 from loadgen.targets.httpx_transport import HttpxTransport
 from loadgen.targets.openai_stream import body_summary
@@ -98,8 +101,8 @@ class OpenAITarget:
                 )
             self._secret = value
         headers = {
-            "content-type": "application/json",
-            "accept": ", ".join(self.api.stream_types),
+            "content-type": self.api.content_type,
+            "accept": ", ".join(t + "*" if t.endswith("/") else t for t in self.api.stream_types),
             "accept-encoding": "identity",  # chunk arrival is the measurement: no compression
             "user-agent": USER_AGENT,
         }
@@ -114,6 +117,7 @@ class OpenAITarget:
         elif self._secret:
             headers["authorization"] = f"Bearer {self._secret}"
         self._headers = headers
+        secret_values(spec, {spec.api_key_env: self._secret} if spec.api_key_env else {})
         self._paths = {
             streaming: self._target(self.api.path(spec, streaming)) for streaming in (True, False)
         }
@@ -127,7 +131,7 @@ class OpenAITarget:
             host_header = f"[{host}]" if ":" in host else host
             if base.port is not None:
                 host_header += f":{base.port}"
-            self._transport = RawTransport(
+            raw = RawTransport(
                 host,
                 port,
                 host_header,
@@ -137,6 +141,8 @@ class OpenAITarget:
                 connect_timeout_s=spec.connect_timeout_s,
                 keepalive_expiry_s=keepalive_expiry_s,
             )
+            raw.pool.resend_on_stale = spec.resend_on_stale
+            self._transport = raw
         else:
             self._transport = HttpxTransport(
                 origin,
@@ -145,6 +151,7 @@ class OpenAITarget:
                 connect_timeout_s=spec.connect_timeout_s,
                 ssl_context=ssl_context,
                 keepalive_expiry_s=keepalive_expiry_s,
+                resend_on_stale=spec.resend_on_stale,
             )
 
     def _target(self, path: str) -> str:
@@ -158,8 +165,9 @@ class OpenAITarget:
         return f"{base.scheme}://{base.netloc}{self._paths[streaming]}", dict(self._headers)
 
     def scrub(self, text: str) -> str:
-        """`text` without the key (a server may echo our headers or URL)."""
-        return text.replace(self._secret, "[redacted]") if self._secret else text
+        """`text` without any secret this target sends (loadgen.scrub: a server may echo our
+        headers or URL)."""
+        return scrub(text)
 
     @property
     def _pool(self) -> RawPool | None:
@@ -228,8 +236,14 @@ class OpenAITarget:
                 low = ctype.lower()
                 if ctype and not any(low.startswith(t) for t in api.stream_types):
                     raise await self._unexpected(ex, ctype, head.t_ns, streaming=True)
-                parser = SSEParser() if api.framing == "sse" else NDJSONParser()
-                decoder = api.decoder()
+                framing, decoder = stream_decoder(api, ctype, request.body)
+                parser: SSEParser | NDJSONParser | RawParser
+                if framing == "sse":
+                    parser = SSEParser()
+                elif framing == "ndjson":
+                    parser = NDJSONParser()
+                else:
+                    parser = RawParser()
                 check = structured_check(request.body)
                 out: list[StreamEvent] = []
                 try:
@@ -332,13 +346,9 @@ class OpenAITarget:
         return StreamProtocolError(f"got {main}: {why}; body: {what}", t_ns=t_ns)
 
     def _scrub(self, e: TransportError) -> TransportError:
-        """Remove the key from a server-derived detail (a server may echo our headers)."""
-        key = self._secret
-        if key and any(key in str(a) for a in (e.detail, *e.args)):
-            e.detail = e.detail.replace(key, "[redacted]")
-            e.args = tuple(
-                a.replace(key, "[redacted]") if isinstance(a, str) else a for a in e.args
-            )
+        """Remove every secret from a server-derived detail (a server may echo our headers)."""
+        e.detail = scrub(e.detail)
+        e.args = tuple(scrub(a) if isinstance(a, str) else a for a in e.args)
         return e
 
     async def warm(self, connections: int) -> None:

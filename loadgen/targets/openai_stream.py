@@ -36,10 +36,13 @@ def parse_usage(obj: Any) -> Usage | None:
         return None
     details = obj.get("completion_tokens_details")
     reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    prompt_details = obj.get("prompt_tokens_details")
+    cached = prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None
     return Usage(
         prompt_tokens=_int_or_none(obj.get("prompt_tokens")),
         completion_tokens=_int_or_none(obj.get("completion_tokens")),
         reasoning_tokens=_int_or_none(reasoning),
+        cached_tokens=_int_or_none(cached),
     )
 
 

@@ -20,7 +20,9 @@ from loadgen.errors import (
     StreamProtocolError,
     TransportError,
 )
+from loadgen.runspec.target_spec import SPEECH_API, TRANSCRIPTION_API
 from loadgen.target import EventKind, PreparedRequest
+from loadgen.targets import audio
 from loadgen.targets.apis import is_chat
 from loadgen.targets.failures import redact
 from loadgen.targets.http_common import ConnectFailed, StreamReset, StreamTruncated
@@ -33,7 +35,12 @@ def preflight_request(target: OpenAITarget) -> PreparedRequest:
     """The smallest request the API accepts: two output tokens, streaming unless the spec says
     `stream = false` (then the JSON body path is what gets checked)."""
     body: dict[str, Any] = {"max_tokens": 2, "stream": target.spec.stream}
-    if is_chat(target.spec.api):
+    if target.spec.api == SPEECH_API:  # two words spoken, as raw 16-bit PCM
+        body = {"input": "Say hi.", "voice": "alloy", "response_format": "pcm"}
+    elif target.spec.api == TRANSCRIPTION_API:  # one second of silence (an empty transcript)
+        silence = audio.wav_bytes(bytes(audio.PCM_RATE * audio.PCM_WIDTH))
+        body = {"file": silence, "filename": "preflight.wav", "file_type": "audio/wav"}
+    elif is_chat(target.spec.api):
         body["messages"] = [{"role": "user", "content": "Say hi."}]
     else:
         body["prompt"] = "Say hi."
@@ -88,22 +95,10 @@ async def _preflight_once(target: OpenAITarget) -> None:
             raise _Transient(_status_message(url, e, target), pause) from None
         raise PreflightError(_status_message(url, e, target)) from None
     except ConnectFailed as e:
-        plain = await _plain_http_behind_tls(target)
-        if plain:
-            raise PreflightError(f"{url}: {plain} ({redact(e.detail)})") from None
-        raise PreflightError(
-            f"cannot reach {url}: {redact(e.detail)}. Is the server running, and is "
-            "target.base_url right (scheme, host, port)?"
-        ) from None
+        raise await unreachable(target, e) from None
     except PhaseTimeout as e:
-        if e.phase == "connect":
-            plain = await _plain_http_behind_tls(target)
-            if plain:
-                raise PreflightError(f"{url}: {plain}") from None
-            raise PreflightError(
-                f"cannot reach {url}: no connection within {target.spec.connect_timeout_s:g} s "
-                "(firewall, wrong host or port?)"
-            ) from None
+        if e.phase in ("connect", "headers") or (e.phase == "deadline" and not kinds):
+            raise await unreachable(target, e) from None
         raise _Transient(
             f"{url} did not answer a 2-token request in time ({e.phase}: {redact(e.detail)}): "
             "is the server overloaded or still loading the model?"
@@ -140,6 +135,41 @@ def _not_an_api(url: str, e: HttpStatusError) -> str:
         f"not an LLM API: a web server answered {e.status} to a POST at {url} "
         f"({redact(e.detail)}). Point target.base_url at the OpenAI-compatible API "
         "(usually ending in /v1)"
+    )
+
+
+async def reach(target: OpenAITarget) -> None:
+    """Open one connection (TCP, and TLS for https) within target.connect_timeout_s: before
+    the probe's checks, so an unreachable target is one clear PreflightError, not a timeout
+    per check."""
+    try:
+        await target.warm(1)
+    except (ConnectFailed, PhaseTimeout) as e:
+        raise await unreachable(target, e) from None
+
+
+async def unreachable(target: OpenAITarget, e: ConnectFailed | PhaseTimeout) -> PreflightError:
+    """The error for a target that gave no answer, naming the real cause: refused (or DNS),
+    no connection within the connect timeout, TLS to a port that speaks plain HTTP, or a
+    connection accepted but never answered."""
+    url, s = target.display_url, target.spec
+    if isinstance(e, PhaseTimeout) and e.phase != "connect":
+        return PreflightError(
+            f"{url} accepted the connection but sent no response within "
+            f"{min(s.deadline_s, PREFLIGHT_DEADLINE_S):g} s (target.deadline_s): is this "
+            "port an HTTP server, and is it stuck?"
+        )
+    plain = await _plain_http_behind_tls(target)
+    if plain:
+        return PreflightError(f"{url}: {plain}")
+    if isinstance(e, PhaseTimeout):
+        return PreflightError(
+            f"cannot reach {url}: no connection within {s.connect_timeout_s:g} s "
+            "(target.connect_timeout_s; firewall, wrong host or port?)"
+        )
+    return PreflightError(
+        f"cannot reach {url}: {redact(e.detail)}. Is the server running, and is "
+        "target.base_url right (scheme, host, port)?"
     )
 
 

@@ -12,12 +12,15 @@ import asyncio
 import datetime as dt
 from typing import Any
 
-from loadgen.secrets import resolve_target
-from loadgen.spec import RunSpec, TargetSpec
+from loadgen.runspec.secrets import resolve_target
+from loadgen.runspec.spec import RunSpec
+from loadgen.runspec.target_spec import SPEECH_API, TRANSCRIPTION_API, TargetSpec
+from loadgen.scrub import scrub
 from loadgen.targets.apis import is_chat
 from loadgen.targets.factory import build_target
 from loadgen.targets.openai import OpenAITarget
 from loadgen.targets.policy import policy_from_env
+from loadgen.targets.preflight import reach
 from loadgen.targets.probe_checks import CHECK_FUNCS, generic
 from loadgen.targets.prober import (
     ACCEPTED,
@@ -37,7 +40,9 @@ __all__ = ["ACCEPTED", "CHECKS", "HONOURED", "IGNORED", "INCONCLUSIVE", "REJECTE
 KEY_CHECKS = {"n": "n", "logprobs": "logprobs", "top_logprobs": "logprobs",
               "logit_bias": "logit_bias", "seed": "seed", "stop": "stop", "tools": "tools",
               "tool_choice": "tools", "response_format": "response_format",
-              "reasoning_effort": "reasoning_effort", "ignore_eos": "ignore_eos"}  # fmt: skip
+              "reasoning_effort": "reasoning_effort", "ignore_eos": "ignore_eos",
+              # stream options only go with a stream (vLLM rejects them on a whole answer)
+              "stream_options": "include_usage"}  # fmt: skip
 CHECKS = ("stream", "include_usage", "max_tokens", "max_completion_tokens", "ignore_eos", "n",
           "logprobs", "logit_bias", "seed", "stop", "tools", "response_format",
           "tools_with_schema", "reasoning_effort")  # fmt: skip
@@ -48,8 +53,11 @@ CHAT_ONLY = {"tools", "response_format", "tools_with_schema", "reasoning_effort"
 
 
 def spec_checks(spec: RunSpec) -> tuple[list[str], dict[str, Any]]:
-    """The checks covering what this spec will send, and the spec's own values of its keys."""
+    """The checks covering what this spec will send, and the spec's own values of its keys.
+    The audio APIs (speech, transcription) take none of the text parameters probed: none."""
     t = spec.target
+    if t.api in (SPEECH_API, TRANSCRIPTION_API):
+        return [], {}
     names = ["stream"] if t.stream else []
     if t.stream and t.include_usage:
         names.append("include_usage")
@@ -72,7 +80,10 @@ def spec_checks(spec: RunSpec) -> tuple[list[str], dict[str, Any]]:
 async def probe(
     target: OpenAITarget, checks: list[str] | None = None, extra: dict[str, Any] | None = None
 ) -> ProbeResult:
-    """Run `checks` (default: all that apply to the target's API), one after another."""
+    """Run `checks` (default: all that apply to the target's API), one after another, once
+    the target is reachable (PreflightError naming the cause otherwise; also when it connects
+    but never answers: loadgen.targets.prober.Silent)."""
+    await reach(target)
     p = Prober(target, extra)
     api = target.spec.api
     result = ProbeResult(
@@ -100,6 +111,9 @@ async def probe(
         elif name in CHAT_ONLY and not p.chat:
             continue
         result.verdicts.append(await fn(p))
+    for v in result.verdicts:  # a server's answer may echo our headers or URL
+        v.detail = scrub(v.detail)
+    result.target = scrub(result.target)
     return result
 
 

@@ -5,6 +5,7 @@ target did with a parameter; helpers read the answers (loadgen.targets.probe_che
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -12,15 +13,24 @@ from typing import Any
 
 import httpx
 
-from loadgen.errors import HttpStatusError, PeakloadError, StreamProtocolError
-from loadgen.spec import TargetSpec
-from loadgen.target import PreparedRequest, StreamEvent
+from loadgen.errors import (
+    HttpStatusError,
+    PeakloadError,
+    PhaseTimeout,
+    PreflightError,
+    StreamProtocolError,
+)
+from loadgen.runspec.target_spec import TargetSpec
+from loadgen.scrub import scrub
+from loadgen.target import EventKind, PreparedRequest, StreamEvent
 from loadgen.targets.apis import is_chat
 from loadgen.targets.openai import OpenAITarget
 from loadgen.targets.openai_stream import body_summary
 
-PROBE_TIMEOUT_S = 60.0
 OPENAI_APIS = ("openai-chat", "openai-completions")
+# A probe request asks for at most CAP tokens: its deadline is the spec's, but no longer than
+# this (as for preflight), so a server that accepts and never answers stops the probe in time.
+PROBE_DEADLINE_S = 60.0
 HONOURED, ACCEPTED, IGNORED, REJECTED, INCONCLUSIVE = (
     "honoured", "accepted", "ignored", "rejected", "inconclusive")  # fmt: skip
 PROMPT = "Write one sentence about the sea."
@@ -84,6 +94,10 @@ class _Answer:
     error: str
 
 
+class Silent(PreflightError):
+    """The target answered none of the probe's requests (timeouts, no connection)."""
+
+
 class Prober:
     """Runs the checks against one target; `extra` holds the spec's own values to send."""
 
@@ -93,6 +107,7 @@ class Prober:
         self.chat = is_chat(self.spec.api)
         self.extra = extra or {}
         self.cap_field = self.spec.max_tokens_field if self.chat else "max_tokens"
+        self.answered = False  # has any request got an answer (a status line) yet?
 
     def _body(self, prompt: str = PROMPT, cap: int | None = CAP, **kw: Any) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.spec.model, "stream": False}
@@ -109,11 +124,17 @@ class Prober:
         url, headers = self.target.request_parts(False)
         headers["x-peakload-request-id"] = request_id or f"probe-{uuid.uuid4()}"
         headers["accept"] = "application/json"
+        s = self.spec  # the spec's own timeouts: connect, first byte (idle), whole answer
+        limits = httpx.Timeout(s.idle_timeout_s, connect=s.connect_timeout_s)
         try:
-            async with httpx.AsyncClient(trust_env=False, timeout=PROBE_TIMEOUT_S) as client:
-                r = await client.post(url, json=body, headers=headers)
-        except httpx.HTTPError as e:
-            return _Answer(0, None, f"no answer ({type(e).__name__})")
+            async with httpx.AsyncClient(trust_env=False, timeout=limits) as client:
+                r = await asyncio.wait_for(
+                    client.post(url, json=body, headers=headers), probe_deadline_s(s)
+                )
+        except (httpx.HTTPError, TimeoutError) as e:
+            self._silent(no_answer(e, s))
+            return _Answer(0, None, no_answer(e, s))
+        self.answered = True
         ctype = r.headers.get("content-type", "")
         if not 200 <= r.status_code < 300:
             detail = self.target.scrub(body_summary(r.content[:4096], ctype))
@@ -130,16 +151,55 @@ class Prober:
         req = PreparedRequest(
             request_id=f"probe-{uuid.uuid4()}",
             body=body,
-            deadline_s=PROBE_TIMEOUT_S,
-            idle_timeout_s=PROBE_TIMEOUT_S,
+            deadline_s=probe_deadline_s(self.spec),
+            idle_timeout_s=self.spec.idle_timeout_s,
         )
         events: list[StreamEvent] = []
         try:
             async for ev in self.target.stream(req, time.perf_counter_ns):
                 events.append(ev)
         except PeakloadError as e:
+            heard = any(ev.kind not in (EventKind.SENT, EventKind.RESENT) for ev in events)
+            self.answered = self.answered or heard or isinstance(e, HttpStatusError)
+            if isinstance(e, PhaseTimeout) and not heard:
+                self._silent(timeout_cause(e, self.spec))
             return events, e
+        self.answered = True
         return events, None
+
+    def _silent(self, why: str) -> None:
+        """A request got no answer at all: if none has yet, the target is not answering, and
+        every further check would wait out the same timeout."""
+        if not self.answered:
+            url = self.target.display_url
+            raise Silent(f"{url} gave no answer to the probe ({why}): is the server up, and "
+                         "is target.base_url right?")  # fmt: skip
+
+
+def no_answer(e: BaseException, s: TargetSpec) -> str:
+    """Why a whole-answer request got nothing, naming the spec's timeout that ran out."""
+    if isinstance(e, httpx.ConnectTimeout):
+        return f"no connection within target.connect_timeout_s ({s.connect_timeout_s:g} s)"
+    if isinstance(e, httpx.ConnectError):
+        return f"cannot connect ({scrub(str(e)) or type(e).__name__})"
+    if isinstance(e, httpx.ReadTimeout):
+        return f"connected, but no answer within target.idle_timeout_s ({s.idle_timeout_s:g} s)"
+    if isinstance(e, TimeoutError):
+        return f"no whole answer within target.deadline_s ({probe_deadline_s(s):g} s)"
+    return f"no answer ({type(e).__name__})"
+
+
+def probe_deadline_s(s: TargetSpec) -> float:
+    return min(s.deadline_s, PROBE_DEADLINE_S)
+
+
+def timeout_cause(e: PhaseTimeout, s: TargetSpec) -> str:
+    """A stream's timeout before any answer, named by the spec's field that ran out."""
+    if e.phase == "connect":
+        return f"no connection within target.connect_timeout_s ({s.connect_timeout_s:g} s)"
+    if e.phase in ("headers", "deadline"):
+        return f"connected, but no response within target.deadline_s ({probe_deadline_s(s):g} s)"
+    return f"connected, but nothing within target.idle_timeout_s ({s.idle_timeout_s:g} s)"
 
 
 def failed_verdict(name: str, a: _Answer) -> Verdict | None:

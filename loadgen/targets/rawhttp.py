@@ -27,6 +27,13 @@ from loadgen.targets.rawpool import (
     RawPool,
     Read,
 )
+from loadgen.targets.resend import (
+    bytes_acked,
+    not_resent_detail,
+    reached,
+    should_resend,
+    transport_socket,
+)
 from loadgen.targets.transport import Sent
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -81,7 +88,14 @@ class RawExchange:
             self._head = await self._read_head()
         except StaleConnection as e:
             # the connection was dead before any byte came back: not the server's failure to
-            # answer this request, which is sent once more on a new connection
+            # answer this request, which is sent once more on a new connection if the policy
+            # (target.resend_on_stale) and what is known of the request's reach allow it
+            policy = self.pool.resend_on_stale
+            if not should_resend(policy, e.reach):
+                self.pool.note_stale(resent=False)
+                raise StreamTruncated(
+                    not_resent_detail(e.detail, policy, e.reach), t_ns=e.t_ns
+                ) from None
             seen = e.t_ns or self.clock()
             yield Sent(await self.resend(), self.connect_ns, e.detail, seen)
             self._head = await self._read_head()
@@ -104,6 +118,9 @@ class RawExchange:
         if self.timer is None:
             self.timer = self.loop.call_at(self.deadline_at, self._on_timer)
         assert conn.transport is not None
+        if conn.from_idle:  # a reused connection may turn out dead: note what was acknowledged
+            conn.acked_sent = bytes_acked(transport_socket(conn.transport))
+            conn.acked_at_close = None
         sent = self.clock()
         conn.transport.write(self.data)
         if conn.drain is not None:  # a large body is still queued: wait until the kernel took it
@@ -177,7 +194,12 @@ class RawExchange:
                 error = self._eof_error("before the response headers")
                 conn = self.conn
                 if not got and conn is not None and conn.from_idle and not self.resent:
-                    raise StaleConnection(error.detail, t_ns=error.t_ns)
+                    stale = StaleConnection(error.detail, t_ns=error.t_ns)
+                    after = conn.acked_at_close
+                    if after is None and not conn.closed:
+                        after = bytes_acked(transport_socket(conn.transport))
+                    stale.reach = reached(conn.acked_sent, after, isinstance(error, StreamReset))
+                    raise stale
                 raise error
             got = True
             for i, (t, data, lo) in enumerate(reads):

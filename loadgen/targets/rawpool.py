@@ -11,10 +11,8 @@ after `LEARN_QUICK_CLOSES` such closes with no reuse that worked, the pool stops
 server's idle timeout seen on an idle connection shortens the pool's expiry.
 
 A read's stamp is the kernel's receive time of its last segment when the socket gives one (see
-`kstamp`), else the runner's clock at `data_received`. Each queued read also carries `lo`: the
-earliest its first bytes can have arrived (when this socket was last drained), or -1 when the
-stamp is the user-space one. A read that carries several tokens is exact only if they came
-together; `stamp - lo` bounds how early the first of them may have come."""
+`kstamp`), else the runner's clock at `data_received`; `lo` is the earliest its first bytes can
+have arrived (when this socket was last drained), or -1 with a user-space stamp."""
 
 from __future__ import annotations
 
@@ -29,20 +27,19 @@ from loadgen.errors import PhaseTimeout
 from loadgen.target import Clock
 from loadgen.targets.http_common import connect_error
 from loadgen.targets.kstamp import KernelStamper, StampedSocket
+from loadgen.targets.resend import bytes_acked, transport_socket
 
 Read = tuple[int, bytes, int]  # (stamp ns, bytes, earliest possible arrival ns or -1)
 
 PAUSE_READS = 64  # unconsumed reads before the socket is paused (consumer far behind)
-# With kernel stamps a read's time no longer depends on when it is consumed, so a streaming
-# body's consumer is woken at most this often (and at once for the body's end): one wake-up per
-# several tokens instead of one per token.
+# With kernel stamps a read's time no longer depends on when it is consumed: a streaming body's
+# consumer is woken at most this often (at once for the body's end), not once per token.
 BATCH_WAKE_S = 0.05
 WAKE_SLICE = 8  # consumers woken per loop iteration when a batch is due
 DEFAULT_KEEPALIVE_EXPIRY_S = 4.0  # below uvicorn's 5 s keep-alive: never reuse a dying socket
-# A peer close this soon after a response ended means the server closes after responses (it
-# is not an idle timeout); two such closes, with no reuse that worked, stop reuse on the pool.
-QUICK_CLOSE_S = 0.25
-LEARN_QUICK_CLOSES = 2
+# A peer close this soon after a response means the server closes after responses (not an idle
+# timeout); two such closes, with no reuse that worked, stop reuse on the pool.
+QUICK_CLOSE_S, LEARN_QUICK_CLOSES = 0.25, 2
 IDLE_TIMEOUT_SHARE = 0.8  # of a server's seen (or announced) idle timeout, used as our expiry
 IDLE, BUSY, DEAD = 0, 1, 2
 NO_MARKER = b"0\r\n\r\n"  # without an API marker, only the chunked body's end wakes at once
@@ -83,6 +80,9 @@ class Conn(asyncio.Protocol):
         self.from_idle = False  # the current exchange took it from the idle list
         self.connect_ns = -1  # its set-up time when the current exchange opened it
         self.requests_left: int | None = None  # the server's `Keep-Alive: max=`
+        # tcpi_bytes_acked before our write and at the peer's close (loadgen.targets.resend)
+        self.acked_sent: int | None = None
+        self.acked_at_close: int | None = None
 
     # --- asyncio callbacks: minimal work; the consumer parses
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -124,6 +124,8 @@ class Conn(asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.acked_at_close is None:  # the socket is still open during this callback
+            self.acked_at_close = bytes_acked(transport_socket(self.transport))
         if self.state == IDLE and not self.eof:
             self.pool.peer_closed_idle(self)
         self.closed = True
@@ -155,8 +157,7 @@ class Conn(asyncio.Protocol):
         self.closed = True
 
     def readable_while_idle(self) -> bool:
-        """The socket has bytes or a FIN the loop has not read yet (an idle connection must
-        not have either: the server closed it, or sent what no request asked for)."""
+        """Bytes or a FIN the loop has not read yet: an idle connection must have neither."""
         if self.fd < 0:
             return False
         try:
@@ -210,6 +211,7 @@ class RawPool:
         self.reuse_worked = 0  # responses completed on a connection that had served before
         self.opened = 0  # connections opened (warm-up included)
         self.stale = 0  # reused connections found dead when a request was sent on them
+        self.resend_on_stale: bool | None = None  # target.resend_on_stale (targets.resend)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -340,9 +342,9 @@ class RawPool:
         elif exact:
             self.keepalive_expiry_s = min(self.keepalive_expiry_s, idle_s * IDLE_TIMEOUT_SHARE)
 
-    def note_stale(self) -> None:
-        """A request sent on a reused connection got no byte back before the server closed it."""
-        self.stale += 1
+    def note_stale(self, resent: bool = True) -> None:
+        """A request on a reused connection got no byte back before the close (`stale`: resent)."""
+        self.stale += resent
         self._note_close(0.0, exact=False)
 
     def defer(self, conn: Conn) -> None:
@@ -400,8 +402,7 @@ class RawPool:
     def lost(self, conn: Conn) -> None:
         """connection_lost: an idle connection leaves the pool at once."""
         if conn.state == IDLE:
-            if conn in self.idle:
-                self.idle.remove(conn)
+            self.idle = [c for c in self.idle if c is not conn]
             self._discard(conn)
 
     def _discard(self, conn: Conn) -> None:

@@ -22,7 +22,10 @@ def _store(conn: psycopg.Connection[Any], n: int) -> None:
         streamed(RUN, i, sent_ns=0, offsets_us=[100_000, 120_000], tokens=[1, 1]) for i in range(n)
     ]
     insert_run(
-        conn, run_row(RUN, name="nightly-a", labels={"engine": "sim"}), [level_row(RUN)], reqs
+        conn,
+        run_row(RUN, name="nightly-a", labels={"engine": "sim"}),
+        [level_row(RUN, duration_s=n / 10)],  # 10 req/s, 100 ms apart: the window holds them
+        reqs,
     )
 
 

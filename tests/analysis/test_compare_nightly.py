@@ -1,5 +1,5 @@
-"""Comparisons (bootstrap CI of the difference, Mann-Whitney U, threshold) and nightly change
-points on synthetic series with known answers."""
+"""Comparisons (bootstrap CI of the difference, one-sided tests under Holm, threshold) and
+nightly change points on synthetic series with known answers."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_regression_detected_and_noise_not() -> None:
     assert all(r["ci_lower"] < 0 < r["ci_upper"] for r in noise)
     worse = compare.compare_samples(base, slower, threshold_pct=5)
     assert all(r["regression"] for r in worse)
-    assert worse[0]["delta_pct"] == pytest.approx(20.0, abs=4.0) and worse[0]["mwu_p"] < 1e-6
+    assert worse[0]["delta_pct"] == pytest.approx(20.0, abs=4.0) and worse[0]["p_adjusted"] < 1e-6
     # a 20% slowdown is not a regression under a 30% threshold
     assert not any(r["regression"] for r in compare.compare_samples(base, slower, threshold_pct=30))
     better = compare.compare_samples(slower, base, threshold_pct=5)

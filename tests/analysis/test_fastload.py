@@ -50,7 +50,11 @@ def test_same_as_load_requests(
     s = slow.sort_values("idx").reset_index(drop=True)
     for col in f.columns:
         left = f[col].astype(object) if isinstance(f[col].dtype, pd.CategoricalDtype) else f[col]
-        pd.testing.assert_series_equal(left, s[col], check_dtype=False, check_names=False, obj=col)
+        right = s[col]
+        if right.isna().all():  # a text column no row has (adapter): None or NaN, both missing
+            assert left.isna().all(), col
+            continue
+        pd.testing.assert_series_equal(left, right, check_dtype=False, check_names=False, obj=col)
     slow_chunks = m.ChunkArrays.from_frame(s)
     lengths = np.diff(chunks.ptr)[order]
     assert lengths.tolist() == np.diff(slow_chunks.ptr).tolist()

@@ -1,5 +1,5 @@
-"""Each metric's SQL form (loadgen.formulas) gives the numbers its Python form gives, on the same
-rows stored in TimescaleDB: analysis.metrics over the loaded frame, the record form the
+"""Each metric's SQL form (loadgen.results.formulas) gives the numbers its Python form gives, on the
+same rows stored in TimescaleDB: analysis.metrics over the loaded frame, the record form the
 saturation search samples by, and the SQL the nightly history and the per-region split run.
 Edge rows: failed and unsent requests, no first token, one-token answers, a zero span,
 reasoning before the answer, and offsets large enough for float rounding to show. And the
@@ -19,9 +19,9 @@ from analysis import metrics as m
 from analysis.stats.regions import network_breakdown
 from analysis.store.load import load_requests
 from analysis.verdicts.sla import Claim, claim_samples
-from loadgen import formulas
-from loadgen.fold import SAMPLED, sample_metrics
-from loadgen.records import Outcome, Phase, RequestRecord
+from loadgen.engine.fold import SAMPLED, sample_metrics
+from loadgen.results import choices, formulas
+from loadgen.results.records import Outcome, Phase, RequestRecord
 from tests.analysis.storedata import (
     MS,
     frame,
@@ -86,7 +86,24 @@ def _rows() -> list[dict[str, Any]]:
         rows.append(
             streamed(RUN, i, sent_ns=sent, offsets_us=offsets, tokens=tokens, region=f"r{i % 3}")
         )
+    # n = 3, interleaved, uneven gaps and tokens (deploy/sql/0190): TPOT per choice, then the
+    # mean over the choices (loadgen/results/choices.py); choice 2 has one token, so no TPOT of its
+    # own
+    offs = [5_000, 5_001, 5_002, 27_345, 27_399, 61_111, 98_765]
+    rows.append(
+        streamed(
+            RUN,
+            CHOICE_ROW,
+            sent_ns=7 * MS + 3,
+            offsets_us=offs,
+            tokens=[1, 2, 1, 3, 1, 1, 2],
+            chunk_choices=[0, 1, 2, 0, 1, 0, 1],
+        )
+    )
     return rows
+
+
+CHOICE_ROW = 208
 
 
 @pytest.fixture
@@ -118,6 +135,14 @@ def test_sql_form_equals_python_form(stored: psycopg.Connection[Any], name: str)
         for r in df[list(metric.columns)].to_dict("records")
     ]
     by_record = np.array([metric.of_record(r) for r in records])
+    if name == "tpot_ms":  # n > 1: per choice (the record form the search samples by)
+        row = df.loc[CHOICE_ROW]
+        by_record[CHOICE_ROW] = choices.request_tpot_ms(
+            row["chunk_offsets_us"], row["chunk_tokens"], row["chunk_choices"]
+        )
+        assert by_record[CHOICE_ROW] == pytest.approx(
+            ((61_111 - 5_000) / 4 + (98_765 - 5_001) / 4) / 2 / 1e3
+        )
     assert np.array_equal(by_record, python, equal_nan=True)
     # the edge rows have (or lack) values as the formulas say
     has = ~np.isnan(python[:8])
@@ -136,14 +161,19 @@ def test_sql_form_equals_python_form(stored: psycopg.Connection[Any], name: str)
 def test_per_token_itl_is_one_formula(stored: psycopg.Connection[Any]) -> None:
     df = load_requests(stored, RUN).sort_values("idx", ignore_index=True)
     per_request = [
-        formulas.itl_per_token_ms(o, k)
-        for o, k in zip(df["chunk_offsets_us"], df["chunk_tokens"], strict=True)
+        formulas.itl_per_token_ms(o, k, c)
+        for o, k, c in zip(
+            df["chunk_offsets_us"], df["chunk_tokens"], df["chunk_choices"], strict=True
+        )
     ]
     flat = m.itl_per_token_ms(m.ChunkArrays.from_frame(df))
     assert np.array_equal(flat, np.concatenate(per_request))
     # the zero-token first chunk of row 5 has no gap; row 6's 5-token chunk gives 5 samples
     assert per_request[5].tolist() == [40_002 / 1 / 1e3, 19_996 / 1 / 1e3]
     assert per_request[6].tolist() == [210.0] + [(333_333 - 300_000) / 5 / 1e3] * 5
+    # n = 3: gaps within each choice (0: 5000 -> 27345 -> 61111; 1: 5001 -> 27399 -> 98765)
+    want = [22.345 / 3] * 3 + [33.766] + [22.398] + [71.366 / 2] * 2
+    assert per_request[CHOICE_ROW].tolist() == pytest.approx(want)
 
 
 def test_region_ttft_median_in_sql(stored: psycopg.Connection[Any]) -> None:
@@ -168,7 +198,7 @@ def test_region_ttft_median_in_sql(stored: psycopg.Connection[Any]) -> None:
 
 
 def test_the_search_samples_what_sla_counts() -> None:
-    # the saturation search (loadgen.fold.sample_metrics) and `peakload sla`
+    # the saturation search (loadgen.engine.fold.sample_metrics) and `peakload sla`
     # (analysis.verdicts.sla.claim_samples) take the same samples from the same requests
     rows = _rows()
     samples: dict[str, list[float]] = {name: [] for name in SAMPLED}
@@ -187,6 +217,7 @@ def test_the_search_samples_what_sla_counts() -> None:
             output_tokens=r["output_tokens"],
             chunk_offsets_us=list(r["chunk_offsets_us"]),
             chunk_tokens=list(r["chunk_tokens"]),
+            chunk_choices=list(r["chunk_choices"] or []),
         )
         sample_metrics(samples, rec)
     df = frame(rows)

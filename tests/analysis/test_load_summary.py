@@ -11,7 +11,8 @@ import psycopg
 import pytest
 from rich.console import Console
 
-from analysis.reports.summary import level_summary, render_summary_table, summarize_run
+from analysis.reports.summary import level_summary, summarize_run
+from analysis.reports.summary_table import render_summary_table
 from analysis.store import load
 from tests.analysis.storedata import (
     MS,

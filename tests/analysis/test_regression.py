@@ -121,3 +121,25 @@ def test_an_invalid_partial_or_empty_side_cannot_be_compared() -> None:
     assert empty.code is Exit.CANNOT_COMPARE and "candidate is empty" in empty.reason
     disjoint = judge(good, reqs(C, 400, 0), c_lv=levels(C, [8.0]))
     assert disjoint.code is Exit.CANNOT_COMPARE and len(disjoint.rows) == 0
+
+
+def test_one_adapter_slower_is_a_regression_named_by_its_adapter() -> None:
+    """Per-adapter rows (deploy/sql/0220): the candidate's `chat` adapter is twice as slow to
+    its first token, `sql` unchanged; the pooled row may hide it, the adapter's row names it."""
+
+    def tagged(rows: list[dict[str, Any]], slow: float) -> list[dict[str, Any]]:
+        out = []
+        for k, r in enumerate(rows):
+            name = "chat" if k % 4 == 0 else "sql"
+            if name == "chat" and slow != 1.0:
+                r = {**r, "first_token_ns": int(r["first_token_ns"] * slow)}
+                r["first_answer_ns"] = r["first_token_ns"]
+            out.append({**r, "adapter": name})
+        return out
+
+    res = judge(tagged(reqs(B, 800, 0), 1.0), tagged(reqs(C, 800, 0, seed=1), 2.0))
+    by = res.rows[res.rows["metric"] == "ttft_ms"]
+    assert set(by["adapter"].dropna()) == {"chat", "sql"}
+    chat = by[by["adapter"] == "chat"]
+    assert chat["regression"].any() and "adapter chat" in res.reason
+    assert not by[by["adapter"] == "sql"]["regression"].any()

@@ -12,7 +12,7 @@ import pytest
 
 from analysis.reports import render
 from analysis.reports.report import build_report
-from loadgen.spec import spec_from_dict
+from loadgen.runspec.spec import spec_from_dict
 from tests.support.sim import start_sim
 from workers.local import run_local
 
@@ -119,8 +119,7 @@ def test_per_request_server_timings_split_ttft_past_the_knee(
     server TTFT splits into queue + prefill from them, agreeing with the engine's own
     histograms; without the queue gauge the per-request queue times alone name admission;
     the region's server time is the server's own account."""
-    from analysis.stats import regions
-    from analysis.stats import server_metrics as sm
+    from analysis.stats import regions, server_diagnosis, server_split
 
     args = ["--preset", "small-gpu", "--report-timings", "--timings-as", "groq"]
     with start_sim(args, tmp_path) as sim:
@@ -160,7 +159,7 @@ def test_per_request_server_timings_split_ttft_past_the_knee(
     assert per_req in diag["sentence"]
     # without the gauge: the per-request queue times are the evidence
     no_gauge = {int(k): {**v, "queue_mean": None} for k, v in rep["server"]["levels"].items()}
-    alone = sm.diagnose(rep["summary"]["levels"], no_gauge)
+    alone = server_diagnosis.diagnose(rep["summary"]["levels"], no_gauge)
     assert alone["verdict"] == "admission", alone["sentence"]
     assert alone["numbers"]["queue_evidence"] == "per-request server queue times"
     (local,) = rep["regions_network"]
@@ -170,10 +169,12 @@ def test_per_request_server_timings_split_ttft_past_the_knee(
     assert local["server_queue_ms"]["p99"] > local["server_queue_ms"]["p50"]
     # the time series: queue + prefill per bucket of first-token arrival, from the requests
     rows = rep["server"]["rows"]
-    timed_rows = [r for r in rows if r["server_queue_ms_source"] == sm.FROM_REQUESTS]
+    timed_rows = [r for r in rows if r["server_queue_ms_source"] == server_split.FROM_REQUESTS]
     assert len(timed_rows) >= 8, rows  # three levels of 4 s plus warm-up, 1 s buckets
     for r in timed_rows:
-        assert r["server_prefill_ms_source"] == sm.FROM_REQUESTS and r["timed_requests"] > 0
+        assert (
+            r["server_prefill_ms_source"] == server_split.FROM_REQUESTS and r["timed_requests"] > 0
+        )
         assert r["server_ttft_ms"] == pytest.approx(r["server_queue_ms"] + r["server_prefill_ms"])
     # the same axis as the client's TTFT series: every timed bucket is one of its buckets
     client_buckets = {r["bucket"] for r in rep["server"]["client_ttft"]}
@@ -182,4 +183,4 @@ def test_per_request_server_timings_split_ttft_past_the_knee(
     assert max(queues) > 10 * min(queues)  # the wait for a slot grows past the knee
     html = render.render_html(rep)
     assert "split from" in html and "server time from" in html
-    assert f"server queue ({sm.FROM_REQUESTS})" in html
+    assert f"server queue ({server_split.FROM_REQUESTS})" in html

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from analysis.stats import server_diagnosis, server_split
 from analysis.stats import server_metrics as sm
 
 T0 = pd.Timestamp("2026-12-01 10:00:00", tz="UTC")
@@ -64,24 +65,24 @@ def _lv(level: int, value: float, ttft: float, tpot: float) -> dict[str, object]
 def test_diagnosis_admission_decoding_neither() -> None:
     levels = [_lv(0, 4, 60, 26), _lv(1, 16, 160, 44), _lv(2, 48, 2300, 45)]
     server = {0: {"queue_mean": 0.0}, 1: {"queue_mean": 0.4}, 2: {"queue_mean": 31.5}}
-    d = sm.diagnose(levels, server)
+    d = server_diagnosis.diagnose(levels, server)
     assert d["verdict"] == "admission"
     assert d["numbers"]["ttft_ratio"] == pytest.approx(2300 / 160)
     assert "160 -> 2300 ms" in d["sentence"] and "0.4 -> 31.5" in d["sentence"]
-    dec = sm.diagnose(
+    dec = server_diagnosis.diagnose(
         [_lv(0, 4, 60, 20), _lv(1, 8, 70, 40)], {0: {"queue_mean": 0.0}, 1: {"queue_mean": 0.2}}
     )
     assert dec["verdict"] == "decoding"
-    flat = sm.diagnose(
+    flat = server_diagnosis.diagnose(
         [_lv(0, 1, 60, 20), _lv(1, 2, 61, 21)], {0: {"queue_mean": 0.0}, 1: {"queue_mean": 0.0}}
     )
     assert flat["verdict"] == "neither"
-    both = sm.diagnose(
+    both = server_diagnosis.diagnose(
         [_lv(0, 1, 60, 20), _lv(1, 2, 200, 40)], {0: {"queue_mean": 0.0}, 1: {"queue_mean": 5.0}}
     )
     assert both["verdict"] == "both"
-    assert sm.diagnose(levels, {})["verdict"] == "unknown"
-    assert sm.diagnose(levels[:1], server)["verdict"] == "unknown"
+    assert server_diagnosis.diagnose(levels, {})["verdict"] == "unknown"
+    assert server_diagnosis.diagnose(levels[:1], server)["verdict"] == "unknown"
 
 
 def test_preset_selector_goes_first() -> None:
@@ -105,7 +106,7 @@ vllm:request_queue_time_seconds_count{engine="0",model_name="m"} %s
 
 
 def test_a_vllm_exposition_through_the_preset_names() -> None:
-    from loadgen.prometheus import parse_exposition
+    from loadgen.targets.prometheus import parse_exposition
 
     t0 = int(T0.value)
     samples = parse_exposition(VLLM % (10.0, 100), t0) + parse_exposition(
@@ -141,7 +142,7 @@ def test_the_split_comes_from_per_request_timings_where_they_exist() -> None:
         ],
         ignore_index=True,
     )
-    timed = sm.level_request_timings(df)
+    timed = server_split.level_request_timings(df)
     assert timed[0] == {"n": 2, "queue_n": 2, "queue_ms": 1.0, "prefill_ms": 21.0, "ttft_ms": 22.0}
     assert timed[1]["queue_ms"] is None and timed[1]["ttft_ms"] is None
     name = "vllm:request_queue_time_seconds"
@@ -174,7 +175,10 @@ def test_the_split_comes_from_per_request_timings_where_they_exist() -> None:
         "server_queue_ms": "server histograms",
         "server_prefill_ms": per_req,
     }
-    assert sm.split_sources(stats[1]) == f"TTFT/queue: server histograms; prefill: {per_req}"
+    assert (
+        server_diagnosis.split_sources(stats[1])
+        == f"TTFT/queue: server histograms; prefill: {per_req}"
+    )
 
 
 def test_diagnosis_from_per_request_queue_times_without_a_gauge() -> None:
@@ -184,7 +188,7 @@ def test_diagnosis_from_per_request_queue_times_without_a_gauge() -> None:
         lv: {"server_queue_ms": q, "server_prefill_ms": 40.0, "sources": src}
         for lv, q in ((0, 1.0), (1, 90.0), (2, 2150.0))
     }
-    d = sm.diagnose(levels, server)
+    d = server_diagnosis.diagnose(levels, server)
     assert d["verdict"] == "admission", d["sentence"]
     assert d["numbers"]["queue_evidence"] == "per-request server queue times"
     assert "server queue time mean 90 -> 2150 ms (per request)" in d["sentence"]
@@ -192,12 +196,12 @@ def test_diagnosis_from_per_request_queue_times_without_a_gauge() -> None:
     assert "(per-request server timings, n=50)" in d["sentence"]
     # the queue time explains little of the TTFT growth: no admission verdict
     small = {lv: {**v, "server_queue_ms": 1.0 + lv} for lv, v in server.items()}
-    assert sm.diagnose(levels, small)["verdict"] != "admission"
+    assert server_diagnosis.diagnose(levels, small)["verdict"] != "admission"
     # histogram-only queue times are no per-request evidence: still unknown without a gauge
     hist = {
         lv: {**v, "sources": {"server_queue_ms": "server histograms"}} for lv, v in server.items()
     }
-    assert sm.diagnose(levels, hist)["verdict"] == "unknown"
+    assert server_diagnosis.diagnose(levels, hist)["verdict"] == "unknown"
 
 
 def test_region_server_time_from_the_servers_own_report() -> None:
@@ -280,24 +284,27 @@ def test_the_series_split_comes_from_per_request_timings_where_they_exist() -> N
             "server_prefill_ms": [20.0, 40.0, 7.0, 99.0],
         }
     )
-    timed = sm.bucket_request_timings(df, 1.0)
+    timed = server_split.bucket_request_timings(df, 1.0)
     assert sorted(timed) == [T0, T0 + pd.Timedelta(seconds=1)]  # by first token; ok only
     assert timed[T0]["queue_ms"] == 20.0 and timed[T0]["n"] == 2
-    rows = sm.server_series(sm.bucketed(series, 1.0), timed).set_index("bucket")
+    rows = server_split.server_series(sm.bucketed(series, 1.0), timed).set_index("bucket")
     first, second, third = (rows.loc[T0 + pd.Timedelta(seconds=k)] for k in range(3))
     assert (first["server_queue_ms"], first["server_prefill_ms"]) == (20.0, 30.0)
     assert first["server_ttft_ms"] == 50.0
-    assert first["server_queue_ms_source"] == sm.FROM_REQUESTS
+    assert first["server_queue_ms_source"] == server_split.FROM_REQUESTS
     assert first["hist_queue_ms"] == pytest.approx(500.0)  # the histograms' kept beside
     assert (second["server_queue_ms"], second["timed_requests"]) == (5.0, 1)  # no histogram
     assert third["server_queue_ms"] == pytest.approx(100.0)
     assert third["server_prefill_ms"] == pytest.approx(50.0)  # TTFT 150 - queue 100
-    assert third["server_queue_ms_source"] == sm.FROM_HISTOGRAMS and third["timed_requests"] == 0
-    lines = dict(sm.series_by_source(rows.reset_index(), "server_queue_ms"))
-    assert lines[sm.FROM_REQUESTS].tolist()[:2] == [20.0, 5.0]
-    assert pd.isna(lines[sm.FROM_REQUESTS].tolist()[2])
-    assert pd.isna(lines[sm.FROM_HISTOGRAMS].tolist()[0])
-    assert lines[sm.FROM_HISTOGRAMS].tolist()[2] == pytest.approx(100.0)
+    assert (
+        third["server_queue_ms_source"] == server_split.FROM_HISTOGRAMS
+        and third["timed_requests"] == 0
+    )
+    lines = dict(server_split.series_by_source(rows.reset_index(), "server_queue_ms"))
+    assert lines[server_split.FROM_REQUESTS].tolist()[:2] == [20.0, 5.0]
+    assert pd.isna(lines[server_split.FROM_REQUESTS].tolist()[2])
+    assert pd.isna(lines[server_split.FROM_HISTOGRAMS].tolist()[0])
+    assert lines[server_split.FROM_HISTOGRAMS].tolist()[2] == pytest.approx(100.0)
     report = {
         "timeseries": {"rows": [], "bucket_s": 1.0},
         "server": {"rows": rows.reset_index().to_dict("records"), "client_ttft": []},
@@ -305,6 +312,6 @@ def test_the_series_split_comes_from_per_request_timings_where_they_exist() -> N
     fig = server_fig(report)
     assert fig is not None
     names = {t.name for t in fig.data}
-    assert f"server queue ({sm.FROM_REQUESTS})" in names
-    assert f"server queue ({sm.FROM_HISTOGRAMS})" in names
-    assert f"server prefill + first step ({sm.FROM_REQUESTS})" in names
+    assert f"server queue ({server_split.FROM_REQUESTS})" in names
+    assert f"server queue ({server_split.FROM_HISTOGRAMS})" in names
+    assert f"server prefill + first step ({server_split.FROM_REQUESTS})" in names

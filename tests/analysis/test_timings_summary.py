@@ -16,11 +16,8 @@ from rich.console import Console
 from analysis import metrics as m
 from analysis.reports import render
 from analysis.reports.report import build_report
-from analysis.reports.summary import (
-    render_client_vs_server_table,
-    render_summary_table,
-    summarize_run,
-)
+from analysis.reports.summary import summarize_run
+from analysis.reports.summary_table import render_client_vs_server_table, render_summary_table
 from tests.analysis.storedata import insert_run, level_row, run_row, timed_requests
 
 RUN = "00000000-0000-0000-0000-0000000010a1"

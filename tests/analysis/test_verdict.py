@@ -3,6 +3,7 @@ exact binomial rule, the SLOs as claims, and the run's state first; the one exit
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from analysis.verdicts import exitcodes, verdict
 from analysis.verdicts.exitcodes import Exit
-from tests.analysis.storedata import frame, level_row, request_row, run_row, streamed
+from tests.analysis.storedata import T0, frame, level_row, request_row, run_row, streamed
 
 RUN = "00000000-0000-0000-0000-0000000000e1"
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,7 +105,14 @@ def test_a_saturation_search_is_judged_at_its_best_level() -> None:
         + requests(500, 0, ttft_ms=100, level=1, start=1000)
         + requests(300, 200, ttft_ms=400, level=2, start=2000)
     )
-    levels = pd.DataFrame([level_row(RUN, i, value=v) for i, v in enumerate([1.0, 2.0, 4.0])])
+    levels = pd.DataFrame(  # each level's window holds its requests (100 ms apart)
+        [
+            level_row(
+                RUN, i, value=v, duration_s=50.0, started_at=T0 + dt.timedelta(seconds=100 * i)
+            )
+            for i, v in enumerate([1.0, 2.0, 4.0])
+        ]
+    )
     j = verdict.judge_run(run(spec=spec), df, levels)
     assert j.code is Exit.PASSED and j.level == 1
     only_bad = df[(df["level"] == 2).to_numpy()]
@@ -115,3 +123,58 @@ def test_one_exit_code_table_in_the_readme() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert exitcodes.markdown_table() in readme
     assert len({int(c) for c in Exit}) == len(Exit) == len(exitcodes.TABLE)
+
+
+def _short_run(late: int) -> tuple[Any, Any]:
+    """A rate level of 100 requests, 100 ms apart over its 10 s window, the last `late` of
+    them sent 20 s late (after the window: the generator fell behind)."""
+    rows = requests(100, 0)
+    for r in rows[100 - late :]:
+        r["sent_ns"] += 20_000 * 1_000_000
+        r["first_token_ns"] += 20_000 * 1_000_000
+        r["first_answer_ns"] += 20_000 * 1_000_000
+        r["end_ns"] += 20_000 * 1_000_000
+    levels = pd.DataFrame([level_row(RUN, 0, kind="rate", value=10.0, duration_s=10.0)])
+    return frame(rows), levels
+
+
+def test_a_claim_on_a_level_short_of_its_load_is_undecidable_unless_it_fails() -> None:
+    """Point 7 of issue #21: 20 % short (bound 5 %) makes a passing claim undecidable (exit 3),
+    a failing one still fails (exit 1); 4 % short is judged as usual."""
+    from analysis.verdicts import sla
+
+    ok = sla.parse_claims(
+        {
+            "max_error_rate": 1.0,
+            "claims": [{"metric": "ttft_ms", "percentile": 50, "threshold": 500}],
+        }
+    )
+    bad = sla.parse_claims(
+        {"max_error_rate": 1.0, "claims": [{"metric": "ttft_ms", "percentile": 50, "threshold": 1}]}
+    )
+    df, levels = _short_run(late=20)
+    j = verdict.judge_claims(run(), df, ok, levels=levels)
+    assert j.code is Exit.UNDECIDABLE and "load delivered" in j.reason and "20.0% short" in j.reason
+    assert verdict.judge_claims(run(), df, bad, levels=levels).code is Exit.FAILED
+    df, levels = _short_run(late=4)
+    assert verdict.judge_claims(run(), df, ok, levels=levels).code is Exit.PASSED
+    # the exit verdict of `run` judges it too
+    spec = {
+        "slos": [{"metric": "ttft_ms", "percentile": 50, "threshold": 500}],
+        "max_error_rate": 1.0,
+    }
+    df, levels = _short_run(late=20)
+    assert verdict.judge_run(run(spec=spec), df, levels).code is Exit.UNDECIDABLE
+
+
+def test_requests_peakload_stopped_never_count_in_the_error_budget() -> None:
+    """#22: an abort cancels 40 requests in flight; the budget judges the 500 it did not stop."""
+    rows = requests(500, 0) + [
+        request_row(RUN, 1000 + i, outcome="cancelled", error_phase="aborted") for i in range(40)
+    ]
+    b = verdict.error_budget(frame(rows), 0.01, 0.99)
+    assert (b.n, b.exceedances, b.stopped, b.verdict) == (500, 0, 40, "pass")
+    # a cancel peakload did not cause (a level's end under between_levels = "cancel") counts
+    rows[-1]["error_phase"] = "level_ended"
+    b = verdict.error_budget(frame(rows), 0.01, 0.99)
+    assert (b.n, b.exceedances, b.stopped) == (501, 1, 39)

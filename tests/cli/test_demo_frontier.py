@@ -15,7 +15,7 @@ from analysis import metrics as m
 from analysis.reports.summary import summarize_run
 from analysis.stats.frontier import frontier_points
 from analysis.store.load import load_levels, load_requests
-from loadgen.spec import spec_from_dict
+from loadgen.runspec.spec import spec_from_dict
 from tests.support.sim import start_sim
 from ui.commands.demo import DEMO_PRESET, demo_spec
 from workers.local import run_local

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from analysis.verdicts.exitcodes import Exit
-from tests.cli.test_run_command import PEAKLOAD, ROOT, count_runs, peakload
+from tests.cli.test_run_command import LOOSE_VALIDITY, PEAKLOAD, ROOT, count_runs, peakload
 from tests.support.sim import SimProcess
 from tests.support.stores import TIMESCALE_ENV, FreshDatabase
 
@@ -266,7 +266,7 @@ def test_abort_stops_a_local_run(sim: SimProcess, one_store: str, tmp_path: Path
 
 def empty_run(url: str, run_id: str | None = None, *, levels: bool = False) -> str:
     """A run row with no levels and no requests, as a run that died in its warm-up leaves."""
-    from loadgen.spec import spec_from_dict
+    from loadgen.runspec.spec import spec_from_dict
     from workers.store import runs as store_runs
 
     run_spec = spec_from_dict(
@@ -353,11 +353,12 @@ def test_runs_and_report_fit_their_content_when_piped(
     sim: SimProcess, one_store: str, tmp_path: Path
 ) -> None:
     long_name = "a-rather-long-run-name-that-an-80-column-table-would-fold-" + "x" * 30
-    text = spec(sim.base_url).replace('name = "hostile"', f'name = "{long_name}"')
+    text = spec(sim.base_url, top="max_error_rate = 1.0") + LOOSE_VALIDITY
+    text = text.replace('name = "hostile"', f'name = "{long_name}"')
     path = write(tmp_path, "s.toml", text)
     for _ in range(2):
         done = peakload(["run", str(path), "--quiet"], one_store, tmp_path)
-        assert done.returncode in (Exit.PASSED, Exit.UNDECIDABLE, Exit.INVALID), done.stderr
+        assert done.returncode == Exit.PASSED, done.stderr  # no budget, loose validity bounds
     runs = peakload(["runs"], one_store, tmp_path)
     assert runs.returncode == 0, runs.stderr
     assert long_name in runs.stdout and sim.base_url in runs.stdout and "…" not in runs.stdout

@@ -47,6 +47,13 @@ def peakload(
     )
 
 
+# validity bounds set far off: a verdict that must not depend on this machine's load
+LOOSE_VALIDITY = (
+    "[validity]\nmax_loop_lag_p99_ms = 1e6\nmax_dispatch_delay_p99_ms = 1e6\n"
+    "max_cpu_percent = 1e6\nmax_load_shortfall = 0.99\n"
+)
+
+
 def spec_text(base_url: str, **extra: str) -> str:
     target_extra = "".join(f"{k} = {v}\n" for k, v in extra.items())
     return f"""
@@ -76,11 +83,12 @@ def test_run_stores_every_record_and_prints_the_summary(
     sim: SimProcess, store_url: str, tmp_path: Path
 ) -> None:
     spec = tmp_path / "smoke.toml"
-    spec.write_text(spec_text(sim.base_url))
+    spec.write_text(spec_text(sim.base_url) + LOOSE_VALIDITY)
     out = tmp_path / "summary.json"
     proc = peakload(["run", str(spec), "--json", str(out)], store_url, tmp_path)
-    # a clean run of ~50 requests cannot prove the 1% error budget yet (3); 4: the self-check
-    assert proc.returncode in (3, 4), proc.stderr
+    # a clean run of ~50 requests cannot prove the 1% error budget yet (3); the validity bounds
+    # are set far off, so the self-check does not depend on this machine's load
+    assert proc.returncode == 3, proc.stderr
     summary = json.loads(out.read_text())
     assert set(summary) >= {"run_id", "valid", "invalid_reasons", "levels"}
     assert [lv["level"] for lv in summary["levels"]] == [0, 1]
@@ -130,10 +138,10 @@ def test_run_stores_every_record_and_prints_the_summary(
 def test_run_scrapes_the_servers_metrics(sim: SimProcess, store_url: str, tmp_path: Path) -> None:
     metrics = sim.base_url.removesuffix("/v1") + "/metrics"
     spec = tmp_path / "m.toml"
-    spec.write_text(spec_text(sim.base_url, metrics_url=f'"{metrics}"'))
+    spec.write_text(spec_text(sim.base_url, metrics_url=f'"{metrics}"') + LOOSE_VALIDITY)
     out = tmp_path / "s.json"
     proc = peakload(["run", str(spec), "--json", str(out)], store_url, tmp_path)
-    assert proc.returncode in (3, 4), proc.stderr
+    assert proc.returncode == 3, proc.stderr
     run_id = json.loads(out.read_text())["run_id"]
     with psycopg.connect(store_url) as conn:
         rows = conn.execute(

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.cli.test_run_command import peakload
+from tests.cli.test_run_command import LOOSE_VALIDITY, peakload
 from tests.support.sim import SimProcess
 
 pytestmark = pytest.mark.integration
@@ -38,6 +38,7 @@ def spec_text(base_url: str, dataset: Path, *, key_query: bool, store_content: b
     return f"""
 name = "canary"
 store_content = {str(store_content).lower()}
+max_error_rate = 1.0
 [target]
 api = "openai-chat"
 base_url = "{base_url}"
@@ -50,7 +51,7 @@ output_tokens = 8
 [load]
 concurrency = [3]
 duration_s = 1.5
-"""
+{LOOSE_VALIDITY}"""
 
 
 @pytest.mark.parametrize("key_query", [False, True], ids=["header", "query"])
@@ -82,7 +83,8 @@ def test_canary_key_and_prompt_never_leak(
     env = {"PEAKLOAD_CANARY_KEY": CANARY_KEY}
     summary = tmp_path / "s.json"
     run = peakload(["run", str(spec), "--json", str(summary)], store_url, tmp_path, **env)
-    assert run.returncode in (1, 3, 4), run.stderr  # resets: the error budget fails or is open
+    # the error budget off and loose validity bounds: the verdict is not what this test is about
+    assert run.returncode == 0, run.stderr
     run_id = json.loads(summary.read_text())["run_id"]
     html, rjson, export = tmp_path / "r.html", tmp_path / "r.json", tmp_path / "e.jsonl"
     report = peakload(
@@ -120,7 +122,7 @@ def test_prompts_are_stored_when_the_run_opts_in(
     spec = tmp_path / "optin.toml"
     spec.write_text(spec_text(sim.base_url, dataset, key_query=False, store_content=True))
     run = peakload(["run", str(spec)], store_url, tmp_path, PEAKLOAD_CANARY_KEY=CANARY_KEY)
-    assert run.returncode in (3, 4), run.stderr
+    assert run.returncode == 0, run.stderr
     dump = dump_store(store_url)
     assert CANARY_PROMPT in dump
     assert CANARY_KEY not in dump
@@ -141,6 +143,7 @@ def test_header_and_query_values_are_kept_only_when_declared_public(
     spec.write_text(
         f"""
 name = "canary-headers"
+max_error_rate = 1.0
 [target]
 api = "openai-chat"
 base_url = "{sim.base_url}?pass={CANARY_KEY}&pwd={CANARY_KEY}&api-version=2024-06"
@@ -156,12 +159,12 @@ output_tokens = 8
 [load]
 concurrency = [3]
 duration_s = 1.5
-"""
+{LOOSE_VALIDITY}"""
     )
     env = {"PEAKLOAD_CANARY_HDR": CANARY_KEY}
     summary = tmp_path / "s.json"
     run = peakload(["run", str(spec), "--json", str(summary)], store_url, tmp_path, **env)
-    assert run.returncode in (1, 3, 4), run.stderr  # 503s and resets: the error budget decides
+    assert run.returncode == 0, run.stderr  # error budget off, loose validity bounds
     run_id = json.loads(summary.read_text())["run_id"]
     html, rjson, export = tmp_path / "r.html", tmp_path / "r.json", tmp_path / "e.jsonl"
     report = peakload(

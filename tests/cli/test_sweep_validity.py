@@ -82,8 +82,9 @@ def test_a_saturation_search_answer_is_stored_and_shown(
     sim: SimProcess, store_url: str, tmp_path: Path
 ) -> None:
     spec = tmp_path / "search.toml"
-    spec.write_text(
-        _spec(
+    spec.write_text(  # the error budget off: 24 requests cannot prove 1 % (not the subject)
+        "max_error_rate = 1.0\n"
+        + _spec(
             sim.base_url,
             'arrival = "constant"\nduration_s = 1.5\nwarmup_s = 0.3\n'
             "[load.saturation]\nstart = 20\nmax = 40\nmax_steps = 2\nconfidence = 0.9",
@@ -139,3 +140,33 @@ def test_a_two_region_local_sweep_keeps_its_levels_apart(
         ).fetchall()
     assert [(r[0], r[1], r[2]) for r in rows] == [(0, "drain", True), (1, "drain", True)]
     assert all(0.9 < float(r[3]) <= 1.2 for r in rows)  # 1.2 s planned, shards within 0.3 s
+
+
+@pytest.mark.serial  # a rate and a server's request budget: a loaded host shifts both
+@pytest.mark.parametrize("store_kind", ["plain"])  # the search's rule, on one store
+def test_the_search_and_the_exit_verdict_name_the_same_load(store_url: str, tmp_path: Path) -> None:
+    """Issue #21, point 6: a server holding 30 req/s answers every request fast but refuses
+    (429) beyond its budget. The SLO (p50 TTFT < 5 s) passes at 20 and 40 req/s; the error
+    budget (5 %) fails at 40. The search stores 20 as its highest passing load, and the exit
+    verdict judges the same level."""
+    from tests.support.sim import start_sim
+
+    with start_sim(["--rate-limit-rps", "30"], tmp_path) as sim:
+        spec = tmp_path / "search.toml"
+        spec.write_text(
+            "max_error_rate = 0.05\n"
+            + _spec(
+                sim.base_url,
+                'arrival = "constant"\nduration_s = 3.3\nwarmup_s = 0.3\n'
+                "[load.saturation]\nstart = 20\nmax = 40\nmax_steps = 2\nconfidence = 0.9",
+                '[[slos]]\nmetric = "ttft_ms"\npercentile = 50\nthreshold = 5000\n'
+                "[validity]\nmax_loop_lag_p99_ms = 1000\nmax_dispatch_delay_p99_ms = 1000",
+            )
+        )
+        out = tmp_path / "summary.json"
+        proc = peakload(["run", str(spec), "--json", str(out)], store_url, tmp_path)
+    summary = json.loads(out.read_text())
+    assert summary["search"]["highest_passing"] == 20.0, proc.stdout
+    assert summary["search"]["next_failing"] == 40.0
+    assert summary["verdict"]["level"] == 0 and "load 20" in summary["verdict"]["reason"]
+    assert proc.returncode == 0, proc.stdout

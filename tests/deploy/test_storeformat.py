@@ -1,4 +1,4 @@
-"""loadgen.storeformat against the schema deploy/sql/ builds: every column the writer COPYs
+"""loadgen.results.storeformat against the schema deploy/sql/ builds: every column the writer COPYs
 exists with the order the packed blocks and readers assume, and nothing the store has is
 left out of the lists (a column added to the SQL without its place here fails)."""
 
@@ -9,7 +9,7 @@ import itertools
 import psycopg
 import pytest
 
-from loadgen import storeformat as sf
+from loadgen.results import storeformat as sf
 
 pytestmark = pytest.mark.integration
 

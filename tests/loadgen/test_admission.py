@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from loadgen import admission, levels
+from loadgen.checks import admission
+from loadgen.engine import levels
+from loadgen.engine.loadmodels import SPAWN_INTERVAL_NS
+from loadgen.engine.runner import run_shard
 from loadgen.errors import CapacityError, SpecError
-from loadgen.loadmodels import SPAWN_INTERVAL_NS
-from loadgen.runner import run_shard
-from loadgen.spec import RunSpec, spec_from_dict
+from loadgen.runspec.spec import RunSpec, spec_from_dict
 from tests.loadgen.test_runner import ScriptedTarget, make_plan
 from tests.support.memsink import MemorySink, ledger
 from workers.planner import plan_run
@@ -102,8 +103,8 @@ def test_open_loop_streams_are_rate_times_deadline_capped() -> None:
         regions=[{"name": "a", "share": 0.5}, {"name": "b", "share": 0.5}],
     )
     plans = plan_run(spec, "r")
-    # 5 req/s x 0.5 x a 300 s deadline = 750 per shard, capped at 100
-    assert [admission.shard_streams(spec, p) for p in plans] == [100, 100]
+    # 5 req/s x 0.5 x a 300 s deadline = 750 per shard, capped at its half of the run's 100
+    assert [admission.shard_streams(spec, p) for p in plans] == [50, 50]
     slow = make_spec({"rate": [0.1], "duration_s": 10, "max_concurrency": 100})
     assert admission.shard_streams(slow, plan_run(slow, "r")[0]) == 30
 

@@ -14,12 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loadgen.records import Outcome, RequestRecord
+from loadgen.results.records import Outcome, RequestRecord
 from tests.support.memsink import MemorySink
 from tests.support.shards import CountingSink, make_spec, run_spec
 from tests.support.sim import SimProcess
 
-pytestmark = pytest.mark.integration
+# serial: client-vs-truth accuracy needs the cores to itself (make test's second phase)
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
 def truth_by_id(sim: SimProcess, n: int) -> dict[str, dict[str, Any]]:

@@ -6,9 +6,9 @@ import datetime as dt
 
 import pytest
 
-from loadgen import cost as c
 from loadgen.errors import SpecError
-from loadgen.spec import spec_from_dict
+from loadgen.runspec import cost as c
+from loadgen.runspec.spec import spec_from_dict
 
 BASE = {
     "name": "c",

@@ -1,11 +1,11 @@
-"""The self-check's verdict rule (loadgen.health.SelfCheck), fed per-second readings directly so
-it tests the rule, not this machine's speed: CPU, lag and dispatch delay are judged over the
+"""The self-check's verdict rule (loadgen.engine.health.SelfCheck), fed per-second readings directly
+so it tests the rule, not this machine's speed: CPU, lag and dispatch delay are judged over the
 seconds in which the generator had work, each weighted by its length."""
 
 from __future__ import annotations
 
-from loadgen.health import SelfCheck
-from loadgen.spec import ValiditySpec
+from loadgen.engine.health import SelfCheck
+from loadgen.runspec.spec import ValiditySpec
 
 
 class FakeCpu:

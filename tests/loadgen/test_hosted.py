@@ -5,16 +5,17 @@ and Retry-After gate."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import itertools
 import time
 from typing import Any
 
 import pytest
 
-from loadgen import hosted
+from loadgen.checks import hosted
 from loadgen.errors import SpecError
-from loadgen.pacing import Pacer
-from loadgen.spec import RunSpec, spec_from_dict
+from loadgen.runspec.pacing import Pacer
+from loadgen.runspec.spec import RunSpec, spec_from_dict
 
 
 def groq(load: dict[str, Any], **extra: Any) -> RunSpec:
@@ -68,10 +69,12 @@ def test_hosted_preset_refuses_an_over_limit_spec() -> None:
 
 
 def test_daily_token_limit() -> None:
-    from loadgen.presets import Limits
+    from loadgen.runspec.presets import Limits
 
     est = hosted.estimate(groq({"rate": [0.2], "duration_s": 600}))  # 120 x 1,200 tokens
-    problems = hosted._limit_problems(est, Limits(tokens_per_day=100_000), False, "p")
+    problems = hosted._limit_problems(
+        est, Limits(tokens_per_day=100_000, as_of=dt.date(2026, 12, 1), source="t"), False, "p"
+    )
     assert problems == ["144,000 tokens exceed the p published tier's 100000 tokens/day"]
 
 

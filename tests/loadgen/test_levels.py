@@ -11,9 +11,9 @@ import time
 import pytest
 
 from analysis import metrics as m
-from loadgen.pool import LocalPool
-from loadgen.records import Outcome
-from loadgen.runner import ShardResult, run_shard
+from loadgen.engine.pool import LocalPool
+from loadgen.engine.runner import ShardResult, run_shard
+from loadgen.results.records import Outcome
 from tests.loadgen.test_runner import ScriptedTarget, make_plan, run
 from tests.support.memsink import MemorySink, ledger
 

@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 
 from analysis.metrics import ChunkArrays, e2e_ms, itl_per_token_ms, tpot_ms, ttft_ms
+from loadgen.engine.plan import ShardPlan, Sink
 from loadgen.errors import SpecError
-from loadgen.locust_engine import ShardEnd, request_metrics, serve
-from loadgen.locust_spec import locust_spec
-from loadgen.locust_wire import HEADER, WireError, frame_length, pack, unpack
-from loadgen.plan import ShardPlan, Sink
-from loadgen.records import Outcome, Phase, RequestRecord
+from loadgen.locust.engine import ShardEnd, request_metrics, serve
+from loadgen.locust.spec import locust_spec
+from loadgen.locust.wire import HEADER, WireError, frame_length, pack, unpack
+from loadgen.results.records import Outcome, Phase, RequestRecord
 from tests.support.memsink import MemorySink
 from tests.support.sim import SimProcess
 
@@ -140,6 +140,7 @@ async def _talk(sock: socket.socket, base_url: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.integration
+@pytest.mark.serial  # levels and phases of a timed run: the cores alone
 def test_engine_one_record_per_request_with_levels_and_phases(sim: SimProcess) -> None:
     ours, theirs = socket.socketpair()
     store = _Store()

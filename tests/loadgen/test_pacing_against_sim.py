@@ -10,11 +10,20 @@ from typing import Any
 import psycopg
 import pytest
 
-from loadgen.spec import spec_from_dict
+from loadgen.runspec.spec import spec_from_dict
 from tests.support.sim import start_sim
 from workers.local import run_local
 
-pytestmark = pytest.mark.integration
+# serial: a paced rate against the sim's rate budget is a rate-accuracy measurement
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
+
+
+@pytest.fixture
+def store_kind() -> str:
+    """Pacing is the sender's rule, not the store's: these runs go to the embedded store only
+    (every store path has its own tests), which halves this serial module's time."""
+    return "plain"
+
 
 RELAXED = {
     "max_loop_lag_p99_ms": 10_000.0,
@@ -69,7 +78,7 @@ def test_pacing_keeps_under_the_providers_limit(store_url: str, tmp_path: Path) 
 def test_retries_are_separate_attempts_on_the_original_schedule(
     store_url: str, tmp_path: Path
 ) -> None:
-    from loadgen.records import make_request_id
+    from loadgen.results.records import make_request_id
 
     with start_sim(["--preset", "hosted"], tmp_path) as sim:
         spec = _spec(sim.base_url, {"retries": 3})

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from loadgen.errors import SpecError
-from loadgen.presets import MetricsNames, all_presets, load_preset, preset_names
-from loadgen.spec import spec_from_dict
+from loadgen.runspec.presets import MetricsNames, all_presets, load_preset, preset_names
+from loadgen.runspec.spec import spec_from_dict
 from ui.cli import cli
 
 TWELVE = {
@@ -21,13 +21,31 @@ TWELVE = {
 
 
 def test_the_twelve_systems_and_the_generic_one_have_valid_presets() -> None:
-    assert TWELVE | {"openai-compatible"} == set(preset_names())
+    assert TWELVE | {"openai-compatible"} | AUDIO == set(preset_names())
     for p in all_presets():
         assert p.protocol in p.protocols or not p.protocols, p.name
-        assert (p.metrics is None) == (p.kind == "hosted" or p.name in {"ollama", "mlx"}), p.name
+        unscraped = {"ollama", "mlx", "audiocpp"}
+        assert (p.metrics is None) == (p.kind == "hosted" or p.name in unscraped), p.name
         if p.kind == "hosted" and p.name != "openai-compatible":
             assert p.base_url.startswith("https://"), p.name
             assert p.auth.scheme == "bearer" and p.auth.env, p.name
+
+
+AUDIO = {"audiocpp", "groq-whisper"}  # the speech presets (#26)
+
+
+def test_speech_presets_price_audio_hours_with_their_date_and_source() -> None:
+    whisper = load_preset("groq-whisper")
+    assert whisper.protocol == "openai-transcription" and whisper.prices is not None
+    assert whisper.prices.as_of == dt.date(2026, 12, 2)
+    assert "console.groq.com/docs/speech-text" in whisper.prices.source
+    m = whisper.prices.models
+    assert (m["whisper-large-v3"].audio_per_hour, m["whisper-large-v3-turbo"].audio_per_hour) == (
+        0.111,
+        0.04,
+    )
+    assert m["whisper-large-v3"].input_per_mtok is None
+    assert set(load_preset("audiocpp").protocols) == {"openai-speech", "openai-transcription"}
 
 
 def test_dated_list_prices_and_free_tier_limits() -> None:
@@ -113,7 +131,7 @@ def test_unknown_preset_names_the_field() -> None:
 def test_presets_command_lists_and_shows() -> None:
     r = CliRunner().invoke(cli, ["presets", "--json"])
     assert r.exit_code == 0, r.output
-    assert {p["name"] for p in json.loads(r.output)} == TWELVE | {"openai-compatible"}
+    assert {p["name"] for p in json.loads(r.output)} == TWELVE | {"openai-compatible"} | AUDIO
     r = CliRunner().invoke(cli, ["presets", "cerebras"])
     assert r.exit_code == 0 and '"gpt-oss-120b"' in r.output
     r = CliRunner().invoke(cli, ["presets", "nope"])

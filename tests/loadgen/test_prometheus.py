@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadgen.prometheus import parse_exposition
+from loadgen.targets.prometheus import parse_exposition
 
 TEXT = r"""
 # HELP vllm:num_requests_running Number of requests running.

@@ -28,7 +28,8 @@ from tests.support.engine import (
 from tests.support.httpproxy import HttpProxy
 from tests.support.stores import FreshDatabase, ledger_check
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timescale]
+# serial: client timings against the engine's own, on a pinned CPU: no other test beside them
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timescale, pytest.mark.serial]
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT_TOKENS = 48  # the server's per-token time spans n-1 gaps over n tokens: 2 % low at 48
@@ -40,7 +41,9 @@ def db(timescale_url: str, fresh_database: Callable[..., FreshDatabase]) -> str:
     return fresh_database(timescale_url).url
 
 
-def spec_text(base_url: str, metrics_url: str, load: str, output_tokens: int = 24) -> str:
+def spec_text(
+    base_url: str, metrics_url: str, load: str, output_tokens: int = 24, transport: str = "auto"
+) -> str:
     return f"""
 name = "real-engine"
 [target]
@@ -49,6 +52,7 @@ base_url = "{base_url}"
 model = "smollm2"
 ignore_eos = true
 metrics_url = "{metrics_url}"
+transport = "{transport}"
 [workload]
 prompt_tokens = 24
 output_tokens = {output_tokens}
@@ -77,12 +81,13 @@ def peakload(args: list[str], db_url: str, tmp_path: Path) -> subprocess.Complet
     )
 
 
-def run(spec: str, db_url: str, tmp_path: Path) -> dict[str, Any]:
-    """`peakload run` then `peakload report` on the stored run; the run's summary."""
+def run(spec: str, db_url: str, tmp_path: Path, *flags: str) -> dict[str, Any]:
+    """`peakload run` (with `flags`) then `peakload report` on the stored run; its summary."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "spec.toml"
     path.write_text(spec)
     out = tmp_path / "summary.json"
-    proc = peakload(["run", str(path), "--json", str(out)], db_url, tmp_path)
+    proc = peakload(["run", str(path), "--json", str(out), *flags], db_url, tmp_path)
     # 0 passed, 3 undecidable (too few samples for the default error budget's verdict), 4 the
     # generator's self-check flagged the run (a shared machine): the requests still count. Never
     # 1 (the error budget disproved: failed requests) nor 5 (partial).
@@ -231,15 +236,20 @@ def test_client_ttft_and_itl_agree_with_the_servers_timings(
     match it. Not the client's ITL p50: the steps' spread (a new request's prefill riding in
     some of them, and the server's core shared with other work) puts a median gap below the
     mean by an amount that depends on the machine's load: 13 % at one stream on a loaded
-    machine here while the means agreed within 1 %."""
+    machine here while the means agreed within 1 %. The same requests on both sides: no probe,
+    no preflight or prompt calibration (their tokens would count in the server's totals and in
+    no record); the server's token count proves it."""
     load = f"concurrency = [{users}]\nduration_s = 8\nwarmup_s = 2"
     before = llama.metrics()
-    summary = run(spec_text(llama.base_url, llama.metrics_url, load, OUTPUT_TOKENS), db, tmp_path)
+    text = spec_text(llama.base_url, llama.metrics_url, load, OUTPUT_TOKENS)
+    summary = run(text, db, tmp_path, "--no-probe", "--no-preflight")
     after = llama.metrics()
     assert_no_failures(summary)
     rows = stored_rows(db, summary["run_id"])
     server_ms = server_ms_per_token(before, after)
     spans, tokens = token_spans_ms(rows)
+    predicted = after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
+    assert predicted == sum(tokens), (predicted, sum(tokens))
     client_ms = sum(spans) / sum(tokens)
     assert abs(client_ms - server_ms) <= ITL_TOLERANCE * server_ms, (
         f"client {client_ms:.2f} ms vs the server's {server_ms:.2f} ms per token"
@@ -259,12 +269,15 @@ def test_client_ttft_and_itl_agree_with_the_servers_timings(
             )
 
 
+@pytest.mark.parametrize("transport", ["raw", "httpx"])
 def test_a_gateway_closing_after_every_response_fails_no_request(
-    llama: LlamaServer, llama_close_proxy: HttpProxy, db: str, tmp_path: Path
+    llama: LlamaServer, llama_close_proxy: HttpProxy, transport: str, db: str, tmp_path: Path
 ) -> None:
     p = llama_close_proxy
     load = "concurrency = [2]\nduration_s = 6\nwarmup_s = 1"
-    summary = run(spec_text(p.url + "/v1", llama.metrics_url, load), db, tmp_path)
+    summary = run(
+        spec_text(p.url + "/v1", llama.metrics_url, load, transport=transport), db, tmp_path
+    )
     assert_no_failures(summary)
     rows = stored_rows(db, summary["run_id"])
     assert_sent_once_on_the_wire(p, rows)
@@ -276,13 +289,16 @@ def test_a_gateway_closing_after_every_response_fails_no_request(
         assert any(r["connect_ns"] is not None and r["connect_ns"] > 0 for r in rows)
 
 
+@pytest.mark.parametrize("transport", ["raw", "httpx"])
 def test_an_idle_timeout_shorter_than_the_think_time_fails_no_request(
-    llama: LlamaServer, llama_idle_proxy: HttpProxy, db: str, tmp_path: Path
+    llama: LlamaServer, llama_idle_proxy: HttpProxy, transport: str, db: str, tmp_path: Path
 ) -> None:
     p = llama_idle_proxy
     assert p.idle_timeout_s is not None and p.idle_timeout_s < 1.0
     load = "concurrency = [2]\nduration_s = 8\nwarmup_s = 1\nthink_time_s = 1.0"
-    summary = run(spec_text(p.url + "/v1", llama.metrics_url, load), db, tmp_path)
+    summary = run(
+        spec_text(p.url + "/v1", llama.metrics_url, load, transport=transport), db, tmp_path
+    )
     assert_no_failures(summary)
     rows = stored_rows(db, summary["run_id"])
     assert_sent_once_on_the_wire(p, rows)

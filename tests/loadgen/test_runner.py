@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from loadgen.engine.health import LoopLagProbe
+from loadgen.engine.plan import ShardPlan
+from loadgen.engine.runner import ShardResult, run_shard
 from loadgen.errors import HttpStatusError, StreamProtocolError
-from loadgen.health import LoopLagProbe
-from loadgen.plan import ShardPlan
-from loadgen.records import Outcome, Phase, RequestRecord, TokenSource
-from loadgen.runner import ShardResult, run_shard
-from loadgen.spec import spec_from_dict
+from loadgen.results.records import Outcome, Phase, RequestRecord, TokenSource
+from loadgen.runspec.spec import spec_from_dict
 from loadgen.target import Clock, EventKind, PreparedRequest, StreamEvent, Usage
 from tests.support.memsink import MemorySink, ledger
 
@@ -124,6 +124,7 @@ def ms(ns: int | None) -> float:
     return ns / 1e6
 
 
+@pytest.mark.serial  # throughput per level of a timed run: no other test on the cores
 def test_closed_loop_records_every_request_with_its_chunks() -> None:
     plan = make_plan({"concurrency": [1, 3], "duration_s": 1.0, "warmup_s": 0.2, "cooldown_s": 0.2})
     result, sink = run(plan, ScriptedTarget())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadgen.schedule import open_loop_offsets, saturation_levels, trace_share
+from loadgen.engine.schedule import open_loop_offsets, saturation_levels, trace_share
 
 
 def offsets(*args: object) -> np.ndarray:

@@ -1,6 +1,8 @@
-"""The saturation search: each level decided by the exact binomial rule of `peakload sla`, a level
-not yet decided extended (samples pooled), and the answer (highest passing load, the next one
-tried, the confidence) returned with the shard and stored with the run."""
+"""The saturation search: each level decided by the rules of `peakload sla` and the exit verdict
+(SLOs, the error budget, the load shortfall), a level not yet decided extended (samples pooled),
+and the answer (highest passing load, the next one tried, the confidence) returned with the
+shard and stored with the run. The SLO-only tests turn the error budget off
+(`max_error_rate = 1`)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,16 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from analysis.verdicts import sla
-from loadgen.pool import LocalPool
-from loadgen.records import Outcome, Phase
-from loadgen.runner import ShardResult, run_shard
-from loadgen.search import judge, search_answer
-from loadgen.spec import spec_from_dict
+from loadgen.engine.pool import LocalPool
+from loadgen.engine.runner import ShardResult, run_shard
+from loadgen.engine.samples import DELIVERED, ITL_COUNTS, OUTCOMES
+from loadgen.engine.search import judge, search_answer
+from loadgen.results.binomial import decide_error_budget
+from loadgen.results.records import Outcome, Phase
+from loadgen.runspec.spec import spec_from_dict
 from loadgen.target import Clock, EventKind, PreparedRequest, StreamEvent
 from tests.loadgen.test_runner import make_plan, ms, run
 from tests.support.memsink import MemorySink
@@ -24,29 +30,75 @@ from tests.support.memsink import MemorySink
 SLO = {"metric": "ttft_ms", "percentile": 90, "threshold": 100}
 
 
-def _spec() -> Any:
+def _spec(max_error_rate: float = 1.0) -> Any:
     return spec_from_dict(
         {
             "name": "t",
             "target": {"api": "openai-chat", "base_url": "http://127.0.0.1:9/v1", "model": "m"},
             "load": {"saturation": {"start": 1, "max": 2}, "duration_s": 1},
             "slos": [SLO],
+            "max_error_rate": max_error_rate,
         }
     )
+
+
+def _samples(ttft: list[float], delivered: float = 1.0) -> dict[str, list[float]]:
+    """A level's samples as loadgen.engine.samples builds them: a miss (inf) is a failed request."""
+    return {
+        "ttft_ms": ttft,
+        OUTCOMES: [0.0 if v == float("inf") else 1.0 for v in ttft],
+        DELIVERED: [1.0 if i < delivered * len(ttft) else 0.0 for i in range(len(ttft))],
+    }
 
 
 def test_judge_is_the_sla_rule() -> None:
     spec = _spec()
     # p90 with no exceedance passes at 90% once 0.9^n <= 0.1: n = 22 (0.9^21 = 0.109)
-    assert judge(spec, {"ttft_ms": [5.0] * 21}, 0.9)[0] == "insufficient samples"
-    verdict, per = judge(spec, {"ttft_ms": [5.0] * 22}, 0.9)
+    assert judge(spec, _samples([5.0] * 21), 0.9)[0] == "insufficient samples"
+    verdict, per = judge(spec, _samples([5.0] * 22), 0.9)
     assert verdict == "pass" and per[0]["n"] == 22 and per[0]["exceedances"] == 0
     # a failure is a miss (inf), and a sample equal to the threshold exceeds it, as in `sla`
-    v, per = judge(spec, {"ttft_ms": [100.0] * 5 + [float("inf")] * 5 + [5.0] * 10}, 0.9)
+    v, per = judge(spec, _samples([100.0] * 5 + [float("inf")] * 5 + [5.0] * 10), 0.9)
     assert v == "fail" and per[0]["exceedances"] == 10
     for n, k in ((22, 0), (21, 0), (20, 10), (300, 40)):
         vals = [200.0] * k + [5.0] * (n - k)
-        assert judge(spec, {"ttft_ms": vals}, 0.9)[0] == sla.decide(n, k, 90, 0.9)
+        assert judge(spec, _samples(vals), 0.9)[0] == sla.decide(n, k, 90, 0.9)
+
+
+def test_judge_applies_the_error_budget_and_the_shortfall_as_the_exit_verdict() -> None:
+    """Every SLO passes, but 20 of 300 requests failed with a 1 % budget: the level fails, as
+    the exit verdict's error budget (loadgen.results.binomial.decide_error_budget) does; a level
+    that sent 90 % of what its schedule asked is undecidable (a 5 % bound), unless it fails
+    anyway."""
+    spec = _spec(max_error_rate=0.01)
+    fast = [5.0] * 280
+    lost = [float("inf")] * 20
+    loose = spec.slos[0].model_copy(update={"percentile": 50.0})
+    spec = spec.model_copy(update={"slos": [loose]})
+    slo_only = spec.model_copy(update={"max_error_rate": 1.0})
+    assert judge(slo_only, _samples(fast + lost), 0.9)[0] == "pass"
+    v, per = judge(spec, _samples(fast + lost), 0.9)
+    assert v == "fail" and per[1]["metric"] == "error_rate" and per[1]["exceedances"] == 20
+    assert per[1]["verdict"] == decide_error_budget(300, 20, 0.01, 0.9) == "fail"
+    assert judge(slo_only, _samples([5.0] * 300, delivered=0.9), 0.9)[0] == ("insufficient samples")
+    assert judge(slo_only, _samples([5.0] * 300, delivered=0.96), 0.9)[0] == "pass"
+    assert judge(spec, _samples(fast + lost, delivered=0.9), 0.9)[0] == "fail"
+
+
+def test_judge_takes_a_token_level_slo_by_request() -> None:
+    """Ten requests of 500 tokens each, every gap far below the threshold: 4,990 samples the
+    per-token rule would pass on, but ten requests cannot prove p99
+    (loadgen/results/clustered.py)."""
+    itl = _spec().slos[0].model_copy(update={"metric": "itl_ms", "percentile": 99.0})
+    spec = _spec().model_copy(update={"slos": [itl]})
+    samples = {
+        "itl_ms": [1.0] * 4990,
+        ITL_COUNTS: [499.0] * 10,
+        OUTCOMES: [1.0] * 10,
+        DELIVERED: [1.0] * 10,
+    }
+    v, per = judge(spec, samples, 0.99)
+    assert v == "insufficient samples" and (per[0]["n"], per[0]["tokens"]) == (10, 4990)
 
 
 def test_search_answer_by_hand() -> None:
@@ -88,6 +140,7 @@ class RateTarget:
         return None
 
 
+@pytest.mark.serial  # decided on measured latencies of timed levels: the cores alone
 def test_search_extends_an_undecided_level_and_finds_the_highest_passing_load() -> None:
     plan = make_plan(
         {
@@ -104,6 +157,7 @@ def test_search_extends_an_undecided_level_and_finds_the_highest_passing_load() 
             "cooldown_s": 0.1,
         },
         slos=[SLO],
+        max_error_rate=1.0,
     )
     result, sink = run(plan, RateTarget())
     assert result.status == "completed"
@@ -128,6 +182,7 @@ def test_search_extends_an_undecided_level_and_finds_the_highest_passing_load() 
         assert a.drained_wall_ns is not None and a.drained_wall_ns <= b.started_wall_ns
 
 
+@pytest.mark.serial  # decided on measured latencies of timed levels: the cores alone
 def test_two_regions_make_one_search_decided_on_pooled_samples() -> None:
     """Two shards (half the load each) share a LocalPool: region "a" is always fast, region
     "b" slows down past 150 of its own requests a second (300 req/s for the run). Both run the
@@ -140,7 +195,7 @@ def test_two_regions_make_one_search_decided_on_pooled_samples() -> None:
         "warmup_s": 0.2,
         "cooldown_s": 0.1,
     }
-    base = make_plan(load, slos=[SLO])
+    base = make_plan(load, slos=[SLO], max_error_rate=1.0)
     plans = [
         dataclasses.replace(base, shard_id=f"{region}-0", region=region, fraction=0.5, seed=k)
         for k, region in enumerate(("a", "b"))

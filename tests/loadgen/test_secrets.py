@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from loadgen.errors import SpecError
-from loadgen.secrets import REDACTED, literal_secrets, redact_query, resolve_target
-from loadgen.spec import RunSpec, spec_from_dict
+from loadgen.runspec.redact import REDACTED, redact_query
+from loadgen.runspec.secrets import literal_secrets, resolve_target
+from loadgen.runspec.spec import RunSpec, spec_from_dict
 from workers.planner import plan_run
 
 CANARY = "sk-canary-51d0"
@@ -148,8 +149,9 @@ def test_values_no_run_can_hold_are_refused(over: dict[str, Any], where: str, me
 
 
 def test_values_a_server_echoes_back_are_scrubbed_before_they_are_stored() -> None:
-    from loadgen.records import Batch, Outcome, Phase, RequestRecord
-    from loadgen.secrets import ScrubbingSink, secret_values
+    from loadgen.engine.scrubbing import ScrubbingSink
+    from loadgen.results.records import Batch, Outcome, Phase, RequestRecord
+    from loadgen.runspec.secrets import secret_values
     from tests.support.memsink import MemorySink
 
     spec = make(
@@ -175,5 +177,5 @@ def test_values_a_server_echoes_back_are_scrubbed_before_they_are_stored() -> No
     )  # fmt: skip
     sink.write(Batch([rec]))
     assert mem.records[0].error_detail == (
-        "400: bad header X-Auth-Token: REDACTED; url ?pwd=REDACTED, team perf-team"
+        "400: bad header X-Auth-Token: [REDACTED]; url ?pwd=[REDACTED], team perf-team"
     )

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.checks.specfile import load_spec
 from loadgen.errors import SpecError
-from loadgen.spec import FixedLength, UniformLength, load_spec
+from loadgen.runspec.lengths import FixedLength, UniformLength
 
 MINIMAL = """
 name = "smoke"
@@ -44,7 +45,7 @@ def test_minimal_spec_is_accepted_as_written(tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_every_example_spec_is_valid(path: Path) -> None:
     if path.stem.startswith("locust"):  # a Locust test's spec: Locust makes the load
-        from loadgen.locust_spec import locust_spec
+        from loadgen.locust.spec import locust_spec
 
         locust_spec(path, {}, None, where=str(path))
     else:

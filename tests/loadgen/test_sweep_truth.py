@@ -13,12 +13,13 @@ import pandas as pd
 import pytest
 
 from analysis import metrics as m
-from loadgen.levels import LevelResult
-from loadgen.records import Outcome, RequestRecord
+from loadgen.engine.levels import LevelResult
+from loadgen.results.records import Outcome, RequestRecord
 from tests.support.shards import make_spec, run_spec
 from tests.support.sim import SimProcess
 
-pytestmark = pytest.mark.integration
+# serial: throughput against the engine's truth log needs the cores to itself
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 # 300 tokens at 10 ms after a 50 ms TTFT: each answer lasts ~3.05 s, longer than the 2.5 s
 # steady window of a 4 s level, so a throughput counted by schedule would be far off

@@ -7,15 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen.errors import SpecError
-from loadgen.spec import LognormalLength, NormalLength, spec_from_dict
-from loadgen.workload import (
+from loadgen.engine.workload import (
     Workload,
     calibrate_tokens_per_word,
     load_dataset,
     request_body,
     sample_lengths,
 )
+from loadgen.errors import SpecError
+from loadgen.runspec.lengths import LognormalLength, NormalLength
+from loadgen.runspec.spec import spec_from_dict
 
 
 def spec(**workload: object) -> object:

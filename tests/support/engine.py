@@ -1,6 +1,7 @@
 """A real engine for the tests: llama.cpp's `llama-server` serving SmolLM2-135M on a free loopback
 port (binary and model from deploy/local/llama.sh, named by PEAKLOAD_TEST_LLAMA_SERVER and
 PEAKLOAD_TEST_LLAMA_MODEL), alone or behind an HTTP proxy with a gateway's connection faults.
+The second real engine, vLLM, lives in tests/support/vllm.py; its fixture is registered here.
 """
 
 from __future__ import annotations
@@ -8,19 +9,18 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 import tempfile
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.support.httpproxy import HttpProxy
-from tests.support.ports import free_port
-from tests.support.procs import stop_process
+from tests.support.servers import LocalServer, healthy, launch, serving
+from tests.support.vllm import vllm  # the second real engine's fixture, registered here
+
+__all__ = ["vllm"]
 
 SERVER_ENV = "PEAKLOAD_TEST_LLAMA_SERVER"
 MODEL_ENV = "PEAKLOAD_TEST_LLAMA_MODEL"
@@ -31,46 +31,10 @@ STOP_TIMEOUT_S = 10.0
 
 
 @dataclass
-class LlamaServer:
-    """A running llama-server: `url` is its root (`/health`, `/metrics`), `base_url` ends in /v1."""
+class LlamaServer(LocalServer):
+    """A running llama-server (its Prometheus counters and gauges, `llamacpp:...`, unlabelled)."""
 
-    proc: subprocess.Popen[bytes]
-    port: int
-    log: Path
-    cpus: str | None  # the CPUs it is pinned to, or None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        return self.url + "/v1"
-
-    @property
-    def metrics_url(self) -> str:
-        return self.url + "/metrics"
-
-    def metrics(self) -> dict[str, float]:
-        """The server's Prometheus counters and gauges now, by name (`llamacpp:...`)."""
-        text = httpx.get(self.metrics_url, timeout=5.0).raise_for_status().text
-        return parse_metrics(text)
-
-    def stop(self) -> int:
-        """SIGTERM, then SIGKILL after STOP_TIMEOUT_S; the exit code."""
-        return stop_process(self.proc, STOP_TIMEOUT_S)
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Unlabelled samples of a Prometheus text exposition (llama-server labels none)."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name, _, value = line.partition(" ")
-        with contextlib.suppress(ValueError):
-            out[name] = float(value.split()[0])
-    return out
+    cpus: str | None = None  # the CPUs it is pinned to, or None
 
 
 def server_ms_per_token(before: dict[str, float], after: dict[str, float]) -> float:
@@ -105,7 +69,9 @@ def split_cpus() -> tuple[str | None, str | None]:
     return str(cpus[-1]), ",".join(str(c) for c in cpus[:-1])
 
 
-def llama_command(binary: str, model: str, port: int, cpus: str | None = None) -> list[str]:
+def llama_command(
+    binary: str, model: str, port: int, cpus: str | None = None, extra: Sequence[str] = ()
+) -> list[str]:
     cmd = [
         binary,
         "--model",
@@ -123,47 +89,30 @@ def llama_command(binary: str, model: str, port: int, cpus: str | None = None) -
         "--threads-batch",
         "1",
         "--metrics",
+        *extra,
     ]
     return ["taskset", "-c", cpus, *cmd] if cpus else cmd
 
 
 @contextlib.contextmanager
 def start_llama(
-    binary: str, model: str, log_dir: Path, cpus: str | None = None
+    binary: str, model: str, log_dir: Path, cpus: str | None = None, extra: Sequence[str] = ()
 ) -> Iterator[LlamaServer]:
-    """Start llama-server (pinned to `cpus` if given) and wait until /health answers 200 (the
-    model is loaded); stop it, and only it, on exit. RuntimeError with its log if it dies."""
+    """Start llama-server (pinned to `cpus` if given; `extra` arguments appended) and wait until
+    /health answers 200 (the model is loaded); stop it, and only it, on exit. RuntimeError with
+    its log if it dies."""
     for path, what in ((binary, SERVER_ENV), (model, MODEL_ENV)):
         if not Path(path).is_file():
             raise RuntimeError(f"{what}={path} does not exist (run deploy/local/llama.sh)")
-    port = free_port()
-    log = log_dir / f"llama-server-{port}.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            llama_command(binary, model, port, cpus),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    server = LlamaServer(proc, port, log, cpus)
-    try:
-        _wait_healthy(server)
+    base = launch(
+        "llama-server",
+        lambda port: llama_command(binary, model, port, cpus, extra),
+        log_dir,
+        stop_timeout_s=STOP_TIMEOUT_S,
+    )
+    server = LlamaServer(**vars(base), cpus=cpus)
+    with serving(server, healthy, START_TIMEOUT_S):
         yield server
-    finally:
-        server.stop()
-
-
-def _wait_healthy(server: LlamaServer) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.proc.poll() is not None:
-            tail = server.log.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"llama-server exited with {server.proc.returncode}:\n{tail}")
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(server.url + "/health", timeout=2.0).status_code == 200:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"llama-server not healthy within {START_TIMEOUT_S} s (log: {server.log})")
 
 
 @pytest.fixture(scope="module")

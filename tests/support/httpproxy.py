@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from tests.support.conntasks import ConnectionTasks
 from tests.support.loopserver import LoopServer
 
 _HOP_BY_HOP = {b"connection", b"keep-alive"}
@@ -46,7 +47,7 @@ class HttpProxy(LoopServer):
         self.closed_after_response = 0
         self.closed_idle = 0
         self.upstream_failures = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._conns = ConnectionTasks()
 
     @property
     def url(self) -> str:
@@ -55,21 +56,15 @@ class HttpProxy(LoopServer):
     # -- inside the loop --------------------------------------------------------------------
 
     async def _shutdown(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._conns.cancel_all()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         self.connections += 1
         try:
-            await self._serve(reader, writer)
+            await self._conns.run(self._serve, reader, writer)
         except (ConnectionError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
         finally:
-            self._tasks.discard(task)
             with contextlib.suppress(OSError, RuntimeError):
                 writer.close()
 

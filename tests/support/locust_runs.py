@@ -103,7 +103,7 @@ def stored_metrics(df: pd.DataFrame) -> dict[str, np.ndarray]:
 
 def locust_failures(prefix: Path) -> dict[str, int]:
     """`{kind: occurrences}` from Locust's `<prefix>_failures.csv` (errors are the repr of
-    loadgen.locust.RequestFailed(kind))."""
+    loadgen.locust.user.RequestFailed(kind))."""
     with Path(f"{prefix}_failures.csv").open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     out: dict[str, int] = {}

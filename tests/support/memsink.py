@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadgen.records import Batch, RequestRecord, Tick
+from loadgen.results.records import Batch, RequestRecord, Tick
 
 
 class MemorySink:

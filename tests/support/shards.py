@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from loadgen.plan import ShardPlan
-from loadgen.records import Batch, RequestRecord
-from loadgen.runner import ShardResult, run_shard
-from loadgen.runtime import run_measurement
-from loadgen.spec import RunSpec, spec_from_dict
+from loadgen.engine.plan import ShardPlan
+from loadgen.engine.runner import ShardResult, run_shard
+from loadgen.engine.runtime import run_measurement
+from loadgen.results.records import Batch, RequestRecord
+from loadgen.runspec.spec import RunSpec, spec_from_dict
 from loadgen.targets import TargetPolicy, build_target
 from tests.support.memsink import MemorySink, ledger
 

@@ -33,10 +33,13 @@ def plain_server() -> Iterator[embedded.EmbeddedServer]:
     a data directory removed under a running server takes the server down."""
     top = Path(tempfile.mkdtemp(prefix="peakload-test-pg-"))
     datadir = top / "data"
+    server: embedded.EmbeddedServer | None = None
     try:
         server = embedded.ensure_running(datadir, tcp_port=free_port())
         yield server
     finally:
+        if server is not None:
+            _TEMPLATES.pop(server.url("postgres"), None)  # goes with the server's data dir
         embedded.stop(datadir)
         shutil.rmtree(top, ignore_errors=True)
 
@@ -76,16 +79,20 @@ def host_port(url: str) -> tuple[str, int]:
 
 
 class FreshDatabase:
-    """CREATE DATABASE with a unique name on a server; dropped (sessions forced out) on close."""
+    """CREATE DATABASE with a unique name on a server; dropped (sessions forced out) on close.
+    Migrated ones are copies of this process's migrated template on that server (`_template`):
+    a file copy, 0.2-0.5 s, where running every migration takes 0.5 s on PostgreSQL and over 2 s
+    on TimescaleDB (its extension and hypertables)."""
 
     def __init__(self, admin_url: str, *, migrate: bool = True) -> None:
         self.admin_url = admin_url
         self.name = f"pl_test_{uuid.uuid4().hex[:12]}"
         self.url = with_database(admin_url, self.name)
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name)))
+        create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name))
         if migrate:
-            connect.ensure_schema(self.url, force=True)
+            create += sql.SQL(" TEMPLATE {}").format(sql.Identifier(_template(admin_url)))
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(create)
 
     def drop(self) -> None:
         """Drop now on our own embedded server; on the shared TimescaleDB, at the end of the
@@ -104,6 +111,35 @@ class FreshDatabase:
 
 
 _DEFERRED_DROPS: list[FreshDatabase] = []
+_TEMPLATES: dict[str, str] = {}  # admin URL -> this process's migrated template database
+
+
+def _template(admin_url: str) -> str:
+    """A database migrated to the current schema, made once per test process and server, that
+    nobody can connect to (so TimescaleDB's job scheduler cannot hold a session in it, which
+    would make every copy fail): CREATE DATABASE ... TEMPLATE copies it whole."""
+    if admin_url in _TEMPLATES:
+        return _TEMPLATES[admin_url]
+    name = f"pl_tpl_{uuid.uuid4().hex[:12]}"
+    ident = sql.Identifier(name)
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(ident))
+        _TEMPLATES[admin_url] = name  # dropped at the session's end, even if migrating fails
+        connect.ensure_schema(with_database(admin_url, name), force=True)
+        conn.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false").format(ident))
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        )
+    return name
+
+
+def _drop_template(admin_url: str, name: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -114,6 +150,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             db.drop_now()
         except psycopg.Error as e:
             print(f"could not drop test database {db.name}: {e}")
+    while _TEMPLATES:
+        admin_url, name = _TEMPLATES.popitem()
+        try:
+            _drop_template(admin_url, name)
+        except psycopg.Error as e:
+            print(f"could not drop template database {name}: {e}")
 
 
 @pytest.fixture(params=STORE_KINDS)

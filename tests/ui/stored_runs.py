@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from loadgen.spec import spec_from_dict
+from loadgen.runspec.spec import spec_from_dict
 from tests.support.sim import start_sim
 from workers.local import run_local
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from loadgen.spec import spec_from_dict
+from loadgen.runspec.spec import spec_from_dict
 from tests.support.sim import start_sim
 from tests.ui.conftest import APP, UiStore, page_text
 from tests.ui.stored_runs import CANARY_KEY_ENV, RELAXED

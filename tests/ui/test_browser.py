@@ -121,6 +121,7 @@ def settle(page: object, heading: str) -> str:
     return str(page.inner_text("[data-testid='stMain']"))
 
 
+@pytest.mark.slow  # about 50 s: every page of the app loaded and read in a real browser
 def test_every_page_in_a_browser(ui_store: UiStore, browser: object, tmp_path: Path) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     ids = ui_store.ids
@@ -212,3 +213,113 @@ def test_login_form_only_until_authenticated(
         page.get_by_role("link", name="Runs").click()  # in-app navigation keeps the session
         settle(page, "Runs")
         page.screenshot(path=str(ARTIFACTS / "login-after.png"), full_page=True)
+
+
+def _fill(page: object, label: str, value: str) -> None:
+    """Type into a Streamlit input and commit it (Enter), as a person does."""
+    box = page.get_by_label(label, exact=True)  # type: ignore[attr-defined]
+    box.fill(value)
+    box.press("Enter")
+    page.wait_for_timeout(400)  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow  # about 2 minutes: a real run, then kaleido draws two images
+@pytest.mark.timeout(600)  # the first image's wait below (kaleido's Chromium) fits in it
+def test_launch_from_the_form_then_read_its_charts(
+    ui_store: UiStore, browser: object, tmp_path: Path
+) -> None:
+    """Fill the Launch form, see the TOML it wrote, probe, Start a run against the simulated
+    engine (one slot: 16 streams queue, so the levels' TTFTs span decades), find it in Runs,
+    read its percentile chart (log latency axis, tail labelled p50 to p99.9) and download the
+    chart as PNG and SVG."""
+    import psycopg
+
+    from tests.support.sim import start_sim
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    # a batching engine with one slot (the fixed schedule ignores slots): at 16 streams 15 wait
+    # a whole answer each, so the two levels' TTFTs are decades apart on any host
+    engine = tmp_path / "one-slot.json"
+    engine.write_text(
+        '{"mode": "batching", "slots": 1, "decode_step_ms": 1.0, "decode_step_ms_per_seq": 0.0}'
+    )
+    sim_args = ["--config", str(engine)]
+    with (
+        start_sim(sim_args) as sim,
+        ui_server(ui_store, tmp_path, PEAKLOAD_TARGET_ALLOWLIST="127.0.0.1") as base,
+    ):
+        page = browser.new_page()  # type: ignore[attr-defined]
+        page.goto(f"{base}/launch")
+        settle(page, "Launch a run")
+        _fill(page, "Run name", "browser-launched")
+        _fill(page, "Base URL", sim.base_url)
+        _fill(page, "Model", "sim-model")
+        _fill(page, "Concurrency levels (streams)", "1, 16")
+        _fill(page, "Duration per level (s)", "2")
+        _fill(page, "Warm-up (s)", "0")
+        toml = page.get_by_label("TOML (editable: this text is what is checked, probed and run)")
+        # every field's value in the text (each Enter reruns the form; the last one lands last)
+        page.wait_for_function(
+            "ts => ts.every(t => document.querySelector('textarea').value.includes(t))",
+            arg=["concurrency = [1, 16]", "duration_s = 2.0", "warmup_s = 0.0"],
+            timeout=PAGE_TIMEOUT_MS,
+        )
+        text = toml.input_value()
+        assert f'base_url = "{sim.base_url}"' in text and 'name = "browser-launched"' in text
+        with page.expect_download(timeout=PAGE_TIMEOUT_MS) as spec_file:
+            page.get_by_role("button", name="Download spec.toml").click()
+        assert spec_file.value.path().read_text() == text
+        assert page.get_by_role("button", name="Start run").is_disabled()
+        page.get_by_role("button", name="Probe the target").click()
+        page.get_by_text("Probe: nothing rejected").wait_for(timeout=PAGE_TIMEOUT_MS)
+        shown = str(page.inner_text("[data-testid='stMain']"))
+        page.screenshot(path=str(ARTIFACTS / "launch-form-probed.png"), full_page=True)
+        assert page.get_by_role("button", name="Start run").is_enabled(), shown
+        page.get_by_role("button", name="Start run").click()
+        page.get_by_text("(local)").wait_for(timeout=PAGE_TIMEOUT_MS)
+        main = str(page.inner_text("[data-testid='stMain']"))
+        found = re.search(r"Run ([0-9a-f-]{16,}) \(local\)", main)
+        assert found, main
+        run_id = found.group(1)
+        deadline = time.monotonic() + 90
+        while True:
+            with psycopg.connect(ui_store.url) as conn:
+                row = conn.execute(
+                    "SELECT status FROM runs WHERE run_id = %s", (run_id,)
+                ).fetchone()
+            if row and row[0] not in ("running", "pending"):
+                break
+            assert time.monotonic() < deadline, f"run {run_id} did not finish: {row}"
+            time.sleep(0.5)
+        assert row[0] == "completed", row
+        page.goto(f"{base}/")
+        settle(page, "Runs")
+        page.get_by_text("Links to each run").click()
+        page.get_by_text("browser-launched ·").wait_for(timeout=PAGE_TIMEOUT_MS)
+
+        page.goto(f"{base}/run?run={run_id}")
+        settle(page, "Run: browser-launched")
+        page.screenshot(path=str(ARTIFACTS / "run-launched-page.png"), full_page=True)
+        axes = page.evaluate(
+            "(() => { const l = document.querySelector('.js-plotly-plot')._fullLayout;"
+            " return [l.yaxis.type, l.xaxis.type, l.yaxis.title.text]; })()"
+        )
+        assert axes[:2] == ["log", "log"], axes
+        ticks = page.locator(".js-plotly-plot").first.locator(".xtick text").all_text_contents()
+        assert {"p50", "p90", "p99", "p99.9"} <= set(ticks), ticks
+        # drawn when clicked: the first image starts kaleido's Chromium in the app's process,
+        # which on a host busy with other browsers took over PAGE_TIMEOUT_MS once
+        for fmt, magic, wait_ms in (
+            ("png", b"\x89PNG\r\n\x1a\n", 3 * PAGE_TIMEOUT_MS),
+            ("svg", b"<svg", PAGE_TIMEOUT_MS),
+        ):
+            button = page.get_by_role("button", name=re.compile(rf"^percentiles-.*\.{fmt}$"))
+            with page.expect_download(timeout=wait_ms) as image:
+                button.first.click()
+            data = image.value.path().read_bytes()
+            assert data.startswith(magic), data[:40]
+            (ARTIFACTS / f"run-launched-percentiles.{fmt}").write_bytes(data)
+        page.get_by_role("tab", name="Timeslices").click()
+        page.get_by_text("per 5 s window").first.wait_for(timeout=PAGE_TIMEOUT_MS)
+        page.wait_for_timeout(1500)  # plotly sizes a chart when its tab shows
+        page.screenshot(path=str(ARTIFACTS / "run-launched-timeslices.png"), full_page=True)

@@ -60,7 +60,7 @@ def test_the_runs_page_marks_a_run_whose_process_died(empty_store: dict[str, str
 
     import psycopg
 
-    from loadgen.spec import spec_from_dict
+    from loadgen.runspec.spec import spec_from_dict
     from workers.store import runs as store_runs
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],

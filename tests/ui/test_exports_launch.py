@@ -62,8 +62,63 @@ def test_percentile_chart_uses_the_tail_axis() -> None:
     fig = charts.percentile_curves(curve, "t", "ms")
     axis = fig.layout.xaxis
     assert axis.type == "log"
-    assert list(axis.ticktext)[:4] == ["p0", "p50", "p90", "p99"]
-    assert list(axis.tickvals)[:4] == pytest.approx([1.0, 2.0, 10.0, 100.0])
+    assert list(axis.ticktext)[:5] == ["p0", "p50", "p90", "p99", "p99.9"]
+    assert list(axis.tickvals)[:5] == pytest.approx([1.0, 2.0, 10.0, 100.0, 1000.0])
+    assert fig.layout.yaxis.type == "log"  # 1 ms to 1 s: three decades
+
+
+def test_the_latency_axis_is_logarithmic_only_across_decades() -> None:
+    """The demo's shape: levels at ~80 ms, ~600 ms and 7.6 s share one log axis; one level
+    alone (a factor 3 from p0 to p99.9) stays linear. Few samples still label p90 to p99.9."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    levels = {"level 1": 80.0, "level 8": 600.0, "level 32": 7600.0}
+    curves = pd.concat(
+        [derive.curve(rng.uniform(0.7, 1.4, 40) * v, k) for k, v in levels.items()],
+        ignore_index=True,
+    )
+    fig = charts.percentile_curves(curves, "t", "TTFT (ms)")
+    assert fig.layout.yaxis.type == "log" and "log scale" in fig.layout.yaxis.title.text
+    assert list(fig.layout.xaxis.ticktext) == ["p0", "p50", "p90", "p99", "p99.9"]
+    assert 10 ** fig.layout.xaxis.range[1] >= 1000.0  # the axis reaches p99.9
+    one = charts.percentile_curves(curves[curves["series"] == "level 8"], "t", "TTFT (ms)")
+    assert one.layout.yaxis.type == "linear"
+
+
+def test_timeslices_per_window_beside_the_server(app_env: UiStore) -> None:
+    """Windows of send time over the whole run: every sent request counted once, ok ones'
+    percentiles per window; the chart has the server's panels when its rows are given."""
+    import numpy as np
+
+    from analysis import metrics as m
+    from analysis.stats.timeslices import timeslices
+    from ui.data import shared
+
+    rid = app_env.ids["sweep"]
+    df = shared.requests(rid)
+    slices = timeslices(df, "ttft_ms", 2.0)
+    sent = int(df["sent_ns"].notna().sum())
+    assert (
+        int(slices["sent"].sum()) == sent
+        and (slices["ok"] + slices["failed"] == slices["sent"]).all()
+    )
+    steps = slices["window"].diff().dropna() / pd.Timedelta(seconds=2)
+    assert (steps == steps.round()).all() and (steps >= 1).all()
+    first = slices.iloc[0]
+    at = df["scheduled_at"] + pd.to_timedelta(df["sent_ns"], "ns")
+    inside = (at >= first["window"]) & (at < first["window"] + pd.Timedelta(seconds=2))
+    ok = inside & (df["outcome"] == "ok")
+    assert int(inside.sum()) == first["sent"]
+    assert first["p90_ms"] == pytest.approx(np.quantile(m.ttft_ms(df[ok]), 0.9))
+    server = run_data.server_view(rid, 2.0)["rows"]
+    fig = charts.timeslices(slices, server, "TTFT", "t")
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles[:2] == ["TTFT per window (ms)", "requests per window"]
+    plain = charts.timeslices(slices, pd.DataFrame(columns=server.columns), "TTFT", "t")
+    assert len(plain.layout.annotations) == 2
+    with pytest.raises(ValueError, match="window_s"):
+        timeslices(df, "ttft_ms", 0.0)
 
 
 def test_launch_page_starts_a_run_on_an_allowed_target(
@@ -85,6 +140,8 @@ def test_launch_page_starts_a_run_on_an_allowed_target(
         at = app_page("launch")
         at.text_area(key="launch_text").input(spec).run()
         assert "is allowed" in at.success[0].value
+        at.button(key="launch_probe").click().run()
+        assert "Probe: nothing rejected" in page_text(at), [e.value for e in at.error]
         at.button(key="launch_start").click().run()
         assert not at.exception
         text = page_text(at)
@@ -133,6 +190,7 @@ def test_the_run_pages_server_chart_draws_per_request_timings_without_a_scrape()
     """No Prometheus series, but the requests report queue + prefill: the Run page's chart
     draws them on the client's buckets, labelled with their source."""
     from analysis.stats import server_metrics as sm
+    from analysis.stats import server_split
 
     t0 = pd.Timestamp("2026-12-01 10:00:00", tz="UTC")
     df = pd.DataFrame(
@@ -144,14 +202,33 @@ def test_the_run_pages_server_chart_draws_per_request_timings_without_a_scrape()
             "server_prefill_ms": [20.0, 21.0],
         }
     )
-    rows = sm.server_series(
+    rows = server_split.server_series(
         sm.bucketed(
             sm.role_series(pd.DataFrame(columns=["t", "name", "labels", "value"]), {}), 1.0
         ),
-        sm.bucket_request_timings(df, 1.0),
+        server_split.bucket_request_timings(df, 1.0),
     )
     fig = charts.client_and_server(pd.DataFrame(), rows, "t")
     lines = {t.name: list(t.y) for t in fig.data}
-    assert lines[f"server queue ({sm.FROM_REQUESTS})"] == [3.0, 9.0]
-    assert lines[f"server prefill + first step ({sm.FROM_REQUESTS})"] == [20.0, 21.0]
-    assert not any(sm.FROM_HISTOGRAMS in name for name in lines)
+    assert lines[f"server queue ({server_split.FROM_REQUESTS})"] == [3.0, 9.0]
+    assert lines[f"server prefill + first step ({server_split.FROM_REQUESTS})"] == [20.0, 21.0]
+    assert not any(server_split.FROM_HISTOGRAMS in name for name in lines)
+
+
+def test_a_figure_downloads_as_png_and_svg() -> None:
+    """kaleido draws the figure with plotly.js in the installed Chromium, offline."""
+    import struct
+    import xml.etree.ElementTree as ET
+
+    import numpy as np
+
+    curves = derive.curve(np.linspace(1.0, 900.0, 300), "level 1")
+    fig = charts.percentile_curves(curves, "spectrum", "TTFT (ms)")
+    png = charts.static_image(fig, "png")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+    width, _height = struct.unpack(">II", png[16:24])
+    assert width == 2 * charts.IMAGE_WIDTH_PX
+    root = ET.fromstring(charts.static_image(fig, "svg"))
+    assert root.tag.endswith("svg")
+    text = "".join(root.itertext())
+    assert all(label in text for label in ("p50", "p90", "p99", "p99.9"))

@@ -32,7 +32,8 @@ from tests.support.locust_runs import (
 from tests.support.ports import free_port
 from tests.support.sim import ROOT, SimProcess, start_sim
 
-pytestmark = pytest.mark.integration
+# serial: stamps within 2 ms of the engine's log and a quiet self-check need the cores alone
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 METRICS = {"TTFT", "TPOT", "ITL", "E2E"}
 
@@ -100,9 +101,14 @@ def _valid_or_flagged_by_its_self_check(valid: bool, reasons: list[str]) -> None
     """On a shared machine the generator may be starved: then the run must say so, and only
     through its self-check (loop lag, dispatch delay, CPU), never for anything else."""
     assert valid is (not reasons), reasons
+    # each shard's reasons ("locust: ...", "locust-w0: ..."): its failed checks, then one
+    # sentence naming what held it back (loadgen.engine.lateness)
+    text = [r.split(": ", 1)[-1] for r in reasons]
+    checks = [r for r in text if not r.startswith("cause")]
     assert all(
-        any(w in r for w in ("exceeds", "read together", "generator CPU")) for r in reasons
+        any(w in r for w in ("exceeds", "read together", "generator CPU")) for r in checks
     ), reasons
+    assert len(checks) > 0 or not text, reasons
 
 
 def _peakload(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -200,7 +206,13 @@ def _check_alone(url: str, out: Path, sim: SimProcess, env: dict[str, str], tmp:
     # (exit 1: criteria failed; 4 when the run flagged its own measurement invalid)
     assert sla.returncode == (1 if valid else 4), sla.stdout + sla.stderr
     verdicts = {v["metric"]: v["verdict"] for v in json.loads(sla.stdout)["verdicts"]}
-    assert verdicts == {"ttft_ms": "pass", "error_rate": "fail"}
+    # and the load delivered (issue #21): a Locust level's load is not known to peakload's
+    # schedule, so that criterion is undecidable, never a pass
+    assert verdicts == {
+        "ttft_ms": "pass",
+        "load_shortfall": "insufficient samples",
+        "error_rate": "fail",
+    }
 
 
 def test_an_engine_that_cannot_start_fails_the_test_and_the_run(

@@ -46,6 +46,7 @@ def exposition() -> Iterator[tuple[str, type[_Exposition]]]:
     srv.server_close()
 
 
+@pytest.mark.serial  # counts scrapes on a fixed interval of a timed run: the cores alone
 def test_every_scrape_is_stored_across_flushes(
     store_url: str, exposition: tuple[str, type[_Exposition]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

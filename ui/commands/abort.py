@@ -1,14 +1,18 @@
 """`peakload abort RUN [--reason TEXT]`: stop a run within seconds. The flag is set in
 PostgreSQL: distributed workers poll it, and a local run's process hears it through its lease
 (workers.local_lease); what was measured is kept; the run ends `aborted`. A local run whose
-process is gone is marked `failed` instead, and the command says there was nothing to stop."""
+process is gone is marked `failed` instead, and the command says there was nothing to stop.
+Exit codes (analysis.verdicts.exitcodes): 0 abort requested or nothing left to stop; 2 not a run
+id, or the store (or broker) unreachable; 6 no such run."""
 
 from __future__ import annotations
 
 import sys
 
 import click
+import psycopg
 
+from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import PeakloadError
 
 
@@ -40,12 +44,12 @@ def abort_command(run_id: str, reason: str) -> None:
             else:
                 ok = abort_run(conn, run_id, reason, redis_url())
             row = conn.execute("SELECT status FROM runs WHERE run_id = %s", (run_id,)).fetchone()
-    except PeakloadError as exc:
-        click.echo(f"peakload abort: {exc}", err=True)
-        sys.exit(1)
+    except (PeakloadError, psycopg.Error) as exc:
+        click.echo(f"peakload abort: {' '.join(str(exc).split())}", err=True)
+        sys.exit(Exit.BAD_INPUT)
     if row is None or found is None:
         click.echo(f"peakload abort: no run {run_id}", err=True)
-        sys.exit(1)
+        sys.exit(Exit.MISSING)
     if run_id in dead:
         click.echo(f"run {run_id} was not running: {dead[run_id]}; marked failed, nothing to stop")
         return

@@ -16,8 +16,9 @@ import httpx
 
 from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import PeakloadError, RunFailed
-from loadgen.spec import spec_from_dict
+from loadgen.runspec.spec import spec_from_dict
 from ui.commands.run import EXIT_ERROR, execute, terminal_console
+from ui.options import OutputFile
 
 DEMO_PRESET = "small-gpu"
 SIM_START_TIMEOUT_S = 30.0
@@ -91,9 +92,7 @@ def simulated_engine(preset: str) -> Iterator[str]:
 
 
 @click.command("demo")
-@click.option(
-    "--json", "json_out", type=click.Path(dir_okay=False), help="write the summary as JSON"
-)
+@click.option("--json", "json_out", type=OutputFile(), help="write the summary as JSON")
 def demo_command(json_out: str | None) -> None:
     """Run a short sweep against the simulated engine into the embedded store."""
     console = terminal_console()

@@ -23,6 +23,7 @@ from analysis.verdicts import nightly
 from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import StoreError
 from ui.commands.runs import analysis_store, fail
+from ui.options import Number, OutputFile
 from ui.output import stdout_console
 
 EXIT_BAD_INPUT = Exit.BAD_INPUT
@@ -45,7 +46,7 @@ SINCE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
     "--percentile",
     default=99.0,
     show_default=True,
-    type=click.FloatRange(0, 100),
+    type=Number(0, 100),
     help="percentile of the metric over each run's ok steady requests",
 )
 @click.option("--level", type=click.IntRange(0), help="one load level (default: all, pooled)")
@@ -67,7 +68,7 @@ SINCE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
     "threshold_pct",
     default=nightly.DEFAULT_THRESHOLD_PCT,
     show_default=True,
-    type=click.FloatRange(0),
+    type=Number(0),
     help="changes up to this size (percent of the level before) do not decide the verdict",
 )
 @click.option(
@@ -75,7 +76,7 @@ SINCE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
     is_flag=True,
     help="let invalid and unended runs take part in the detection (shown either way)",
 )
-@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write every number")
+@click.option("--json", "json_out", type=OutputFile(), help="write every number")
 @click.option(
     "--store",
     "store_url",
@@ -162,6 +163,13 @@ def nightly_command(
     console.print(_table(hist, result, schedule, metric, percentile, level))
     for line in _notes(result, metric, threshold_pct, include_invalid):
         console.print(line)
+    fam = result.get("family") or {}
+    if fam:
+        console.print(
+            f"family: {fam['family']} ({fam['family_size']} split positions), "
+            f"{fam['correction']}, family-wise error rate {fam['familywise_error_rate']:.0%}; "
+            "run-to-run variation counted (the series is of per-run values)"
+        )
     sys.exit(result["exit_code"])
 
 

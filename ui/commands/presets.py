@@ -11,14 +11,17 @@ from rich.table import Table
 
 from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import SpecError
-from loadgen.presets import Preset, all_presets, load_preset
+from loadgen.runspec.presets import Preset, all_presets, load_preset
 
 
 def _price_text(p: Preset) -> str:
     if p.prices is None:
         return "-"
     first = ", ".join(
-        f"{m} ${mp.input_per_mtok:g}/${mp.output_per_mtok:g}" for m, mp in p.prices.models.items()
+        f"{m} ${mp.audio_per_hour:g}/audio hour"
+        if mp.input_per_mtok is None
+        else f"{m} ${mp.input_per_mtok:g}/${mp.output_per_mtok:g}"
+        for m, mp in p.prices.models.items()
     )
     return f"{first} (per Mtok in/out, {p.prices.as_of.isoformat()})"
 

@@ -9,16 +9,20 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import click
 import httpx
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from analysis.verdicts.exitcodes import Exit
+from loadgen.checks.specfile import load_spec
 from loadgen.errors import PeakloadError, SpecError
-from loadgen.presets import load_preset, preset_names
-from loadgen.spec import TargetSpec, load_spec
+from loadgen.runspec.presets import load_preset, preset_names
+from loadgen.runspec.target_spec import TargetSpec
+from loadgen.targets.http_common import display_url
 from loadgen.targets.policy import policy_from_env
 from loadgen.targets.probe import CHECKS, REJECTED, ProbeResult, probe_sync, spec_checks
 
@@ -26,13 +30,16 @@ COLOURS = {"honoured": "green", "accepted": "cyan", "ignored": "yellow", "reject
 
 
 def _first_model(spec: TargetSpec) -> str:
-    """The first model the server lists (OpenAI-style `GET /models`)."""
-    url = spec.base_url.rstrip("/") + "/models"
+    """The first model the server lists (OpenAI-style `GET /models`, beside the base URL's
+    path: a query in it stays the query), within the spec's timeouts."""
+    parts = urlsplit(spec.base_url)
+    url = urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/models", fragment=""))
+    limits = httpx.Timeout(spec.idle_timeout_s, connect=spec.connect_timeout_s)
     try:
-        data = httpx.get(url, timeout=10.0, trust_env=False).json()
+        data = httpx.get(url, timeout=limits, trust_env=False).json()
         return str(data["data"][0]["id"])
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
-        raise SpecError(f"no --model given and {url} lists none", "--model") from None
+        raise SpecError(f"no --model given and {display_url(url)} lists none", "--model") from None
 
 
 def resolve(
@@ -78,7 +85,7 @@ def print_result(result: ProbeResult, console: Console) -> None:
         table.add_column(col, overflow="fold")
     for v in result.verdicts:
         colour = COLOURS.get(v.verdict, "white")
-        table.add_row(v.param, f"[{colour}]{v.verdict}[/]", v.detail)
+        table.add_row(v.param, f"[{colour}]{v.verdict}[/]", escape(v.detail))  # server text
     console.print(table)
 
 

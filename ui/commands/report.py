@@ -15,14 +15,21 @@ import click
 import psycopg
 from rich.table import Table
 
-from analysis.reports import figures, render
 from analysis.reports.report import build_report
-from analysis.reports.summary import render_client_vs_server_table, render_summary_table
+from analysis.reports.summary_audio import render_audio_table
+from analysis.reports.summary_table import render_client_vs_server_table, render_summary_table
+from analysis.reports.workload_table import (
+    render_adapter_table,
+    render_prefix_table,
+    server_counter_lines,
+)
+from analysis.store.imports import import_lines
 from analysis.store.probe import probe_rows
 from analysis.verdicts import sla
 from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import SpecError, StoreError
 from ui.commands.runs import analysis_store, fail, resolve_or_fail
+from ui.options import Number, OutputFile, OutputFolder
 from ui.output import stdout_console
 from ui.results import cost_line, print_verdict
 
@@ -40,9 +47,9 @@ def no_requests_sentence(report: dict[str, Any]) -> str:
 
 @click.command("report")
 @click.argument("run")
-@click.option("--html", "html_out", type=click.Path(dir_okay=False), help="write the HTML report")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="write every number")
-@click.option("--png-dir", type=click.Path(file_okay=False), help="write PNG figures here")
+@click.option("--html", "html_out", type=OutputFile(), help="write the HTML report")
+@click.option("--json", "json_out", type=OutputFile(), help="write every number")
+@click.option("--png-dir", type=OutputFolder(), help="write PNG figures here")
 @click.option(
     "--claims",
     "claims_path",
@@ -60,7 +67,7 @@ def no_requests_sentence(report: dict[str, Any]) -> str:
     "--percentile",
     default=99.0,
     show_default=True,
-    type=click.FloatRange(0, 100, max_open=True),
+    type=Number(0, 100, max_open=True),
     help="frontier percentile",
 )
 def report_command(
@@ -83,10 +90,23 @@ def report_command(
     except (SpecError, StoreError, psycopg.Error) as e:
         fail(str(e))
     console = stdout_console()
+    if report.get("imported"):
+        for line in import_lines(report["imported"]):
+            console.print(line, markup=False, highlight=False)
     if report["run"].get("requests"):
         console.print(render_summary_table(report["summary"]))
+        if (audio := render_audio_table(report["summary"])) is not None:
+            console.print(audio)
         if (server := render_client_vs_server_table(report["summary"])) is not None:
             console.print(server)
+        for table in (
+            render_adapter_table(report["summary"]),
+            render_prefix_table(report["summary"]),
+        ):
+            if table is not None:
+                console.print(table)
+        for line in server_counter_lines(report.get("prefix_cache_server") or {}):
+            console.print(line)
     else:
         console.print(no_requests_sentence(report))
     diag = report["server"]["diagnosis"]
@@ -120,9 +140,13 @@ def report_command(
             Path(json_out).write_text(json.dumps(report, indent=1), encoding="utf-8")
             console.print(f"JSON: {json_out}")
         if html_out:
+            from analysis.reports import render  # plotly: only for --html
+
             Path(html_out).write_text(render.render_html(report), encoding="utf-8")
             console.print(f"HTML: {html_out}")
         if png_dir:
+            from analysis.reports import figures  # matplotlib: only for --png-dir
+
             paths = figures.write_pngs(report, png_dir)
             console.print(f"PNG: {len(paths)} figures in {png_dir}")
     except OSError as e:

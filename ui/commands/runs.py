@@ -85,6 +85,9 @@ def _validity(v: Any) -> str:
     metavar="KEY=VALUE",
     help="runs whose labels include KEY=VALUE (repeatable)",
 )
+@click.option("--owner", "launched_by", metavar="NAME", help="runs this person launched")
+@click.option("--preset", help="runs whose target used this preset")
+@click.option("--tag", help="runs tagged so")
 @click.option(
     "--format",
     "fmt",
@@ -101,6 +104,9 @@ def runs_command(
     schedule_name: str | None,
     model: str | None,
     labels: tuple[str, ...],
+    launched_by: str | None,
+    preset: str | None,
+    tag: str | None,
     fmt: str,
     as_json: bool,
 ) -> None:
@@ -122,6 +128,9 @@ def runs_command(
                 schedule_name=schedule_name,
                 model=model,
                 labels=want or None,
+                launched_by=launched_by,
+                preset=preset,
+                tag=tag,
                 limit=limit,
             )
     except (StoreError, psycopg.Error) as e:
@@ -134,6 +143,8 @@ def runs_command(
                 "target": r["target_url"],
                 "model": r["model"],
                 "labels": r["labels"],
+                "launched_by": r["launched_by"],
+                "tags": list(r["tags"]),
                 "status": r["status"],
                 "valid": None if pd.isna(r["valid"]) else bool(r["valid"]),
                 "started_at": None if pd.isna(r["started_at"]) else r["started_at"].isoformat(),
@@ -149,6 +160,8 @@ def runs_command(
         "target",
         "model",
         "labels",
+        "by",
+        "tags",
         "started (UTC)",
         "duration",
         "status",
@@ -167,6 +180,8 @@ def runs_command(
                 str(r["target_url"]),
                 str(r["model"]),
                 _labels_text(r["labels"]),
+                str(r["launched_by"] or ""),
+                ",".join(r["tags"]),
                 started,
                 dur,
                 str(r["status"]),

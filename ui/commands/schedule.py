@@ -1,6 +1,8 @@
 """`peakload schedule add SPEC --cron EXPR [--name N] | list | remove NAME`: nightly runs. State in
 PostgreSQL; fired by the beat (`peakload worker --beat`) and started by a control worker
-(`peakload worker --control`). Cron is UTC; a missed slot is listed, never silently skipped."""
+(`peakload worker --control`). Cron is UTC; a missed slot is listed, never silently skipped.
+Exit codes (analysis.verdicts.exitcodes): 0 done; 2 bad spec, cron or option, or the store
+unreachable; 6 `remove`: no schedule of that name."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ import sys
 from pathlib import Path
 
 import click
+import psycopg
 from rich.table import Table
 
+from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import PeakloadError
 from ui.output import stdout_console
 
@@ -24,7 +28,7 @@ def schedule_group() -> None:
 @click.option("--cron", required=True, help='e.g. "0 2 * * *" (02:00 UTC every day)')
 @click.option("--name", help="defaults to the spec's name")
 def add(spec_path: str, cron: str, name: str | None) -> None:
-    from loadgen.spec import load_spec
+    from loadgen.checks.specfile import load_spec
     from workers.schedules import add_schedule
     from workers.store.connect import connect_store
 
@@ -32,9 +36,9 @@ def add(spec_path: str, cron: str, name: str | None) -> None:
         spec = load_spec(spec_path)
         with connect_store(autocommit=True) as conn:
             add_schedule(conn, name or spec.name, cron, spec, str(Path(spec_path).resolve()))
-    except PeakloadError as exc:
+    except (PeakloadError, psycopg.Error) as exc:
         click.echo(f"peakload schedule add: {exc}", err=True)
-        sys.exit(1)
+        sys.exit(Exit.BAD_INPUT)
     click.echo(f"schedule {name or spec.name!r} added: {cron} (UTC)")
 
 
@@ -46,9 +50,9 @@ def list_() -> None:
     try:
         with connect_store(autocommit=True) as conn:
             rows = list_schedules(conn)
-    except PeakloadError as exc:
+    except (PeakloadError, psycopg.Error) as exc:
         click.echo(f"peakload schedule list: {exc}", err=True)
-        sys.exit(1)
+        sys.exit(Exit.BAD_INPUT)
     t = Table(title="schedules (UTC)")
     for col in ("name", "cron", "next", "last fired", "last run", "missed", "failed"):
         t.add_column(col)
@@ -74,8 +78,13 @@ def remove(name: str) -> None:
     from workers.schedules import remove_schedule
     from workers.store.connect import connect_store
 
-    with connect_store(autocommit=True) as conn:
-        if not remove_schedule(conn, name):
-            click.echo(f"peakload schedule remove: no schedule named {name!r}", err=True)
-            sys.exit(1)
+    try:
+        with connect_store(autocommit=True) as conn:
+            removed = remove_schedule(conn, name)
+    except (PeakloadError, psycopg.Error) as exc:
+        click.echo(f"peakload schedule remove: {exc}", err=True)
+        sys.exit(Exit.BAD_INPUT)
+    if not removed:
+        click.echo(f"peakload schedule remove: no schedule named {name!r}", err=True)
+        sys.exit(Exit.MISSING)
     click.echo(f"schedule {name!r} removed")

@@ -14,22 +14,27 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
-from analysis.store.load import load_requests, load_run
+from analysis.store.load import load_levels, load_requests, load_run
 from analysis.verdicts import sla
 from analysis.verdicts.exitcodes import Exit
-from analysis.verdicts.verdict import ERROR_METRIC, RunJudgement, judge_claims
+from analysis.verdicts.verdict import ERROR_METRIC, LOAD_METRIC, RunJudgement, judge_claims
 from loadgen.errors import SpecError, StoreError
 from ui.commands.runs import analysis_store, fail, resolve_or_fail
+from ui.options import Number
 from ui.output import stdout_console
 
 _STYLE = {"pass": "green", "fail": "bold red", "insufficient samples": "yellow"}
 
 
 def verdict_table(verdicts: list[sla.ClaimVerdict], title: str = "SLA verdicts") -> Table:
-    t = Table(title=f"{title} (exact binomial; exceedance = value >= threshold, or a failure)")
+    t = Table(
+        title=f"{title} (exact binomial; itl_ms: the request as the unit; exceedance = value "
+        ">= threshold, or a failure)"
+    )
     for col in (
         "claim",
         "n",
+        "tokens",
         "exceed",
         "observed",
         "exceed. bound (upper)",
@@ -44,12 +49,13 @@ def verdict_table(verdicts: list[sla.ClaimVerdict], title: str = "SLA verdicts")
             "—"
             if v.observed is None
             else f"{v.observed:.2%}"
-            if v.metric == ERROR_METRIC
+            if v.metric in (ERROR_METRIC, LOAD_METRIC)
             else f"{v.observed:,.1f}"
         )
         t.add_row(
             v.claim,
             str(v.n),
+            "—" if v.tokens is None else str(v.tokens),
             str(v.exceedances),
             obs,
             f"{v.exceed_upper:.4%}",
@@ -72,7 +78,7 @@ def verdict_table(verdicts: list[sla.ClaimVerdict], title: str = "SLA verdicts")
 )
 @click.option(
     "--confidence",
-    type=click.FloatRange(0.5, 1.0, min_open=True, max_open=True),
+    type=Number(0.5, 1.0, min_open=True, max_open=True),
     help="override the claims file's confidence (default 0.99)",
 )
 @click.option("--json", "as_json", is_flag=True, help="print the verdicts as JSON")
@@ -84,9 +90,10 @@ def sla_command(run: str, claims_path: str, confidence: float | None, as_json: b
             run_id = resolve_or_fail(conn, run)
             run_row = load_run(conn, run_id)
             df = load_requests(conn, run_id)
+            levels = load_levels(conn, run_id)
     except (SpecError, StoreError, psycopg.Error) as e:
         fail(str(e), Exit.BAD_INPUT)
-    judged = judge_claims(run_row, df, claims, confidence=confidence)
+    judged = judge_claims(run_row, df, claims, confidence=confidence, levels=levels)
     if as_json:
         out = {"run_id": run_id, **judged.to_json()}
         out["verdicts"] = out.pop("criteria")

@@ -19,9 +19,11 @@ from rich.live import Live
 from rich.table import Table
 
 from analysis.verdicts.exitcodes import Exit
+from loadgen.checks.specfile import load_spec
 from loadgen.errors import PeakloadError
-from loadgen.spec import load_spec
+from ui.options import Number, OutputFile
 from ui.output import stdout_console
+from ui.people import owner_option
 
 
 def _workers_option(values: tuple[str, ...]) -> dict[str, int] | None:
@@ -42,7 +44,7 @@ def _workers_option(values: tuple[str, ...]) -> dict[str, int] | None:
 @click.option(
     "--json",
     "json_out",
-    type=click.Path(dir_okay=False),
+    type=OutputFile(),
     help="with --wait: write the summary as JSON",
 )
 @click.option(
@@ -54,7 +56,7 @@ def _workers_option(values: tuple[str, ...]) -> dict[str, int] | None:
 )
 @click.option(
     "--ready-timeout",
-    type=float,
+    type=Number(0, 86_400, min_open=True),
     default=60.0,
     show_default=True,
     help="seconds for every shard to check in before the run is aborted",
@@ -62,6 +64,11 @@ def _workers_option(values: tuple[str, ...]) -> dict[str, int] | None:
 @click.option("--no-preflight", is_flag=True, help="skip the streaming check and calibration")
 @click.option("--no-probe", is_flag=True, help="do not probe the spec's parameters first")
 @click.option("--quiet", is_flag=True, help="no live table")
+@click.option(
+    "--owner",
+    metavar="NAME",
+    help="who launched the run, kept with it (default: the OS user running this command)",
+)
 def submit_command(
     spec_path: str,
     wait: bool,
@@ -71,6 +78,7 @@ def submit_command(
     no_preflight: bool,
     no_probe: bool,
     quiet: bool,
+    owner: str | None,
 ) -> None:
     """Run SPEC across the region workers (PEAKLOAD_REDIS_URL, PEAKLOAD_DATABASE_URL)."""
     from ui.results import print_estimate
@@ -79,13 +87,14 @@ def submit_command(
     console = stdout_console()
     if json_out and not wait:
         raise click.UsageError("--json needs --wait (the summary exists once the run ends)")
+    launched_by = owner_option(owner)
     try:
         spec = load_spec(spec_path)
         print_estimate(spec, console)
         coord = Coordinator.from_env()
         probe_result = None
         if not no_probe:
-            from loadgen import hosted
+            from loadgen.checks import hosted
             from workers.param_probe import checked_probe
 
             hosted.guard(spec)  # a run its provider's limits refuse sends not even the probe
@@ -94,6 +103,7 @@ def submit_command(
             workers_per_region=_workers_option(workers),
             ready_timeout_s=ready_timeout,
             preflight=not no_preflight,
+            launched_by=launched_by,
         )
         launch = coord.submit(spec, opts)
         if probe_result is not None:
@@ -110,7 +120,12 @@ def submit_command(
             sys.exit(Exit.PARTIAL)
         console.print(f"run [bold]{launch.run_id}[/] started on {len(launch.plans)} shard(s)")
         if not wait:
-            sys.exit(Exit.PASSED)
+            # started, not ended, nothing judged: the table's "has not ended" (5), never a pass
+            console.print(
+                f"not waiting: nothing judged yet (exit {int(Exit.PARTIAL)}); "
+                f"`peakload report {launch.run_id}` once it ends"
+            )
+            sys.exit(Exit.PARTIAL)
         code = _follow(coord, launch.run_id, console, json_out, quiet)
     except PeakloadError as exc:
         click.echo(f"peakload submit: {exc}", err=True)

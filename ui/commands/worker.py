@@ -4,7 +4,8 @@ control queue (scheduled runs' coordination) and `--beat` runs the PostgreSQL-ba
 
 A worker reaches the target through `--target-override URL` (or PEAKLOAD_TARGET_OVERRIDE) when
 set: e.g. a latency proxy standing in for the region's network path. Redis from
-PEAKLOAD_REDIS_URL, the store from PEAKLOAD_DATABASE_URL.
+PEAKLOAD_REDIS_URL, the store from PEAKLOAD_DATABASE_URL. `--metrics-port` serves the shards'
+live metrics (workers.metrics_serve).
 """
 
 from __future__ import annotations
@@ -62,6 +63,18 @@ def celery_argv(
     metavar="URL",
     help="base URL to reach the target through (e.g. this region's latency proxy)",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="live Prometheus metrics of the shards run here (PEAKLOAD_METRICS_PORT); 0: a free "
+    "port per pool process (needed with --concurrency > 1), logged and stored with each shard",
+)
+@click.option(
+    "--metrics-host",
+    default=None,
+    help="address the metrics server binds (PEAKLOAD_METRICS_HOST; default 127.0.0.1)",
+)
 @click.option("--control", is_flag=True, help="also consume the control queue")
 @click.option("--beat", is_flag=True, help="run the schedule beat instead of a worker")
 @click.option("--loglevel", default="info", show_default=True)
@@ -69,6 +82,8 @@ def worker_command(
     region: str | None,
     concurrency: int,
     target_override: str | None,
+    metrics_port: int | None,
+    metrics_host: str | None,
     control: bool,
     beat: bool,
     loglevel: str,
@@ -90,5 +105,14 @@ def worker_command(
         # shard checks again, for a variable set behind this command's back)
         policy_from_env().check(target_override)
         os.environ["PEAKLOAD_TARGET_OVERRIDE"] = target_override
+    if metrics_port is not None:  # read by each pool process (workers.metrics_serve)
+        if metrics_port and concurrency > 1:
+            raise click.BadParameter(
+                f"one port cannot serve {concurrency} pool processes: give 0 (a free port each)",
+                param_hint="--metrics-port",
+            )
+        os.environ["PEAKLOAD_METRICS_PORT"] = str(metrics_port)
+    if metrics_host:
+        os.environ["PEAKLOAD_METRICS_HOST"] = metrics_host
     argv = celery_argv(region, concurrency, control=control, beat=beat, loglevel=loglevel)
     os.execv(argv[0], argv)  # noqa: S606 -- a fixed argv, no shell involved

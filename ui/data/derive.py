@@ -125,7 +125,8 @@ def changes(
     baseline: str,
     metrics: Sequence[str] = acmp.COMPARE_METRICS,
 ) -> pd.DataFrame:
-    """Each run against the baseline (analysis.verdicts.compare.compare_runs: bootstrap CI of the
+    """Each run against the baseline (analysis.verdicts.compare.compare_runs: the request as the
+    unit, Holm over each run's rows (correction, family_size columns); bootstrap CI of the
     difference, Mann-Whitney U, regression/improvement flags), with a `run` column."""
     parts = []
     for rid, df in frames.items():

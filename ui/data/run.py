@@ -18,11 +18,16 @@ import streamlit as st
 from analysis import metrics as m
 from analysis.reports import render as arender
 from analysis.reports import report as areport
+from analysis.reports import workload_table
 from analysis.reports.export import write_requests
-from analysis.reports.summary import CLIENT_VS_SERVER, client_vs_server_rows
+from analysis.reports.summary_table import CLIENT_VS_SERVER, client_vs_server_rows
 from analysis.stats import regions as aregions
+from analysis.stats import server_diagnosis
 from analysis.stats import server_metrics as asrv
+from analysis.stats import throughput as athroughput
+from analysis.stats import timeslices as aslices
 from analysis.store import load as al
+from analysis.store.imports import import_lines, load_import
 from analysis.store.probe import load_probe, probe_rows
 from ui.data import derive, shared
 
@@ -36,6 +41,15 @@ def probe(run_id: str) -> pd.DataFrame:
         result = load_probe(c, run_id)
     cols = ["parameter", "verdict", "detail"]
     return pd.DataFrame(probe_rows(result) if result else [], columns=cols)
+
+
+@st.cache_data(ttl=shared.RUNS_TTL_S, show_spinner=False)
+def imported(run_id: str) -> list[str]:
+    """What an imported run says about its import (analysis.store.imports): empty for a run
+    peakload measured."""
+    with shared.store().conn() as c:
+        notes = load_import(c, run_id)
+    return import_lines(notes) if notes else []
 
 
 def headline(s: dict[str, Any]) -> dict[str, Any]:
@@ -86,6 +100,48 @@ def level_table(s: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+AUDIO_COLUMNS = (
+    ("TTFAB p50 ms", "ttfab_ms", "p50"),
+    ("TTFAB p99 ms", "ttfab_ms", "p99"),
+    ("RTF p50", "audio_rtf", "p50"),
+    ("RTF p99", "audio_rtf", "p99"),
+    ("audio x p50", "audio_speed_x", "p50"),
+    ("chunk gap p50 ms", "chunk_gap_ms", "p50"),
+    ("chunk gap p99 ms", "chunk_gap_ms", "p99"),
+    ("words/s p50", "words_per_s", "p50"),
+)
+
+
+def audio_table(s: dict[str, Any]) -> pd.DataFrame:
+    """Per level of a speech run: time to first audio byte, real-time factor, audio seconds per
+    wall second, gaps between audio chunks, words per second, audio delivered and the level's
+    audio rate (analysis.reports.summary_audio); empty for a run without audio."""
+    cols = ["level", *(head for head, _, _ in AUDIO_COLUMNS), "audio s", "audio s/s"]
+    rows = [
+        [
+            lv["level"],
+            *((lv["audio"].get(metric) or {}).get(q) for _, metric, q in AUDIO_COLUMNS),
+            lv["audio"].get("audio_s"),
+            lv["audio"].get("audio_s_per_s"),
+        ]
+        for lv in s.get("levels", [])
+        if lv.get("audio")
+    ]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def adapter_table(s: dict[str, Any]) -> pd.DataFrame:
+    """Per (level, LoRA adapter): latency, throughput and the switch cost (ms); empty without
+    adapters (analysis.reports.workload_table.adapter_rows)."""
+    return pd.DataFrame(workload_table.adapter_rows(s))
+
+
+def prefix_table(s: dict[str, Any]) -> pd.DataFrame:
+    """Per (level, arm): TTFT with vs without the shared prefix beside the server's cache hits;
+    empty without a shared prefix or cache reports (analysis.reports.workload_table)."""
+    return pd.DataFrame(workload_table.prefix_rows(s))
+
+
 def client_vs_server_table(s: dict[str, Any]) -> pd.DataFrame:
     """Per level (and region, where the run has several): the client's TTFT and ITL p50 against
     the server's own prefill(+queue) and time between tokens, and the gaps (ms); empty when the
@@ -115,14 +171,29 @@ def _spectra(run_id: str, version: str, metric: str, by: str) -> pd.DataFrame:
 
 def series(run_id: str, bucket_s: float = 1.0) -> pd.DataFrame:
     """Throughput, in-flight and errors per time bucket and region
-    (analysis.store.load.timeseries)."""
+    (analysis.store.load.timeseries), tokens/s counted at arrival as every table counts them
+    (analysis.stats.throughput)."""
     return _series(run_id, shared.version(run_id), bucket_s)
 
 
 @st.cache_data(ttl=shared.RESULT_TTL_S, show_spinner=False)
 def _series(run_id: str, version: str, bucket_s: float) -> pd.DataFrame:
     with shared.store().conn() as c:
-        return al.timeseries(c, run_id, bucket_s)
+        ts = al.timeseries(c, run_id, bucket_s)
+    return athroughput.with_arrival_throughput(
+        ts, shared.requests(run_id), shared.chunks(run_id), bucket_s
+    )
+
+
+def timeslices(run_id: str, metric: str, window_s: float) -> pd.DataFrame:
+    """`metric` per `window_s`-second window of send time over the whole run
+    (analysis.stats.timeslices): sent, ok, failed, ok/s, p50/p90/p99 ms."""
+    return _timeslices(run_id, shared.version(run_id), metric, window_s)
+
+
+@st.cache_data(ttl=shared.RESULT_TTL_S, show_spinner=False)
+def _timeslices(run_id: str, version: str, metric: str, window_s: float) -> pd.DataFrame:
+    return aslices.timeslices(shared.requests(run_id), metric, window_s, shared.chunks(run_id))
 
 
 def server_view(run_id: str, bucket_s: float = 1.0) -> dict[str, Any]:
@@ -134,14 +205,10 @@ def server_view(run_id: str, bucket_s: float = 1.0) -> dict[str, Any]:
 
 @st.cache_data(ttl=shared.RESULT_TTL_S, show_spinner=False)
 def _server_view(run_id: str, version: str, bucket_s: float) -> dict[str, Any]:
+    # read (or recall) what the section needs first: each takes the store's lock itself
+    run, df, levels = shared.run(run_id), shared.requests(run_id), shared.summary(run_id)["levels"]
     with shared.store().conn() as c:
-        return asrv.server_section(
-            c,
-            shared.run(run_id),
-            shared.requests(run_id),
-            shared.summary(run_id)["levels"],
-            bucket_s,
-        )
+        return asrv.server_section(c, run, df, levels, bucket_s)
 
 
 def region_network(run_id: str) -> pd.DataFrame:
@@ -189,7 +256,7 @@ def server_level_table(view: dict[str, Any]) -> pd.DataFrame:
         {
             "level": lv,
             **{label: stats.get(k) for k, label in names.items()},
-            "split from": asrv.split_sources(stats),
+            "split from": server_diagnosis.split_sources(stats),
         }
         for lv, stats in sorted(view["levels"].items())
     ]

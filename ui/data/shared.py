@@ -89,8 +89,12 @@ def runs(
     status: str | None = None,
     schedule: str | None = None,
     limit: int = 500,
+    launched_by: str | None = None,
+    preset: str | None = None,
+    tag: str | None = None,
 ) -> pd.DataFrame:
-    """Stored runs, newest first (analysis.store.load.load_runs); `label` is "key=value"."""
+    """Stored runs, newest first (analysis.store.load.load_runs); `label` is "key=value";
+    `launched_by`, `preset` and `tag` match exactly."""
     labels = None
     if label and "=" in label:
         k, v = label.split("=", 1)
@@ -107,6 +111,9 @@ def runs(
             labels=labels,
             status=status or None,
             schedule_name=schedule or None,
+            launched_by=launched_by or None,
+            preset=preset or None,
+            tag=tag or None,
             limit=limit,
         )
 

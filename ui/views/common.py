@@ -4,12 +4,14 @@ that keep the selection in the URL (`?run=` and `?runs=`), and number formatting
 from __future__ import annotations
 
 import math
-from typing import Any
+from functools import partial
+from typing import Any, Literal
 
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from ui import charts
 from ui.data import shared
 
 RUN_PARAM = "run"
@@ -17,7 +19,8 @@ RUNS_PARAM = "runs"
 
 
 def chart(fig: go.Figure, frame: pd.DataFrame, name: str) -> None:
-    """An interactive chart (zoom, hover; the toolbar saves a PNG) and a CSV of its data."""
+    """An interactive chart (zoom, hover; the toolbar saves a PNG), then downloads of its data
+    (CSV) and of the figure as PNG and SVG (drawn only when clicked: ui.charts.static_image)."""
     st.plotly_chart(
         fig,
         theme="streamlit",
@@ -27,7 +30,20 @@ def chart(fig: go.Figure, frame: pd.DataFrame, name: str) -> None:
             "toImageButtonOptions": {"format": "png", "filename": name, "scale": 2},
         },
     )
-    csv_download(frame, name)
+    c = st.columns(3)
+    with c[0]:
+        csv_download(frame, name)
+    formats: tuple[Literal["png", "svg"], ...] = ("png", "svg")
+    for col, fmt in zip(c[1:], formats, strict=True):
+        col.download_button(
+            f"{name}.{fmt}",
+            data=partial(charts.static_image, fig, fmt),
+            file_name=f"{name}.{fmt}",
+            mime=charts.IMAGE_MIME[fmt],
+            key=f"{fmt}-{name}",
+            on_click="ignore",
+            icon=":material/image:",
+        )
 
 
 def csv_download(frame: pd.DataFrame, name: str) -> None:

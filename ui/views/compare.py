@@ -63,7 +63,8 @@ st.caption(
 st.subheader("Changes against a baseline")
 baseline = st.selectbox("Baseline", chosen, format_func=lambda k: names.get(k, k), key="cmp_base")
 with_itl = st.checkbox(
-    "Include ITL per token (one sample per token: slow on large runs)", key="cmp_itl"
+    "Include ITL per token (resampled by request, all its tokens together: slow on large runs)",
+    key="cmp_itl",
 )
 table = compare_data.changes(tuple(chosen), baseline, with_itl)
 st.dataframe(
@@ -76,12 +77,18 @@ st.dataframe(
         "delta_pct": st.column_config.NumberColumn("change %", format="%+.1f%%"),
         "ci_lower": st.column_config.NumberColumn("95% CI low (ms)", format="%+.3f"),
         "ci_upper": st.column_config.NumberColumn("95% CI high (ms)", format="%+.3f"),
-        "mwu_p": st.column_config.NumberColumn("Mann-Whitney p", format="%.2g"),
+        "p_worse": st.column_config.NumberColumn("p (one-sided)", format="%.2g"),
+        "p_adjusted": st.column_config.NumberColumn("p (Holm)", format="%.2g"),
+        "n_base": st.column_config.NumberColumn("n baseline (requests)"),
+        "n_cand": st.column_config.NumberColumn("n this run (requests)"),
     },
 )
+sizes = sorted({int(x) for x in table.get("family_size", [])}) if len(table) else []
 st.caption(
-    "Per metric, level (matched by index) and percentile; steady phase, ok requests. A "
-    "regression is > 5% worse with the bootstrap CI of the difference above zero (and, at p50, "
-    "a one-sided Mann-Whitney p < 0.05)."
+    "Per metric, level (matched by index) and percentile; steady phase, ok requests; the request "
+    "is the unit (ITL: requests resampled with all their tokens). Each run's rows are one family: "
+    "a regression is > 5% worse with its Holm-adjusted one-sided p < 0.05 (family-wise error "
+    f"rate 5%; family size {', '.join(map(str, sizes)) or '—'} tests). One baseline run: "
+    "run-to-run variation is not counted (`peakload compare B1 B2 ... --candidate C` counts it)."
 )
 csv_download(table, "changes")

@@ -1,4 +1,5 @@
-"""Run: one stored run — its cards and validity, percentile curves, throughput / in-flight /
+"""Run: one stored run — its cards and validity, percentile curves (log latency axis across
+decades), a metric per N-second window beside the server's series, throughput / in-flight /
 errors over time per region with the server's own metrics and the diagnosis beside them, the
 per-level table (with connection set-up and re-sends), a token timeline of sampled requests,
 failures by kind, the test-matrix labels, client vs server (when the server reported its own
@@ -8,11 +9,15 @@ from __future__ import annotations
 
 import streamlit as st
 
-from analysis.reports.summary import search_line
-from ui import charts
+from analysis.reports.summary_table import search_line
+from ui import annotate, charts
 from ui.data import run as run_data
 from ui.data import shared
+from ui.login import current_visitor
 from ui.views.common import METRICS, chart, fmt, pick_metric, pick_run
+
+SLICE_METRICS = ("ttft_ms", "ttfat_ms", "ttft_sched_ms", "tpot_ms", "e2e_ms", "e2e_sched_ms")
+WINDOWS_S = (1, 2, 5, 10, 15, 30, 60)
 
 picked = pick_run()
 if picked is None:
@@ -26,6 +31,7 @@ st.title(f"Run: {run['name']}")
 st.caption(
     f"{run_id} · {run['api']} {run['target_url']} · model {run['model']} · "
     f"status **{run['status']}** · mode {run['mode']}"
+    + (f" · launched by **{run['launched_by']}**" if run.get("launched_by") else "")
 )
 
 if summary["valid"] is False:
@@ -43,6 +49,7 @@ else:
     )
 if run.get("status_reason"):
     st.info(f"Status reason: {run['status_reason']}")
+annotate.show(run_id, current_visitor())
 
 if not cards["requests"]:
     st.warning(
@@ -62,15 +69,18 @@ c[4].metric("Best output tok/s", fmt(cards["best_tokens_per_s"], 1))
 c[5].metric(f"p99 TTFT, level {cards['busiest_level']}", fmt(cards["p99_ttft_ms"], 1, "ms"))
 
 server_timed = bool(summary.get("server_timings"))
+spoken = any(lv.get("audio") for lv in summary.get("levels", []))  # a speech run
 names = [
     "Percentiles",
     "Over time",
+    "Timeslices",
     "Levels",
     "Token timeline",
     "Failures",
     "Labels",
     # only when the server reported its own timings (llama.cpp, Ollama, TGI do)
     *(["Client vs server"] if server_timed else []),
+    *(["Audio"] if spoken else []),
     "Export",
 ]
 tabs = dict(zip(names, st.tabs(names), strict=True))
@@ -89,7 +99,10 @@ with tabs["Percentiles"]:
         curves,
         f"percentiles-{metric}-{by}-{run_id[:8]}",
     )
-    st.caption("Steady phase, ok requests. Shaded: 95% bootstrap band per percentile.")
+    st.caption(
+        "Steady phase, ok requests. Shaded: 95% bootstrap band per percentile. The latency axis "
+        "turns logarithmic when the curves span more than a decade, so every level stays legible."
+    )
 
 with tabs["Over time"]:
     ts = run_data.series(run_id)
@@ -122,6 +135,30 @@ with tabs["Over time"]:
             + ". Means over each level's steady span; server times from its own histograms."
         )
 
+with tabs["Timeslices"]:
+    left, right = st.columns(2)
+    with left:
+        slice_metric = pick_metric("slice_metric", SLICE_METRICS)
+    with right:
+        window = st.select_slider("Window (s)", WINDOWS_S, value=5, key="slice_window")
+    slices = run_data.timeslices(run_id, slice_metric, float(window))
+    server_rows = run_data.server_view(run_id, float(window))["rows"]
+    chart(
+        charts.timeslices(
+            slices,
+            server_rows,
+            METRICS[slice_metric],
+            f"{METRICS[slice_metric]} per {window} s window, beside the server's own series",
+        ),
+        slices,
+        f"timeslices-{slice_metric}-{window}s-{run_id[:8]}",
+    )
+    st.caption(
+        "Every request of the run (warm-up and cool-down too) in the window of its send; "
+        "p50/p90/p99 over the window's ok requests. The server's series (when the run scraped "
+        "its metrics or it reported its own timings) share the windows."
+    )
+
 with tabs["Levels"]:
     if search := search_line(summary):
         st.info(search)
@@ -136,6 +173,25 @@ with tabs["Levels"]:
         "a connection, with its set-up time; re-sent: sent again on a new connection after a "
         "reused one died before any response byte."
     )
+    adapters = run_data.adapter_table(summary)
+    if not adapters.empty:
+        st.subheader("Per adapter")
+        st.dataframe(adapters, hide_index=True)
+        st.caption(
+            "Each LoRA adapter's own requests: ms over its ok steady requests, req/s and tok/s "
+            "inside the level's steady window. Switch cost = TTFT p50 of its requests right "
+            "after a switch (the one scheduled before asked another adapter) - TTFT p50 of its "
+            "steady requests."
+        )
+    prefix = run_data.prefix_table(summary)
+    if not prefix.empty:
+        st.subheader("Prefix cache: with vs without the shared prefix")
+        st.dataframe(prefix, hide_index=True)
+        st.caption(
+            "TTFT (ms) of requests carrying the run's shared prefix beside those without it, "
+            "and the server's own count of cached prompt tokens (llama.cpp cache_n, usage "
+            "cached_tokens); hit_share = share of requests it reported a hit for."
+        )
 
 with tabs["Token timeline"]:
     tl = run_data.token_timeline(run_id)
@@ -155,6 +211,8 @@ with tabs["Failures"]:
 
 with tabs["Labels"]:
     st.dataframe(run_data.labels_table(run), hide_index=True)
+    if notes := run_data.imported(run_id):
+        st.info("\n\n".join(notes))  # another tool's results: what they held, what they lacked
     probed = run_data.probe(run_id)
     if not probed.empty:
         st.write("What the target did with the run's request parameters (`peakload probe`):")
@@ -168,6 +226,16 @@ if server_timed:
             "prefill includes its queue time where it reports one; server ITL is its decode "
             "time / (tokens - 1); gap = client p50 - server p50 (network, the client, and any "
             "queue the server does not report)."
+        )
+
+if spoken:
+    with tabs["Audio"]:
+        st.dataframe(run_data.audio_table(summary), hide_index=True)
+        st.caption(
+            "Steady phase, ok requests. TTFAB: time to first audio byte (speech out) or first "
+            "transcript text (speech in), from send; RTF: E2E / audio length (below 1: faster "
+            "than real time); audio x: audio seconds per wall second; chunk gap: between audio "
+            "chunks; audio s/s: audio of the requests completed in the steady window per second."
         )
 
 with tabs["Export"]:

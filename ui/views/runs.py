@@ -1,5 +1,5 @@
-"""Runs: every stored run in a searchable table, filtered by target, model, label, date and
-status; pick one to open, or several to compare."""
+"""Runs: every stored run in a searchable table, filtered by name, target, model, label, who
+launched it, preset, tag, status and date; pick one to open, or several to compare."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ name_q = search.text_input("Name contains", key="f_name")
 target_q = target.text_input("Target contains", key="f_target")
 model_q = model.text_input("Model (exact)", key="f_model")
 label_q = label.text_input("Label (key=value)", key="f_label", placeholder="engine=vllm")
+owner, preset, tag, _ = st.columns(4)
+owner_q = owner.text_input("Launched by (exact)", key="f_owner")
+preset_q = preset.text_input("Preset (exact)", key="f_preset", placeholder="vllm")
+tag_q = tag.text_input("Tag (exact)", key="f_tag", placeholder="baseline")
 status_col, since_col, until_col, _ = st.columns(4)
 status_q = status_col.selectbox(
     "Status",
@@ -27,7 +31,16 @@ status_q = status_col.selectbox(
 since = since_col.date_input("Started on or after", value=None, key="f_since")
 until = until_col.date_input("Started on or before", value=None, key="f_until")
 
-found = shared.runs(name_q, target_q, model_q, label_q, status_q)
+found = shared.runs(
+    name_q,
+    target_q,
+    model_q.strip(),
+    label_q,
+    status_q,
+    launched_by=owner_q.strip(),
+    preset=preset_q.strip(),
+    tag=tag_q.strip(),
+)
 table = runs_data.runs_table(found, since, until)
 st.write(f"**{len(table)}** run(s)")
 

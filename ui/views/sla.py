@@ -55,9 +55,15 @@ if run.get("valid") is False:
 
 WORDS = {"pass": "PASS", "fail": "FAIL", "insufficient samples": "INSUFFICIENT SAMPLES"}
 for v in verdicts.to_dict("records"):
+    tokens = v.get("tokens")
+    of = (
+        f"{v['n']} samples"
+        if tokens is None or tokens != tokens  # NaN in a frame of mixed claims
+        else f"{int(tokens)} tokens from {v['n']} requests (the request is the unit)"
+    )
     text = (
         f"**{WORDS[v['verdict']]}** — {v['claim']}: observed p{v['percentile']:g} = "
-        f"{fmt(v['observed'], 2, 'ms')}; {v['exceedances']} of {v['n']} samples at or above "
+        f"{fmt(v['observed'], 2, 'ms')}; {v['exceedances']} of {of} at or above "
         f"{v['threshold']:g} ms (allowed {100 * v['allowed']:.3g}%); exceedance fraction in "
         f"[{100 * v['exceed_lower']:.3g}%, {100 * v['exceed_upper']:.3g}%] at "
         f"{100 * v['confidence']:g}% confidence."
@@ -67,11 +73,16 @@ for v in verdicts.to_dict("records"):
     elif v["verdict"] == "fail":
         st.error(text)
     else:
-        st.warning(text + f" Passing needs at least {v['samples_needed']} samples.")
+        st.warning(
+            text
+            + f" Passing needs at least {v['samples_needed']} "
+            + ("samples." if of.endswith("samples") else "requests.")
+        )
 
 st.dataframe(verdicts, hide_index=True)
 st.caption(
-    "Exact binomial test on exceedances from raw rows (steady phase); failed requests count "
+    "Exact binomial test on exceedances from raw rows (steady phase); a token-level claim "
+    "(itl_ms) takes the request as the unit (loadgen/results/clustered.py); failed requests count "
     'as exceedances unless a claim says `failures = "exclude"`.'
 )
 csv_download(verdicts, "verdicts")

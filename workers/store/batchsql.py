@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from loadgen.storeformat import BLOCK_COLUMNS, REQUEST_LAYOUTS, TICK_COLUMNS
+from loadgen.results.storeformat import BLOCK_COLUMNS, REQUEST_LAYOUTS, TICK_COLUMNS
 from workers.store.spool import EncodedBatch
 
 _REQ_COLS = {

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.records import RequestRecord
-from loadgen.storeformat import (
+from loadgen.results.records import RequestRecord
+from loadgen.results.storeformat import (
     BLOCK_CODED,
     BLOCK_COLUMNS,
     BLOCK_FLOAT_FIELDS,
@@ -89,7 +89,9 @@ _CODED: tuple[Callable[[RequestRecord], str | None], ...] = (
     lambda r: r.token_source.value,
 )
 N_SCALARS, N_CODED = len(_SCALARS), len(_CODED)
-assert (BLOCK_SCALARS[FORMAT], BLOCK_CODED) == (N_SCALARS, N_CODED), "see loadgen.storeformat"
+assert (BLOCK_SCALARS[FORMAT], BLOCK_CODED) == (N_SCALARS, N_CODED), (
+    "see loadgen.results.storeformat"
+)
 
 
 def body(

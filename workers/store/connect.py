@@ -15,8 +15,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
-from loadgen import storeformat
 from loadgen.errors import StoreError
+from loadgen.results import storeformat
 from workers.store import embedded, features, migrate
 
 DATABASE_ENV = storeformat.DATABASE_ENV

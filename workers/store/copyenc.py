@@ -14,8 +14,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from loadgen.records import RequestRecord, Tick
-from loadgen.storeformat import (
+from loadgen.results.records import RequestRecord, Tick
+from loadgen.results.storeformat import (
     PG_EPOCH_US,
     REQUEST_COLUMNS,
     REQUEST_LAYOUTS,
@@ -129,8 +129,39 @@ def _arrays(
     return out
 
 
+def _choices(r: RequestRecord) -> bytes:
+    """The chunk_choices column (deploy/sql/0190): NULL when every chunk is choice 0."""
+    c = r.chunk_choices
+    if not c:
+        return _NULL
+    if len(c) != len(r.chunk_offsets_us):
+        raise ValueError("chunk_choices and chunk_offsets_us differ in length")
+    flat, lens = _flat([c])
+    return _arrays(flat, lens, _ELEM_I2, 2, _INT2_OID, _EMPTY_INT2)[0]
+
+
+_WORKLOAD_NULLS = _NULL * 2
+
+
+def _workload(r: RequestRecord) -> bytes:
+    """The columns of deploy/sql/0220: adapter, shared_prefix_tokens."""
+    adapter = _NULL if r.adapter is None else _short(r.adapter)
+    return adapter + _int4_or_null(r.shared_prefix_tokens)
+
+
 def _float8_or_null(value: float | None) -> bytes:
     return _NULL if value is None else _F64.pack(8, value)
+
+
+_NO_AUDIO = _NULL * 3
+
+
+def _audio(r: RequestRecord) -> bytes:
+    """The columns of deploy/sql/0210 (a speech run's audio); NULL for every other API."""
+    ms, n, w = r.audio_ms, r.audio_bytes, r.transcript_words
+    if ms is None and n is None and w is None:
+        return _NO_AUDIO
+    return _float8_or_null(ms) + _int8_or_null(n) + _int4_or_null(w)
 
 
 def _tail(r: RequestRecord) -> bytes:
@@ -208,6 +239,9 @@ def encode_request(
         _free_text(r.prompt_text) if store_content else _NULL,
         _free_text(r.response_text) if store_content else _NULL,
         _tail(r),
+        _choices(r),
+        _audio(r),
+        _WORKLOAD_NULLS if r.adapter is None and r.shared_prefix_tokens is None else _workload(r),
     ))  # fmt: skip
 
 
@@ -261,8 +295,12 @@ def encode_batch(
     parts.append(TRAILER)
     packed = b""
     # a record whose two arrays differ in length is stored as it is, but cannot be packed: its
-    # batch gets no block, and readers of its run fall back to `requests`
-    if blocks and records and np.array_equal(off_lens, tok_lens):
+    # batch gets no block, and readers of its run fall back to `requests`; so does a batch with
+    # a request of `n > 1` choices (blocks have no place for chunk_choices, deploy/sql/0190)
+    choices = any(r.chunk_choices for r in records)
+    # nor one with a speech request's audio (blocks have no place for it, deploy/sql/0210)
+    audio = any(r.audio_ms is not None or r.audio_bytes is not None for r in records)
+    if blocks and records and not choices and not audio and np.array_equal(off_lens, tok_lens):
         try:
             packed = HEADER + block_rows.encode_blocks(records, off_flat, tok_flat, off_lens)
         except (struct.error, ValueError, OverflowError, AttributeError, TypeError) as e:

@@ -28,7 +28,7 @@ _COMPRESS = {
               "timescaledb.compress_orderby = 't')"),
 }  # fmt: skip
 
-# Ticks are per-second counts (loadgen.records.Tick), so a minute sums them.
+# Ticks are per-second counts (loadgen.results.records.Tick), so a minute sums them.
 _CAGG = sql.SQL("""CREATE MATERIALIZED VIEW IF NOT EXISTS {}
 WITH (timescaledb.continuous) AS
 SELECT time_bucket(INTERVAL '1 minute', t) AS bucket, run_id, shard_id, region,

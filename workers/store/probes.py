@@ -8,8 +8,12 @@ from typing import Any
 
 import psycopg
 
+from loadgen.scrub import scrub_tree
+
 
 def save_probe(conn: psycopg.Connection[Any], run_id: str, result: dict[str, Any]) -> None:
+    """Store `result` scrubbed (loadgen.scrub): its details are server answers."""
+    result = scrub_tree(result)
     conn.execute(
         "INSERT INTO run_probes (run_id, probed_at, target, result) VALUES (%s, %s, %s, %s)"
         " ON CONFLICT (run_id) DO UPDATE SET probed_at = EXCLUDED.probed_at,"

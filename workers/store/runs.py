@@ -6,7 +6,7 @@ caller's open `conn.transaction()`); wall-clock `*_ns` values are ns since the U
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -15,7 +15,9 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from loadgen.errors import StoreError
-from loadgen.spec import RunSpec
+from loadgen.runspec.spec import RunSpec
+from loadgen.scrub import scrub
+from workers.store.searches import merge_searches
 
 RUN_STATUSES = ("pending", "running", "completed", "partial", "aborted", "failed")
 SHARD_STATES = (
@@ -54,19 +56,21 @@ def create_run(
     mode: str,
     schedule_name: str | None = None,
     owner: str | None = None,
+    launched_by: str | None = None,
 ) -> None:
     """Insert the run (status pending) with its public spec and labels. Idempotent on run_id:
-    a second call with the same id changes nothing. `owner` (host:pid) is the process holding
-    a local run's lease: its heartbeat starts now."""
+    a second call with the same id changes nothing. `owner` (host:pid[:birth]) is the process
+    holding a local run's lease: its heartbeat starts now. `launched_by` is the person who
+    started it (deploy/sql/0230)."""
     if mode not in ("local", "distributed"):
         raise StoreError(f"create_run: mode must be 'local' or 'distributed', got {mode!r}")
     labels = spec.labels.model_dump(mode="json", exclude_none=True)
     with _tx(conn) as cur:
         cur.execute(
             """INSERT INTO runs (run_id, name, mode, api, target_url, model, labels, spec,
-                                 schedule_name, store_content, owner, heartbeat_at)
+                                 schedule_name, store_content, owner, heartbeat_at, launched_by)
                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
-                       CASE WHEN %s::text IS NULL THEN NULL ELSE now() END)
+                       CASE WHEN %s::text IS NULL THEN NULL ELSE now() END, %s)
                ON CONFLICT (run_id) DO NOTHING""",
             (
                 run_id,
@@ -81,6 +85,7 @@ def create_run(
                 spec.store_content,
                 owner,
                 owner,
+                launched_by,
             ),
         )
 
@@ -93,7 +98,7 @@ def set_run_status(
         cur.execute(
             "UPDATE runs SET status = %s, status_reason = COALESCE(%s, status_reason) "
             "WHERE run_id = %s",
-            (status, reason, run_id),
+            (status, _clean(reason), run_id),
         )
         _found(cur, "run", run_id)
 
@@ -120,76 +125,38 @@ def finish_run(
 ) -> None:
     """The run's end: final status, validity and why not, requests scheduled, ended_at."""
     _check(status, RUN_STATUSES, "run status")
+    why = Jsonb([scrub(r) for r in invalid_reasons])
     with _tx(conn) as cur:
         cur.execute(
             """UPDATE runs SET status = %s, valid = %s, invalid_reasons = %s,
                    requests_scheduled = %s, status_reason = COALESCE(%s, status_reason),
                    ended_at = now()
                WHERE run_id = %s""",
-            (status, valid, Jsonb(list(invalid_reasons)), requests_scheduled, reason, run_id),
+            (status, valid, why, requests_scheduled, _clean(reason), run_id),
         )
         _found(cur, "run", run_id)
 
 
-def merge_searches(per_shard: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """The run's one saturation answer from its shards' (loadgen.search.search_answer). One
-    shard: its answer. Shards that searched together on pooled samples decide every level
-    alike, so their answers agree, except that a shard whose search was cut short (a stop, a
-    time limit) holds a prefix of the others' `tried`: then the answer is the longest one,
-    which all the others' are prefixes of, with `stopped_early` naming the shards that stopped
-    before it ended, and `missing_shards` / `pool_complete` over every shard's pools. Answers
-    that truly disagree (not pooled, or pooled and not prefixes of one): every shard's under
-    "per_shard" (pooled False), "highest_passing" the lowest of theirs, the load all met."""
-    if len(per_shard) == 1:
-        return dict(next(iter(per_shard.values())))
-    longest = max(per_shard.values(), key=lambda a: len(a.get("tried") or []))
-    if all(a.get("pooled") for a in per_shard.values()) and all(
-        _is_prefix(a, longest) for a in per_shard.values()
-    ):
-        merged = dict(longest)
-        n = len(longest.get("tried") or [])
-        stopped = sorted(s for s, a in per_shard.items() if len(a.get("tried") or []) < n)
-        if stopped:
-            merged["stopped_early"] = stopped
-        if "missing_shards" in longest:
-            missing = sorted({m for a in per_shard.values() for m in a.get("missing_shards") or []})
-            merged["missing_shards"] = missing
-            merged["pool_complete"] = not missing
-        return merged
-    best = [a.get("highest_passing") for a in per_shard.values()]
-    return {
-        "highest_passing": None if None in best else min(best),  # type: ignore[type-var]
-        "pooled": False,
-        "per_shard": {s: dict(a) for s, a in per_shard.items()},
-    }
-
-
-def _is_prefix(answer: Mapping[str, Any], longest: Mapping[str, Any]) -> bool:
-    """`answer` is `longest` cut short: the same rule and confidence, and its tried loads and
-    verdicts the first of `longest`'s."""
-    tried, full = list(answer.get("tried") or []), list(longest.get("tried") or [])
-    return (
-        all(answer.get(k) == longest.get(k) for k in ("rule", "confidence", "pooled"))
-        and tried == full[: len(tried)]
-    )
-
-
 def set_search(
-    conn: psycopg.Connection[Any], run_id: str, per_shard: dict[str, dict[str, Any]]
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    per_shard: dict[str, dict[str, Any]],
+    without: Iterable[str] = (),
 ) -> None:
-    """Store the run's saturation answer (merge_searches of its shards') on the run."""
+    """Store the run's saturation answer (merge_searches of its shards') on the run; `without`
+    names its shards that handed in none."""
     if not per_shard:
         return
-    search = merge_searches(per_shard)
+    search = merge_searches(per_shard, without)
     with _tx(conn) as cur:
         cur.execute("UPDATE runs SET search = %s WHERE run_id = %s", (Jsonb(search), run_id))
         _found(cur, "run", run_id)
 
 
 def level_row(level: Any) -> dict[str, Any]:
-    """The `upsert_levels` row of a load level: `loadgen.schedule.Level` (planned) or
-    `loadgen.levels.LevelResult` (as run, with its wall-clock span, steady window, drain time,
-    between-levels policy and search decision)."""
+    """The `upsert_levels` row of a load level: `loadgen.engine.schedule.Level` (planned) or
+    `loadgen.engine.levels.LevelResult` (as run, with its wall-clock span, steady window, drain
+    time, between-levels policy and search decision)."""
     row = {
         "level": level.index,
         "kind": level.kind,
@@ -351,9 +318,9 @@ def set_shard_state(
                WHERE run_id = %s AND shard_id = %s""",
             (
                 state,
-                reason,
+                _clean(reason),
                 valid,
-                None if invalid_reasons is None else Jsonb(list(invalid_reasons)),
+                None if invalid_reasons is None else Jsonb([scrub(r) for r in invalid_reasons]),
                 requests_scheduled,
                 records_written,
                 state == "running",
@@ -368,6 +335,7 @@ def set_shard_state(
 def fail_run(conn: psycopg.Connection[Any], run_id: str, reason: str) -> None:
     """End a run that cannot go on as `failed` with `reason`, and every shard not yet ended
     with it: nothing is left `running`. Keeps what was written."""
+    reason = scrub(reason)
     with _tx(conn) as cur:
         cur.execute(
             """UPDATE shards SET state = 'failed', state_reason = COALESCE(state_reason, %s),
@@ -400,7 +368,7 @@ def heartbeat(conn: psycopg.Connection[Any], run_id: str) -> str | None:
 
 
 def live_local_runs(conn: psycopg.Connection[Any]) -> list[tuple[str, str | None, float]]:
-    """Pending and running local runs that hold a lease: (run_id, owner host:pid, seconds
+    """Pending and running local runs that hold a lease: (run_id, owner host:pid[:birth], seconds
     since the heartbeat). Runs created without an owner (older versions, Locust mode) have no
     heartbeat to judge and are left alone."""
     with _tx(conn) as cur:
@@ -429,6 +397,11 @@ def count_requests_by_shard(conn: psycopg.Connection[Any], run_id: str) -> dict[
             (run_id,),
         )
         return {str(r[0]): int(r[1]) for r in cur.fetchall()}
+
+
+def _clean(reason: str | None) -> str | None:
+    """A reason as stored: scrubbed (loadgen.scrub), for it may quote a server's answer."""
+    return None if reason is None else scrub(reason)
 
 
 def _check(value: str, allowed: tuple[str, ...], what: str) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.errors import SpoolFullError, StoreError
-from loadgen.records import Batch
+from loadgen.results.records import Batch
 from workers.store import committer, copyenc, embedded
 from workers.store.connect import redact_url
 from workers.store.spool import EncodedBatch, Spool

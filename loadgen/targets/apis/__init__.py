@@ -10,7 +10,16 @@ from loadgen.targets.apis.base import CHAT_APIS, Api, Decoder, is_chat
 
 def api_for(name: str) -> Api:
     """The API a spec's `target.api` names (ValueError for an unknown one)."""
-    from loadgen.targets.apis import llamacpp, ollama, openai_api, responses, tgi, triton
+    from loadgen.targets.apis import (
+        llamacpp,
+        ollama,
+        openai_api,
+        responses,
+        speech,
+        tgi,
+        transcription,
+        triton,
+    )
 
     table: dict[str, Api] = {
         "openai-chat": openai_api.OpenAIChat(),
@@ -21,6 +30,8 @@ def api_for(name: str) -> Api:
         "tgi-generate": tgi.TGIGenerate(),
         "llamacpp-completion": llamacpp.LlamaCppCompletion(),
         "triton-generate": triton.TritonGenerate(),
+        "openai-speech": speech.OpenAISpeech(),
+        "openai-transcription": transcription.OpenAITranscription(),
     }
     try:
         return table[name]

@@ -7,12 +7,22 @@ from __future__ import annotations
 from typing import Any
 
 from loadgen.errors import InBandError
-from loadgen.spec import TargetSpec
-from loadgen.target import EventKind, PreparedRequest, ServerTimings, StreamEvent, Usage
-from loadgen.targets.apis.base import dumps, int_or_none, loads_object, output_cap, prompt_text
+from loadgen.runspec.target_spec import TargetSpec
+from loadgen.target import EventKind, PreparedRequest, StreamEvent, Usage
+from loadgen.targets.apis.base import (
+    OPENAI_FIELDS,
+    JsonEventDecoder,
+    SseApi,
+    body_streaming,
+    int_or_none,
+    loads_object,
+    output_cap,
+    pass_through,
+    prompt_text,
+)
 from loadgen.targets.openai_stream import _error_message, parse_llamacpp_timings
 
-_DROP = ("max_tokens", "max_completion_tokens", "stream_options", "messages", "prompt", "model")
+_DROP = (*OPENAI_FIELDS, "model", "stream")
 
 
 def _final(obj: dict[str, Any]) -> Usage:
@@ -23,38 +33,23 @@ def _final(obj: dict[str, Any]) -> Usage:
     )
 
 
-class LlamaCppDecoder:
-    __slots__ = ("done",)
+class LlamaCppDecoder(JsonEventDecoder):
+    """Ends at `stop: true` (with the server's usage and timings)."""
 
-    def __init__(self) -> None:
-        self.done = False
+    __slots__ = ()
 
-    def decode(self, payload: bytes, t_ns: int, out: list[StreamEvent]) -> None:
-        if self.done:
-            return
-        if payload == b"[DONE]":
-            self.done = True
-            out.append(StreamEvent(EventKind.DONE, t_ns))
-            return
-        obj = loads_object(payload, t_ns)
+    def event(self, obj: dict[str, Any], t_ns: int, out: list[StreamEvent]) -> None:
         if "error" in obj:
             raise InBandError(f"in-band error: {_error_message(obj['error'])}", t_ns=t_ns)
         text = obj.get("content")
         if isinstance(text, str) and text:
             out.append(StreamEvent(EventKind.CONTENT, t_ns, text, 1))
         if obj.get("stop") is True:
-            out.append(StreamEvent(EventKind.USAGE, t_ns, usage=_final(obj)))
-            self.done = True
-            out.append(StreamEvent(EventKind.DONE, t_ns))
-
-    def finish(self, t_ns: int, out: list[StreamEvent]) -> None:
-        """No `stop: true` event: truncated."""
+            self.end(t_ns, out, _final(obj))
 
 
-class LlamaCppCompletion:
+class LlamaCppCompletion(SseApi):
     name = "llamacpp-completion"
-    framing = "sse"
-    stream_types: tuple[str, ...] = ("text/event-stream",)
     end_marker: bytes | None = b'"stop":true'
 
     def path(self, spec: TargetSpec, streaming: bool) -> str:
@@ -64,14 +59,12 @@ class LlamaCppCompletion:
         return "/health"
 
     def encode(self, spec: TargetSpec, request: PreparedRequest) -> tuple[bytes, bool]:
-        src = request.body
-        streaming = bool(src.get("stream", spec.stream))
+        src, streaming = body_streaming(spec, request)
         body: dict[str, Any] = {"prompt": prompt_text(src), "stream": streaming}
         cap = output_cap(src)
         if cap is not None:
             body["n_predict"] = cap
-        body.update((k, v) for k, v in src.items() if k not in _DROP and k != "stream")
-        return dumps(body), streaming
+        return pass_through(body, src, _DROP), streaming
 
     def decoder(self) -> LlamaCppDecoder:
         return LlamaCppDecoder()
@@ -87,6 +80,3 @@ class LlamaCppCompletion:
         out.append(StreamEvent(EventKind.USAGE, t_ns, usage=_final(obj)))
         out.append(StreamEvent(EventKind.DONE, t_ns))
         return out
-
-    def head_timings(self, headers: dict[str, str]) -> ServerTimings | None:
-        return None

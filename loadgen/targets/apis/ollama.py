@@ -8,13 +8,15 @@ from __future__ import annotations
 from typing import Any
 
 from loadgen.errors import InBandError
-from loadgen.spec import TargetSpec
+from loadgen.runspec.target_spec import TargetSpec
 from loadgen.target import EventKind, PreparedRequest, ServerTimings, StreamEvent, Usage
 from loadgen.targets.apis.base import (
-    dumps,
+    OPENAI_FIELDS,
+    JsonEventDecoder,
+    body_streaming,
     int_or_none,
-    loads_object,
     output_cap,
+    pass_through,
     prompt_text,
 )
 from loadgen.targets.openai_stream import short
@@ -22,8 +24,7 @@ from loadgen.targets.openai_stream import short
 # OpenAI-style body fields that Ollama takes under `options`
 _OPTIONS = ("seed", "stop", "temperature", "top_p", "top_k", "presence_penalty",
             "frequency_penalty", "repeat_penalty", "min_p")  # fmt: skip
-_DROP = ("max_tokens", "max_completion_tokens", "stream_options", "messages", "prompt",
-         "response_format", *_OPTIONS)  # fmt: skip
+_DROP = (*OPENAI_FIELDS, "response_format", *_OPTIONS, "options")
 
 
 def _ms(v: Any) -> float | None:
@@ -43,27 +44,22 @@ def final_usage(obj: dict[str, Any]) -> Usage:
     return Usage(prompt_tokens=prompt, completion_tokens=decode, server=timings)
 
 
-class OllamaDecoder:
-    __slots__ = ("chat", "done")
+class OllamaDecoder(JsonEventDecoder):
+    """NDJSON lines, ending at `done: true` (with the server's durations); no [DONE]."""
+
+    __slots__ = ("chat",)
+    done_marker = False
 
     def __init__(self, chat: bool) -> None:
+        super().__init__()
         self.chat = chat
-        self.done = False
 
-    def decode(self, payload: bytes, t_ns: int, out: list[StreamEvent]) -> None:
-        if self.done:
-            return
-        obj = loads_object(payload, t_ns)
+    def event(self, obj: dict[str, Any], t_ns: int, out: list[StreamEvent]) -> None:
         if "error" in obj:
             raise InBandError(f"in-band error: {short(str(obj['error']))}", t_ns=t_ns)
         _deltas(obj, self.chat, t_ns, out)
         if obj.get("done") is True:
-            out.append(StreamEvent(EventKind.USAGE, t_ns, usage=final_usage(obj)))
-            self.done = True
-            out.append(StreamEvent(EventKind.DONE, t_ns))
-
-    def finish(self, t_ns: int, out: list[StreamEvent]) -> None:
-        """No `done: true` line: truncated (the target says so)."""
+            self.end(t_ns, out, final_usage(obj))
 
 
 def _deltas(obj: dict[str, Any], chat: bool, t_ns: int, out: list[StreamEvent]) -> None:
@@ -83,6 +79,7 @@ def _deltas(obj: dict[str, Any], chat: bool, t_ns: int, out: list[StreamEvent]) 
 
 class OllamaApi:
     framing = "ndjson"
+    content_type = "application/json"
     stream_types: tuple[str, ...] = ("application/x-ndjson", "application/json")
     end_marker: bytes | None = b'"done":true'
 
@@ -97,8 +94,7 @@ class OllamaApi:
         return "/api/tags"
 
     def encode(self, spec: TargetSpec, request: PreparedRequest) -> tuple[bytes, bool]:
-        src = request.body
-        streaming = bool(src.get("stream", spec.stream))
+        src, streaming = body_streaming(spec, request)
         body: dict[str, Any] = {"model": spec.model, "stream": streaming}
         if self.chat:
             body["messages"] = src.get("messages") or [
@@ -121,8 +117,7 @@ class OllamaApi:
             body["format"] = schema.get("schema", schema) if isinstance(schema, dict) else "json"
         elif isinstance(fmt, dict) and fmt.get("type") == "json_object":
             body["format"] = "json"
-        body.update((k, v) for k, v in src.items() if k not in _DROP and k != "options")
-        return dumps(body), streaming
+        return pass_through(body, src, _DROP), streaming
 
     def decoder(self) -> OllamaDecoder:
         return OllamaDecoder(self.chat)

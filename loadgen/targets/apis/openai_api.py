@@ -6,16 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadgen.spec import TargetSpec
-from loadgen.target import PreparedRequest, ServerTimings, StreamEvent
-from loadgen.targets.apis.base import dumps
+from loadgen.runspec.target_spec import TargetSpec
+from loadgen.target import PreparedRequest, StreamEvent
+from loadgen.targets.apis.base import SseApi, dumps
 from loadgen.targets.openai_stream import OpenAIStreamDecoder, decode_body
 
 
-class OpenAIChat:
+class OpenAIChat(SseApi):
     name = "openai-chat"
-    framing = "sse"
-    stream_types: tuple[str, ...] = ("text/event-stream",)
     end_marker: bytes | None = b"[DONE]"
     _path = "/chat/completions"
 
@@ -48,9 +46,6 @@ class OpenAIChat:
 
     def decode_body(self, body: bytes, t_ns: int) -> list[StreamEvent]:
         return decode_body(body, t_ns)
-
-    def head_timings(self, headers: dict[str, str]) -> ServerTimings | None:
-        return None
 
 
 class OpenAICompletions(OpenAIChat):

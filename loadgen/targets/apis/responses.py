@@ -9,9 +9,18 @@ from __future__ import annotations
 from typing import Any
 
 from loadgen.errors import InBandError, StreamProtocolError
-from loadgen.spec import TargetSpec
+from loadgen.runspec.target_spec import TargetSpec
 from loadgen.target import EventKind, PreparedRequest, ServerTimings, StreamEvent, Usage
-from loadgen.targets.apis.base import dumps, int_or_none, loads_object, output_cap
+from loadgen.targets.apis.base import (
+    OPENAI_FIELDS,
+    JsonEventDecoder,
+    SseApi,
+    body_streaming,
+    int_or_none,
+    loads_object,
+    output_cap,
+    pass_through,
+)
 from loadgen.targets.openai_stream import short
 
 _DELTAS = {
@@ -22,7 +31,7 @@ _DELTAS = {
     "response.function_call_arguments.delta": EventKind.TOOL_CALL,
 }
 _ENDS = ("response.completed", "response.incomplete")
-_DROP = ("max_tokens", "max_completion_tokens", "stream_options", "messages", "prompt")
+_DROP = OPENAI_FIELDS
 
 
 def parse_usage(u: Any) -> Usage | None:
@@ -52,20 +61,12 @@ def _error(obj: dict[str, Any]) -> str:
     return short(str(err if err is not None else obj))
 
 
-class ResponsesDecoder:
-    __slots__ = ("done",)
+class ResponsesDecoder(JsonEventDecoder):
+    """Ends at response.completed (or [DONE], which some compatible servers add after it)."""
 
-    def __init__(self) -> None:
-        self.done = False
+    __slots__ = ()
 
-    def decode(self, payload: bytes, t_ns: int, out: list[StreamEvent]) -> None:
-        if self.done:
-            return
-        if payload == b"[DONE]":  # some compatible servers add it after response.completed
-            self.done = True
-            out.append(StreamEvent(EventKind.DONE, t_ns))
-            return
-        obj = loads_object(payload, t_ns)
+    def event(self, obj: dict[str, Any], t_ns: int, out: list[StreamEvent]) -> None:
         kind = obj.get("type")
         ev_kind = _DELTAS.get(kind) if isinstance(kind, str) else None
         if ev_kind is not None:
@@ -76,24 +77,15 @@ class ResponsesDecoder:
                 out.append(StreamEvent(ev_kind, t_ns, delta, 1))
         elif kind in _ENDS:
             resp = obj.get("response")
-            usage = parse_usage(resp.get("usage")) if isinstance(resp, dict) else None
-            if usage is not None:
-                out.append(StreamEvent(EventKind.USAGE, t_ns, usage=usage))
-            self.done = True
-            out.append(StreamEvent(EventKind.DONE, t_ns))
+            self.end(t_ns, out, parse_usage(resp.get("usage")) if isinstance(resp, dict) else None)
         elif kind == "error" or kind == "response.failed":
             resp = obj.get("response")
             src = resp if kind == "response.failed" and isinstance(resp, dict) else obj
             raise InBandError(f"in-band error: {_error(src)}", t_ns=t_ns)
 
-    def finish(self, t_ns: int, out: list[StreamEvent]) -> None:
-        """Without response.completed the stream is truncated (the target says so)."""
 
-
-class OpenAIResponses:
+class OpenAIResponses(SseApi):
     name = "openai-responses"
-    framing = "sse"
-    stream_types: tuple[str, ...] = ("text/event-stream",)
     end_marker: bytes | None = b"response.completed"
 
     def path(self, spec: TargetSpec, streaming: bool) -> str:
@@ -103,8 +95,7 @@ class OpenAIResponses:
         return "/models"
 
     def encode(self, spec: TargetSpec, request: PreparedRequest) -> tuple[bytes, bool]:
-        src = request.body
-        streaming = bool(src.get("stream", spec.stream))
+        src, streaming = body_streaming(spec, request)
         body: dict[str, Any] = {"model": spec.model, "stream": streaming}
         if "input" not in src:
             msgs = src.get("messages")
@@ -112,8 +103,7 @@ class OpenAIResponses:
         cap = output_cap(src)
         if cap is not None:
             body["max_output_tokens"] = cap
-        body.update((k, v) for k, v in src.items() if k not in _DROP)
-        return dumps(body), streaming
+        return pass_through(body, src, _DROP), streaming
 
     def decoder(self) -> ResponsesDecoder:
         return ResponsesDecoder()
@@ -145,6 +135,3 @@ class OpenAIResponses:
             out.append(StreamEvent(EventKind.USAGE, t_ns, usage=usage))
         out.append(StreamEvent(EventKind.DONE, t_ns))
         return out
-
-    def head_timings(self, headers: dict[str, str]) -> ServerTimings | None:
-        return None

@@ -8,9 +8,18 @@ from __future__ import annotations
 from typing import Any
 
 from loadgen.errors import InBandError, StreamProtocolError
-from loadgen.spec import TargetSpec
+from loadgen.runspec.target_spec import TargetSpec
 from loadgen.target import EventKind, PreparedRequest, ServerTimings, StreamEvent, Usage
-from loadgen.targets.apis.base import dumps, int_or_none, loads_object, output_cap, prompt_text
+from loadgen.targets.apis.base import (
+    JsonEventDecoder,
+    SseApi,
+    body_streaming,
+    dumps,
+    int_or_none,
+    loads_object,
+    output_cap,
+    prompt_text,
+)
 from loadgen.targets.openai_stream import short
 
 _PARAMS = ("seed", "stop", "temperature", "top_p", "top_k", "repetition_penalty",
@@ -33,16 +42,13 @@ def _error(obj: dict[str, Any], t_ns: int) -> InBandError:
     return InBandError(f"in-band error{f' ({kind})' if kind else ''}: {msg}", t_ns=t_ns)
 
 
-class TGIDecoder:
-    __slots__ = ("done",)
+class TGIDecoder(JsonEventDecoder):
+    """Ends at the event with `generated_text` (TGI sends no [DONE])."""
 
-    def __init__(self) -> None:
-        self.done = False
+    __slots__ = ()
+    done_marker = False
 
-    def decode(self, payload: bytes, t_ns: int, out: list[StreamEvent]) -> None:
-        if self.done:
-            return
-        obj = loads_object(payload, t_ns)
+    def event(self, obj: dict[str, Any], t_ns: int, out: list[StreamEvent]) -> None:
         if "error" in obj:
             raise _error(obj, t_ns)
         token = obj.get("token")
@@ -52,20 +58,11 @@ class TGIDecoder:
         if isinstance(text, str) and text and not token.get("special"):
             out.append(StreamEvent(EventKind.CONTENT, t_ns, text, 1))
         if obj.get("generated_text") is not None:  # the last event
-            usage = _details_usage(obj.get("details"))
-            if usage is not None:
-                out.append(StreamEvent(EventKind.USAGE, t_ns, usage=usage))
-            self.done = True
-            out.append(StreamEvent(EventKind.DONE, t_ns))
-
-    def finish(self, t_ns: int, out: list[StreamEvent]) -> None:
-        """No final event (with generated_text): truncated."""
+            self.end(t_ns, out, _details_usage(obj.get("details")))
 
 
-class TGIGenerate:
+class TGIGenerate(SseApi):
     name = "tgi-generate"
-    framing = "sse"
-    stream_types: tuple[str, ...] = ("text/event-stream",)
     end_marker: bytes | None = b'"generated_text":"'
 
     def path(self, spec: TargetSpec, streaming: bool) -> str:
@@ -75,8 +72,7 @@ class TGIGenerate:
         return "/info"
 
     def encode(self, spec: TargetSpec, request: PreparedRequest) -> tuple[bytes, bool]:
-        src = request.body
-        streaming = bool(src.get("stream", spec.stream))
+        src, streaming = body_streaming(spec, request)
         params: dict[str, Any] = dict(src.get("parameters") or {})
         cap = output_cap(src)
         if cap is not None:

@@ -9,12 +9,20 @@ from typing import Any
 from urllib.parse import quote
 
 from loadgen.errors import InBandError
-from loadgen.spec import TargetSpec
-from loadgen.target import EventKind, PreparedRequest, ServerTimings, StreamEvent
-from loadgen.targets.apis.base import dumps, loads_object, output_cap, prompt_text
+from loadgen.runspec.target_spec import TargetSpec
+from loadgen.target import EventKind, PreparedRequest, StreamEvent
+from loadgen.targets.apis.base import (
+    OPENAI_FIELDS,
+    SseApi,
+    body_streaming,
+    loads_object,
+    output_cap,
+    pass_through,
+    prompt_text,
+)
 from loadgen.targets.openai_stream import short
 
-_DROP = ("max_tokens", "max_completion_tokens", "stream_options", "messages", "prompt", "model")
+_DROP = (*OPENAI_FIELDS, "model", "stream")
 
 
 class TritonDecoder:
@@ -36,10 +44,8 @@ class TritonDecoder:
         out.append(StreamEvent(EventKind.DONE, t_ns))
 
 
-class TritonGenerate:
+class TritonGenerate(SseApi):
     name = "triton-generate"
-    framing = "sse"
-    stream_types: tuple[str, ...] = ("text/event-stream",)
     end_marker: bytes | None = None
 
     def path(self, spec: TargetSpec, streaming: bool) -> str:
@@ -50,15 +56,13 @@ class TritonGenerate:
         return f"/v2/models/{quote(spec.model, safe='')}/ready"
 
     def encode(self, spec: TargetSpec, request: PreparedRequest) -> tuple[bytes, bool]:
-        src = request.body
-        streaming = bool(src.get("stream", spec.stream))
+        src, streaming = body_streaming(spec, request)
         body: dict[str, Any] = {"text_input": src.get("text_input") or prompt_text(src)}
         cap = output_cap(src)
         if cap is not None:
             body["max_tokens"] = cap
         body["stream"] = streaming
-        body.update((k, v) for k, v in src.items() if k not in _DROP and k != "stream")
-        return dumps(body), streaming
+        return pass_through(body, src, _DROP), streaming
 
     def decoder(self) -> TritonDecoder:
         return TritonDecoder()
@@ -68,6 +72,3 @@ class TritonGenerate:
         TritonDecoder().decode(body, t_ns, out)
         out.append(StreamEvent(EventKind.DONE, t_ns))
         return out
-
-    def head_timings(self, headers: dict[str, str]) -> ServerTimings | None:
-        return None

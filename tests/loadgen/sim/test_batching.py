@@ -155,9 +155,16 @@ def test_kv_capacity_queues_and_shows_in_metrics(tmp_path: Path) -> None:
 
         async def run() -> tuple[str, str]:
             task = asyncio.ensure_future(_burst(url, 4, max_tokens=16))
-            await asyncio.sleep(0.3)
             async with httpx.AsyncClient() as c:
-                text = (await c.get(metrics_url)).text
+                # the sim's gauges once all four arrived (a loaded host sends them later than
+                # a quiet one), while the first three still decode (16 steps of 40 ms)
+                deadline = asyncio.get_running_loop().time() + 10.0
+                while True:
+                    text = (await c.get(metrics_url)).text
+                    arrived = "num_requests_waiting 1" in text or task.done()
+                    if arrived or asyncio.get_running_loop().time() > deadline:
+                        break
+                    await asyncio.sleep(0.02)
                 await task
                 after = (await c.get(metrics_url)).text
             return text, after

@@ -7,7 +7,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from loadgen.spec import TargetSpec
+from loadgen.runspec.target_spec import TargetSpec
 from loadgen.target import Clock, EventKind, PreparedRequest, StreamEvent
 from loadgen.targets import OpenAITarget
 

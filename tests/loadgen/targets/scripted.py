@@ -5,6 +5,7 @@ plus resets, closes and hangs. It records every request and every connection it 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import socket
 import ssl
@@ -13,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.support.conntasks import ConnectionTasks
 from tests.support.ports import free_port
 
 
@@ -62,7 +64,7 @@ class ScriptedServer:
     connections: int = 0
     port: int = 0
     _server: asyncio.Server | None = None
-    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _conns: ConnectionTasks = field(default_factory=ConnectionTasks)
 
     @property
     def base_url(self) -> str:
@@ -73,23 +75,20 @@ class ScriptedServer:
     async def __aenter__(self) -> ScriptedServer:
         self.port = free_port(self.host)
         self._server = await asyncio.start_server(
-            self._serve, self.host, self.port, ssl=self.ssl_context
+            functools.partial(self._conns.run, self._serve),
+            self.host,
+            self.port,
+            ssl=self.ssl_context,
         )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
         self._server.close()
-        for t in list(self._tasks):
-            t.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._conns.cancel_all()
         await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         self.connections += 1
         try:
             while True:
@@ -130,7 +129,6 @@ class ScriptedServer:
             pass
         finally:
             writer.close()
-            self._tasks.discard(task)
 
 
 # ------------------------------------------------------------- building responses

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from loadgen.presets import load_preset
-from loadgen.spec import TargetSpec
+from loadgen.runspec.presets import load_preset
+from loadgen.runspec.target_spec import TargetSpec
 from loadgen.target import EventKind, PreparedRequest, StreamEvent
 from loadgen.targets.apis import api_for
 from loadgen.targets.framing import NDJSONParser

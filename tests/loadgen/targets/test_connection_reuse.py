@@ -80,8 +80,9 @@ def test_servers_that_close_lose_no_request(transport: str, server: str) -> None
     # each request that opened a connection kept its set-up time
     connects = [e.connect_ns for ev, _ in results for e in _kinds(ev, EventKind.SENT)]
     assert sum(c > 0 for c in connects) >= 40 - 4 - resent
-    if transport == "raw":
-        assert target._pool.reuse is (server == "close_header")  # learned only when needed
+    # both transports learn it only when needed, from the same evidence (closes seen within
+    # QUICK_CLOSE_S of a response, or stale connections), and stop reusing
+    assert target._transport.reuse is (server == "close_header")
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -94,31 +95,45 @@ def test_idle_timeout_shorter_than_think_time(transport: str) -> None:
     assert sum(len(_kinds(ev, EventKind.RESENT)) for ev, _ in results) == 0
 
 
-def test_keepalive_timeout_announced_is_honoured() -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_keepalive_timeout_announced_is_honoured(transport: str) -> None:
     """`Keep-Alive: timeout=0.4` and a think time of 0.6 s: the connection is not reused (the
-    server may close it at any moment after 0.4 s), without waiting to find it dead."""
+    server may close it at any moment after 0.4 s), without waiting to find it dead. (The sim
+    keeps it open: httpcore alone would reuse it.)"""
     with start_sim([*FAST, "--keepalive-header", "timeout=0.4, max=100"]) as sim:
-        results, target = asyncio.run(_users(sim.base_url, "raw", 1, per_user=3, think_s=0.6))
+        results, target = asyncio.run(_users(sim.base_url, transport, 1, per_user=3, think_s=0.6))
     assert [e for _, e in results if e is not None] == []
     connects = [e.connect_ns for ev, _ in results for e in _kinds(ev, EventKind.SENT)]
     assert all(c > 0 for c in connects), connects  # a new connection each time
-    assert target._pool.stale == 0
+    assert target._transport.stale == 0
 
 
-def test_keepalive_max_is_honoured() -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_keepalive_timeout_longer_than_the_think_time_reuses(transport: str) -> None:
+    with start_sim([*FAST, "--keepalive-header", "timeout=2, max=100"]) as sim:
+        results, _ = asyncio.run(_users(sim.base_url, transport, 1, per_user=3, think_s=0.3))
+    connects = [e.connect_ns for ev, _ in results for e in _kinds(ev, EventKind.SENT)]
+    assert [c > 0 for c in connects] == [True, False, False], connects
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_keepalive_max_is_honoured(transport: str) -> None:
     with start_sim([*FAST, "--keepalive-header", "timeout=5, max=0"]) as sim:
-        results, _ = asyncio.run(_users(sim.base_url, "raw", 1, per_user=3))
+        results, _ = asyncio.run(_users(sim.base_url, transport, 1, per_user=3))
     connects = [e.connect_ns for ev, _ in results for e in _kinds(ev, EventKind.SENT)]
     assert all(c > 0 for c in connects), connects
 
 
-def test_kept_alive_connections_are_reused() -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.serial  # httpx learns a closing server from closes seen within 0.25 s of a
+# response: a loaded host delays that look (issue #24 follow-up: make it load-proof)
+def test_kept_alive_connections_are_reused(transport: str) -> None:
     with start_sim(FAST) as sim:
-        results, target = asyncio.run(_users(sim.base_url, "raw", 2, per_user=10))
+        results, target = asyncio.run(_users(sim.base_url, transport, 2, per_user=10))
     assert [e for _, e in results if e is not None] == []
     connects = [e.connect_ns for ev, _ in results for e in _kinds(ev, EventKind.SENT)]
     assert sum(c > 0 for c in connects) == 2  # one per user, then reused
-    assert target._pool.reuse and target._pool.opened == 2
+    assert target._transport.reuse
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -15,7 +15,7 @@ from loadgen.errors import (
     PhaseTimeout,
     StreamProtocolError,
 )
-from loadgen.records import Outcome
+from loadgen.results.records import Outcome
 from loadgen.target import EventKind
 from loadgen.targets import classify
 from loadgen.targets.http_common import ConnectFailed, StreamReset, StreamTruncated

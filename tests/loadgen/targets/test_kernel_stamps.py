@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from loadgen.spec import TargetSpec
+from loadgen.runspec.target_spec import TargetSpec
 from loadgen.target import EventKind, PreparedRequest, StreamEvent
 from loadgen.targets import OpenAITarget
 from loadgen.targets.kstamp import SUPPORTED, KernelStamper, StampedSocket

@@ -104,8 +104,8 @@ def test_policy_from_env() -> None:
 
 
 def test_build_target_checks_the_policy_first() -> None:
-    from loadgen.pacing import PacedTarget, Pacer
-    from loadgen.spec import TargetSpec
+    from loadgen.runspec.pacing import PacedTarget, Pacer
+    from loadgen.runspec.target_spec import TargetSpec
     from loadgen.targets import TargetPolicy, build_target
 
     spec = TargetSpec(api="openai-chat", base_url="http://169.254.169.254/v1", model="m")

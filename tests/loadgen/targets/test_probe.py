@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from loadgen.spec import TargetSpec, spec_from_dict
+from loadgen.runspec.spec import spec_from_dict
+from loadgen.runspec.target_spec import TargetSpec
 from loadgen.targets.probe import (
     HONOURED,
     IGNORED,

@@ -48,7 +48,7 @@ def _target(sim: SimProcess, api: str, transport: str, **kw: Any) -> OpenAITarge
 
 def _run(target: OpenAITarget, **body: Any) -> tuple[list[StreamEvent], BaseException | None]:
     async def main() -> tuple[list[StreamEvent], BaseException | None]:
-        try:  # the workload's body: messages for chat APIs, else a prompt (loadgen.workload)
+        try:  # the workload's body: messages for chat APIs, else a prompt (loadgen.engine.workload)
             if is_chat(target.spec.api):
                 body["messages"] = [{"role": "user", "content": "one two three"}]
             else:

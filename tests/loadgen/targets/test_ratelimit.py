@@ -8,7 +8,8 @@ import asyncio
 
 import pytest
 
-from loadgen.pacing import Pacer
+from loadgen.runspec.pacing import Pacer
+from loadgen.runspec.presets import load_preset
 from loadgen.sim.faults import format_duration
 from loadgen.target import RateLimit
 from loadgen.targets.ratelimit import parse_duration, rate_limit_of
@@ -189,3 +190,57 @@ def test_the_simulated_provider_advertises_and_the_target_reads_it(transport: st
     assert rl2.reset_requests_s is not None and 1.5 < rl2.reset_requests_s <= 2.0  # until full
     assert rl3.remaining_requests == 0.0 and rl3.retry_after_s == 1.0
     assert isinstance(e3, HttpStatusError) and e3.retry_after_s == 1.0
+
+
+def test_a_per_day_request_limit_is_a_budget_not_a_pace() -> None:
+    """Groq's `x-ratelimit-limit-requests` counts requests per day (its preset's
+    `[ratelimit_headers]`): 14,400 a day must not pace sends at 14,400 a minute, nor at a tenth
+    of one a minute; the per-minute token limit beside it still paces, and the day's
+    remaining still holds sends once spent."""
+    clock = FakeClock()
+    windows = load_preset("groq").ratelimit_headers
+    assert windows is not None
+    assert (windows.requests_window_s, windows.tokens_window_s) == (86_400, 60)
+    pacer = Pacer(
+        None,
+        None,
+        clock,
+        headroom=1.0,
+        requests_window_s=windows.requests_window_s,
+        tokens_window_s=windows.tokens_window_s,
+    )
+    pacer.observe(RateLimit(limit_requests=14_400, remaining_requests=14_399, limit_tokens=6_000))
+    assert pacer.req_gap_ns == 0  # no pace from a daily budget
+    assert pacer.ns_per_token == pytest.approx(60e9 / 6_000)  # 6,000 tokens a minute
+    pacer.observe(RateLimit(remaining_requests=0, reset_requests_s=7.5))
+    assert _due_after(pacer, clock) == pytest.approx(7.5)  # the day's budget is spent
+    # read per minute (the old reading), the same header would have paced at 240 a second
+    per_minute = Pacer(None, None, clock, headroom=1.0)
+    per_minute.observe(RateLimit(limit_requests=14_400))
+    assert per_minute.req_gap_ns == pytest.approx(60e9 / 14_400)
+
+
+def test_a_per_second_window_paces_at_its_own_rate() -> None:
+    clock = FakeClock()
+    pacer = Pacer(None, None, clock, headroom=1.0, requests_window_s=1, tokens_window_s=1)
+    pacer.observe(RateLimit(limit_requests=10, limit_tokens=1_000))
+    assert pacer.req_gap_ns == 100_000_000  # 10 a second
+    assert pacer.ns_per_token == pytest.approx(1e6)  # 1,000 tokens a second
+
+
+def test_the_run_pacer_takes_its_presets_windows() -> None:
+    from loadgen.runspec.spec import spec_from_dict
+    from loadgen.targets.factory import paced_by
+
+    spec = spec_from_dict(
+        {
+            "name": "p",
+            "target": {"preset": "groq", "model": "openai/gpt-oss-20b"},
+            "load": {"concurrency": [1], "duration_s": 1},
+            "pacing": {"enabled": True},
+        }
+    )
+    pacer = paced_by(spec, 1.0)
+    assert pacer is not None
+    assert (pacer.requests_window_s, pacer.tokens_window_s) == (86_400, 60)
+    assert pacer.req_gap_ns == int(60e9 / (30 * 0.9))  # the published 30 a minute paces

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from loadgen.records import Outcome
-from loadgen.spec import spec_from_dict
+from loadgen.engine.workload import Prompt, request_body
+from loadgen.results.records import Outcome
+from loadgen.runspec.spec import spec_from_dict
 from loadgen.target import EventKind, StreamEvent
 from loadgen.targets import classify
 from loadgen.targets.structured import StructuredOutputError, schema_error, structured_check
-from loadgen.workload import Prompt, request_body
 from tests.loadgen.targets.helpers import collect, make_target, request
 from tests.support.sim import start_sim
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import psycopg
 
-from loadgen.records import make_request_id
-from loadgen.spec import RunSpec, spec_from_dict
+from loadgen.results.records import make_request_id
+from loadgen.runspec.spec import RunSpec, spec_from_dict
 from tests.support.stores import ledger_check
 from workers.app import make_app
 from workers.coordinator import Coordinator

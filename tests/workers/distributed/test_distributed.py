@@ -114,4 +114,4 @@ share = 0.5
     assert row is not None
     assert {v["param"]: v["verdict"] for v in row[0]["verdicts"]}["max_tokens"] == "honoured"
     bad = CliRunner().invoke(cli, ["submit", str(spec_path), "--json", str(out)])
-    assert bad.exit_code != 0 and "--json needs --wait" in bad.output
+    assert bad.exit_code == 2 and "--json needs --wait" in bad.output

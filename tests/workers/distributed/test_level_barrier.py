@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from loadgen.spec import spec_from_dict
+from loadgen.runspec.spec import spec_from_dict
 from tests.support.celery_workers import Cluster, SimServer
 from tests.workers.distributed.helpers import coordinator, ledger, run_status, shards
 from workers.coordinator import SubmitOptions

@@ -8,9 +8,9 @@ from fractions import Fraction
 
 import pytest
 
+from loadgen.engine.plan import ShardPlan
 from loadgen.errors import SpecError
-from loadgen.plan import ShardPlan
-from loadgen.spec import spec_from_dict
+from loadgen.runspec.spec import spec_from_dict
 from workers.planner import level_count, plan_run, split_largest_remainder
 
 

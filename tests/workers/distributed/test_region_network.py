@@ -19,7 +19,8 @@ from tests.support.tcpproxy import TcpProxy
 from tests.workers.distributed.helpers import coordinator, ledger, make_spec
 from workers.coordinator import SubmitOptions
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# serial: measured round trips against the proxies' added delay need the cores alone
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
 
 RTT_MS = {"near": 2.0, "far": 60.0}
 

@@ -34,7 +34,8 @@ from tests.workers.distributed.helpers import (
 )
 from workers.coordinator import SubmitOptions
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# serial: per-region round trips and an abort within seconds are timings: the cores alone
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
 
 CANARY = "sk-canary-7f3a9c1e5b2d4f60"
 RTT_MS = {"near": 2.0, "mid": 40.0, "far": 120.0}

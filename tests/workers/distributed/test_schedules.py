@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from loadgen.errors import SpecError
-from loadgen.spec import RunSpec
+from loadgen.runspec.spec import RunSpec
 from tests.support.celery_workers import REPO, stop_process
 from tests.workers.distributed.helpers import make_spec
 from workers.schedules import add_schedule, list_schedules, slots_between, tick
@@ -202,12 +202,12 @@ def test_schedule_commands(store_url: str, tmp_path: Path, monkeypatch: pytest.M
     assert ok.exit_code == 0, ok.output
     assert "schedule 'nightly' added" in ok.output
     bad = run(cli, ["schedule", "add", str(spec_path), "--cron", "every night", "--name", "x"])
-    assert bad.exit_code == 1 and "--cron: not a valid cron expression" in bad.output
+    assert bad.exit_code == 2 and "--cron: not a valid cron expression" in bad.output
     listed = run(cli, ["schedule", "list"])
     assert listed.exit_code == 0 and "nightly" in listed.output and "0 2 * * *" in listed.output
     assert run(cli, ["schedule", "remove", "nightly"]).exit_code == 0
     gone = run(cli, ["schedule", "remove", "nightly"])
-    assert gone.exit_code == 1 and "no schedule named 'nightly'" in gone.output
+    assert gone.exit_code == 6 and "no schedule named 'nightly'" in gone.output
 
 
 def test_worker_command_line() -> None:

@@ -2,8 +2,8 @@
 each reaching its own simulated engine. Region "a"'s engine is always fast; region "b"'s serves
 one sequence at a time (about 12 requests a second), so past that its queue, and TTFT, grow.
 The verdict at each level, worked out by hand from the stored rows of both regions together
-(loadgen.binomial.decide), is the one the search reached and stored, both shards ran the same
-levels, and at some level the pooled verdict is not the one region "a"'s rows alone give. And
+(loadgen.results.binomial.decide), is the one the search reached and stored, both shards ran the
+same levels, and at some level the pooled verdict is not the one region "a"'s rows alone give. And
 when region "b"'s worker dies mid-search, region "a" stops waiting for it after the bound, its
 search is judged on the closed (incomplete) pool, and the run's answer and table say so."""
 
@@ -17,10 +17,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from analysis.reports.summary import render_summary_table, search_line, summarize_run
-from loadgen.binomial import Verdict, decide
-from loadgen.reasons import STOPPED_BY_PEAKLOAD
-from loadgen.spec import spec_from_dict
+from analysis.reports.summary import summarize_run
+from analysis.reports.summary_table import render_summary_table, search_line
+from loadgen.results.binomial import Verdict, decide
+from loadgen.results.reasons import STOPPED_BY_PEAKLOAD
+from loadgen.runspec.spec import spec_from_dict
 from tests.support.celery_workers import Cluster, SimServer
 from tests.workers.distributed.helpers import (
     coordinator,
@@ -58,6 +59,8 @@ def _spec(base_url: str, deadline_s: float = 20) -> Any:
     return spec_from_dict(
         {
             "name": "pooled-search",
+            # the error budget off: what is checked by hand here is the pooled SLO decision
+            "max_error_rate": 1.0,
             "target": {
                 "api": "openai-chat",
                 "base_url": base_url,
@@ -117,7 +120,7 @@ def _by_hand(
     *,
     stored_too: bool = True,
 ) -> tuple[dict[float, Verdict], dict[float, tuple[int, int]]]:
-    """Each tried load's verdict (loadgen.binomial.decide) on the (n, k) of its level runs'
+    """Each tried load's verdict (loadgen.results.binomial.decide) on the (n, k) of its level runs'
     rows, pooled, from `region_of(level)` (None: every region); with `stored_too`, each level's
     stored decision must be the one its runs so far give."""
     decided: dict[float, Verdict] = {}
@@ -231,6 +234,7 @@ def test_a_dead_shard_closes_the_pool_and_the_answer_says_so(
         ).fetchone()[0]
         assert stored["pooled"] is True and stored["pool_complete"] is False
         assert stored["missing_shards"] == ["b-0"]
+        assert stored["stopped_early"] == ["b-0"]  # killed: it handed in no answer at all
         _answer_is(stored, decided)
         summary = summarize_run(conn, launch.run_id)
     line = search_line(summary)

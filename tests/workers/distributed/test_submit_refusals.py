@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 
 from loadgen.errors import CapacityError, SpecError
-from loadgen.spec import spec_from_dict
+from loadgen.runspec.spec import spec_from_dict
 from workers.coordinator import Coordinator, SubmitOptions
 
 UNUSED = "postgresql://nobody@127.0.0.1:1/none"  # connecting would fail the test loudly

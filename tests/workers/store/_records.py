@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import time
 
-from loadgen.records import Batch, Outcome, RequestRecord, Tick, TokenSource, make_request_id
+from loadgen.results.records import (
+    Batch,
+    Outcome,
+    RequestRecord,
+    Tick,
+    TokenSource,
+    make_request_id,
+)
 
 # A fixed wall anchor: rows land in one hypertable chunk and replays match bit for bit.
 ANCHOR_NS = 1_795_000_000_000_000_000

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from loadgen.records import Batch
+from loadgen.results.records import Batch
 from tests.workers.store._records import make_records, make_ticks
 from workers.store.writer import StoreWriter, WriterConfig
 

@@ -16,7 +16,7 @@ import pytest
 from analysis import metrics as m
 from analysis.stats import percentiles as pc
 from analysis.store import fastload, packed
-from loadgen.records import Batch, Outcome, Phase, RequestRecord
+from loadgen.results.records import Batch, Outcome, Phase, RequestRecord
 from tests.support.stores import FreshDatabase
 from tests.workers.store._records import make_records
 from workers.store import copyenc

@@ -9,8 +9,8 @@ import psycopg
 import pytest
 
 from loadgen.errors import StoreError
-from loadgen.records import Batch
-from loadgen.spec import spec_from_dict
+from loadgen.results.records import Batch
+from loadgen.runspec.spec import spec_from_dict
 from tests.workers.store._records import make_records
 from workers.store import runs
 from workers.store.writer import StoreWriter, WriterConfig

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.reports.summary import search_line
-from loadgen.binomial import Verdict
-from loadgen.search import search_answer
-from workers.store.runs import merge_searches
+from analysis.reports.summary_table import search_line
+from loadgen.engine.search import search_answer
+from loadgen.results.binomial import Verdict
+from workers.store.searches import merge_searches
 
 FULL: list[tuple[float, Verdict]] = [(10.0, "pass"), (20.0, "pass"), (40.0, "fail"), (30.0, "pass")]
 
@@ -61,3 +61,22 @@ def test_answers_that_disagree_stay_per_shard() -> None:
         assert merged["pooled"] is False and set(merged["per_shard"]) == {"a-0", "b-0"}
         assert merged["highest_passing"] == lowest  # the lowest of theirs: the load all met
         assert "not pooled" in str(search_line({"search": merged}))
+
+
+def test_a_shard_that_handed_in_no_answer_is_named_stopped_early() -> None:
+    # b-0 was killed (or stopped by a time limit before its runner returned): no answer of its
+    # own; c-0 stopped before deciding any load (its answer so far has nothing tried)
+    cases: list[tuple[dict[str, dict[str, Any]], list[str], list[str]]] = [
+        ({"a-0": _answer(FULL, ["b-0"])}, ["b-0"], ["b-0"]),
+        ({"a-0": _answer(FULL, ["b-0"]), "c-0": search_answer([], 0.9)}, ["b-0"], ["b-0", "c-0"]),
+        ({"a-0": _answer(FULL), "c-0": _answer(FULL[:1])}, ["b-0"], ["b-0", "c-0"]),
+    ]
+    for per_shard, without, named in cases:
+        merged = merge_searches(per_shard, without)
+        assert "per_shard" not in merged and merged["tried"] == per_shard["a-0"]["tried"]
+        assert merged["highest_passing"] == 30.0 and merged["stopped_early"] == named
+        line = search_line({"search": merged})
+        assert line is not None and f"{', '.join(named)} stopped before the search ended" in line
+    # nobody decided anything: the answer says so, naming every shard
+    merged = merge_searches({"a-0": search_answer([], 0.9)}, ["b-0"])
+    assert merged["highest_passing"] is None and merged["stopped_early"] == ["a-0", "b-0"]

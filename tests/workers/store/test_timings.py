@@ -17,7 +17,7 @@ import pytest
 
 from analysis.reports.export import write_requests
 from analysis.store import fastload, load, packed
-from loadgen.records import Batch, RequestRecord
+from loadgen.results.records import Batch, RequestRecord
 from tests.workers.store._records import make_records
 from workers.store import blocks, copyenc
 from workers.store.backfill import pack_run
@@ -248,11 +248,12 @@ def test_a_run_packed_later_keeps_the_new_fields_and_their_nulls(
 # ------------------------------------------------------------ a real run, record to summary
 
 
+@pytest.mark.serial  # client ITL against the engine's own within 10 %: the cores alone
 def test_a_local_run_against_a_server_reporting_timings_keeps_them(
     store_url: str, tmp_path: Path
 ) -> None:
     from analysis.reports.summary import summarize_run
-    from loadgen.spec import spec_from_dict
+    from loadgen.runspec.spec import spec_from_dict
     from tests.support.sim import start_sim
     from workers.local import run_local
 

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from loadgen.errors import SpoolFullError, StoreError
-from loadgen.records import Batch
+from loadgen.results.records import Batch
 from tests.support.ports import free_port
 from tests.support.stores import ledger_check
 from tests.workers.store._records import feed, make_records, make_ticks

@@ -1,0 +1,56 @@
+"""The workload columns of a run's requests (deploy/sql/0220: `adapter`, `shared_prefix_tokens`)
+for analysis.store.fastload's frame, whichever way its rows were read (request_blocks do not
+carry them): one query over the rows that have them; a run without them (no adapters, no shared
+prefix, or stored before 0220) gets the columns all missing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import psycopg
+
+
+def adapter_column(values: Any) -> pd.Categorical:
+    """The `adapter` column as every reader gives it: categorical, as fastload's other text
+    columns (the analysis cache stores their codes), NaN where NULL."""
+    names = np.asarray(values, dtype=object)
+    return pd.Categorical(names, categories=sorted({str(a) for a in names if a}))
+
+
+def _rows(conn: psycopg.Connection[Any], run_id: str) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        "SELECT shard_id, idx, attempt, adapter, shared_prefix_tokens FROM requests "
+        "WHERE run_id = %s::uuid AND (adapter IS NOT NULL OR shared_prefix_tokens IS NOT NULL)",
+        (run_id,),
+    ).fetchall()
+
+
+def attach_workload(conn: psycopg.Connection[Any] | str, run_id: str, df: pd.DataFrame) -> None:
+    """Add loadgen.results.storeformat.WORKLOAD_COLUMNS to `df` in place: `adapter` (categorical,
+    NaN where NULL) and `shared_prefix_tokens` (float64, NaN where NULL). A request is
+    (shard_id, idx, attempt)."""
+    adapter = np.full(len(df), None, dtype=object)
+    prefix = np.full(len(df), np.nan)
+    if isinstance(conn, str):
+        with psycopg.connect(conn, autocommit=True) as own:
+            rows = _rows(own, run_id)
+    else:
+        rows = _rows(conn, run_id)
+    if rows:
+        where = {
+            (s, int(i), int(a)): k
+            for k, (s, i, a) in enumerate(
+                zip(df["shard_id"].astype(object), df["idx"], df["attempt"], strict=True)
+            )
+        }
+        for shard, idx, attempt, name, shared in rows:
+            k = where.get((shard, int(idx), int(attempt)))
+            if k is None:
+                continue
+            adapter[k] = name
+            if shared is not None:
+                prefix[k] = float(shared)
+    df["adapter"] = adapter_column(adapter)
+    df["shared_prefix_tokens"] = prefix

@@ -1,0 +1,12 @@
+-- peakload schema: per chunk, the choice (of a request's `n > 1`) it belongs to
+-- (loadgen.records.RequestRecord.chunk_choices; written by workers/store/copyenc.py, COPY
+-- layout 3; read by analysis/, which measures each choice as its own series: loadgen/choices.py).
+--   chunk_choices  smallint[], one index per element of chunk_offsets_us; NULL when every chunk
+--                  is choice 0 (n = 1), and on rows written before this migration
+--
+-- request_blocks has no place for it: a writer batch holding a request with choices gets no
+-- block, so readers of its run fall back to `requests` (as for any run its blocks do not cover).
+--
+-- Nullable, no default: on a TimescaleDB hypertable this is a catalog change only, and it is the
+-- form TimescaleDB accepts on a hypertable with compression enabled.
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS chunk_choices smallint[];

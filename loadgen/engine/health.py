@@ -1,0 +1,339 @@
+"""The generator watching itself: event-loop lag, dispatch delay, CPU and how token stamps were
+taken, summarised per second for ticks and over the whole shard for the validity verdict
+(`SelfCheck.verdict`).
+
+Distributions are kept in fixed log-spaced histograms (bounded memory however long the run);
+they only decide validity and are never reported as latencies of the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from loadgen.engine.lateness import CauseMeter, Causes, late_totals, name_cause
+from loadgen.runspec.spec import ValiditySpec
+
+# the share of working time the generator may be CPU-bound and late before the run is invalid
+CPU_BUSY_SHARE = 0.2
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+# Bin edges in ms: 1 µs .. 100 s, 40 bins per decade (~6% wide).
+_EDGES_MS = np.logspace(-3, 5, 8 * 40 + 1)
+
+
+class Histogram:
+    """Counts of values (ms) in log-spaced bins; quantiles answer with a bin's upper edge."""
+
+    __slots__ = ("counts", "max")
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(len(_EDGES_MS) + 1, dtype=np.int64)
+        self.max = 0.0
+
+    def add_many(self, values_ms: list[float], weights: list[int] | None = None) -> None:
+        """Count each value once, or `weights[i]` times."""
+        if not values_ms:
+            return
+        arr = np.asarray(values_ms, dtype=np.float64)
+        idx = np.searchsorted(_EDGES_MS, arr, side="left")
+        np.add.at(self.counts, idx, 1 if weights is None else np.asarray(weights, dtype=np.int64))
+        self.max = max(self.max, float(arr.max()))
+
+    def share_above(self, x_ms: float) -> float:
+        """The share of values above `x_ms` (at bin resolution: bins wholly above it), 0..1."""
+        total = self.n
+        if total == 0:
+            return 0.0
+        i = int(np.searchsorted(_EDGES_MS, x_ms, side="right"))
+        return float(self.counts[i + 1 :].sum()) / total
+
+    @property
+    def n(self) -> int:
+        return int(self.counts.sum())
+
+    def quantile(self, q: float) -> float:
+        """Upper bound (ms) of the q-quantile; 0.0 when empty."""
+        total = self.n
+        if total == 0:
+            return 0.0
+        rank = q * total
+        i = int(np.searchsorted(np.cumsum(self.counts), rank, side="left"))
+        if i >= len(_EDGES_MS):
+            return self.max
+        return min(float(_EDGES_MS[i]), self.max)
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process (bytes), from /proc when available."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE
+    except OSError:
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+class LoopLagProbe:
+    """Measures what a network read waits for before this loop's callback sees it (ms): a
+    thread writes a due time into a socket pair every `interval_s`; the loop's reader
+    callback subtracts it from the time it runs. That is exactly a stamp's error (the loop busy
+    with other callbacks, or this process not scheduled), without the whole-millisecond
+    rounding of the loop's own timers."""
+
+    def __init__(
+        self,
+        clock: Callable[[], int],
+        interval_s: float = 0.005,
+        activity: Callable[[], int] | None = None,
+    ) -> None:
+        self._clock = clock
+        self._interval_s = interval_s
+        self._activity = activity
+        self._seen = 0
+        self.second: list[float] = []  # samples since the last tick
+        self.weights: list[int] = []  # stamps taken around each sample (1 + chunks since the last)
+        self.total = Histogram()
+        self.work = Histogram()  # the samples of seconds in which the generator had work
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        clock = self._clock
+        rsock, wsock = socket.socketpair()
+        rsock.setblocking(False)
+        stop = threading.Event()
+        pending = bytearray()
+
+        def on_readable() -> None:
+            now = clock()
+            try:
+                pending.extend(rsock.recv(4096))
+            except (BlockingIOError, InterruptedError):
+                return
+            whole = len(pending) - len(pending) % 8
+            for (sent,) in struct.iter_unpack("<q", bytes(pending[:whole])):
+                self.second.append(max(0, now - sent) / 1e6)
+                self.weights.append(1 + self._new_activity())
+            del pending[:whole]
+
+        interval_ns = int(self._interval_s * 1e9)
+
+        def ticker() -> None:
+            # Each byte carries the time it was *due*, not when this thread got to send it: if
+            # the whole process was starved of CPU (the thread with it), that counts as well.
+            due = clock() + interval_ns
+            while not stop.wait(max(0.0, (due - clock()) / 1e9)):
+                try:
+                    wsock.send(struct.pack("<q", due))
+                except OSError:
+                    return
+                due += interval_ns
+                now = clock()
+                if due < now:  # starved for more than an interval: one sample said so, resync
+                    due = now + interval_ns
+
+        loop.add_reader(rsock.fileno(), on_readable)
+        thread = threading.Thread(target=ticker, name="peakload-lag-probe", daemon=True)
+        thread.start()
+        try:
+            await asyncio.Event().wait()  # until cancelled
+        finally:
+            stop.set()
+            loop.remove_reader(rsock.fileno())
+            thread.join(timeout=1.0)
+            rsock.close()
+            wsock.close()
+
+    def _new_activity(self) -> int:
+        if self._activity is None:
+            return 0
+        now = self._activity()
+        new, self._seen = now - self._seen, now
+        return new
+
+    def take_second(self, work: bool = True) -> tuple[float, float]:
+        """(max, p99) of the last second's samples in ms, folded into the shard histogram (and
+        into `work` when the generator had work in that second).
+
+        Samples are weighted by the chunks stamped around them (`activity`), so the p99 is that
+        of the stamps' errors: arrivals bunch up exactly when the loop is busiest (a burst of
+        completions starting new requests), and a time-uniform p99 would miss that."""
+        samples, self.second = self.second, []
+        weights, self.weights = self.weights, []
+        if not samples:
+            return 0.0, 0.0
+        self.total.add_many(samples, weights)
+        if work:
+            self.work.add_many(samples, weights)
+        arr = np.asarray(samples)
+        order = np.argsort(arr)
+        cum = np.cumsum(np.asarray(weights, dtype=np.float64)[order])
+        p99 = float(arr[order][min(int(np.searchsorted(cum, 0.99 * cum[-1])), len(arr) - 1)])
+        return float(arr.max()), p99
+
+
+class CpuMeter:
+    """This process's CPU use between calls, in percent of one core; `last_wall_s` is how long
+    the last interval was (the final one of a shard is a fraction of a second)."""
+
+    def __init__(self) -> None:
+        self._cpu = time.process_time()
+        self._wall = time.perf_counter()
+        self.last_wall_s = 0.0
+
+    def take(self) -> float:
+        cpu, wall = time.process_time(), time.perf_counter()
+        d_wall = wall - self._wall
+        pct = 100.0 * (cpu - self._cpu) / d_wall if d_wall > 0 else 0.0
+        self._cpu, self._wall = cpu, wall
+        self.last_wall_s = max(d_wall, 0.0)
+        return pct
+
+
+@dataclass(frozen=True, slots=True)
+class Second:
+    """One tick's interval as the verdict sees it: how long it was (s), CPU %, whether the
+    generator had work (a send or a stamped chunk), and how late it was at worst (ms)."""
+
+    wall_s: float
+    cpu: float
+    work: bool
+    lag_p99_ms: float
+    dispatch_max_ms: float
+
+
+class SelfCheck:
+    """Everything the generator records about itself during a shard, and the verdict on it:
+    the loop-lag probe, dispatch delays, CPU per second and how token stamps were taken."""
+
+    def __init__(self, clock: Callable[[], int], activity: Callable[[], int]) -> None:
+        self.lag = LoopLagProbe(clock, activity=activity)
+        self.cpu = CpuMeter()
+        self.cpu_ticks: list[float] = []
+        self.seconds: list[Second] = []
+        self.causes = CauseMeter()  # made on the loop's thread: its run-queue wait is measured
+        self.cause_seconds: list[Causes] = []  # one per entry of `seconds`
+        self._activity = activity
+        self._activity_seen = 0
+        self.dispatch_second: list[float] = []  # ms, since the last tick
+        self.dispatch_all = Histogram()
+        # token stamps by kind: kernel-stamped alone in their read (exact), kernel-stamped
+        # with other events in one read (see StreamEvent.spread_ns), stamped in user space
+        self.exact_stamped = self.merged_stamped = self.user_stamped = 0
+
+    def take_second(self) -> tuple[float, float, float, float]:
+        """(lag max, lag p99, dispatch delay max, CPU %) of the last second, folded in."""
+        disp, self.dispatch_second = self.dispatch_second, []
+        seen = self._activity()
+        work = bool(disp) or seen > self._activity_seen
+        self._activity_seen = seen
+        lag_max, lag_p99 = self.lag.take_second(work)
+        self.dispatch_all.add_many(disp)
+        cpu = self.cpu.take()
+        self.cpu_ticks.append(cpu)
+        disp_max = max(disp) if disp else 0.0
+        self.seconds.append(Second(self.cpu.last_wall_s, cpu, work, lag_p99, disp_max))
+        self.cause_seconds.append(self.causes.take())
+        return lag_max, lag_p99, disp_max, cpu
+
+    @property
+    def kernel_stamped(self) -> bool:
+        """Token stamps are the kernel's receive times, but for at most 1 in 1,000 (a read the
+        kernel gave no stamp, e.g. while it switches stamping on): too few to move a p99."""
+        kernel = self.exact_stamped + self.merged_stamped
+        return kernel > 0 and self.user_stamped * 1000 <= kernel + self.user_stamped
+
+    def verdict(self, v: ValiditySpec) -> tuple[bool, list[str], dict[str, float]]:
+        """Valid unless the generator shaped the numbers.
+
+        Token stamps taken in user space are late by the loop's lag: its p99 must stay within
+        the bound. A kernel stamp is exact for a read that carried one token event; when events
+        queued up and came in one read, the earlier ones may be early by up to how long the
+        loop took to read them. So a token's error exceeds the bound only if it was read
+        together with others *and* the loop's lag then exceeded the bound: the share of such
+        tokens is at most min(share read together, share of lag samples above the bound), and
+        that must stay within 1 % (the p99)."""
+        bound = v.max_loop_lag_p99_ms
+        # seconds without a send or a chunk cannot shape a number: their lag is not judged
+        lag99 = self.lag.work.quantile(0.99)
+        lag_over = self.lag.work.share_above(bound)
+        kernel = self.exact_stamped + self.merged_stamped
+        merged = self.merged_stamped / kernel if kernel else 0.0
+        disp99 = self.dispatch_all.quantile(0.99)
+        busy_s, work_s = self.cpu_busy_seconds(v)
+        reasons = []
+        if self.kernel_stamped:
+            if min(merged, lag_over) > 0.01:
+                reasons.append(
+                    f"{merged:.1%} of tokens were read together with others and the event loop "
+                    f"was over {bound:g} ms late for {lag_over:.1%} of reads: more than 1% of "
+                    f"token stamps may be off by over {bound:g} ms"
+                )
+        elif lag99 > bound:
+            reasons.append(
+                f"event-loop lag p99 {lag99:.2f} ms exceeds {bound:g} ms: "
+                "the generator was too busy to stamp arrivals accurately"
+            )
+        if disp99 > v.max_dispatch_delay_p99_ms:
+            reasons.append(
+                f"dispatch delay p99 {disp99:.2f} ms exceeds {v.max_dispatch_delay_p99_ms:g} ms: "
+                "requests left later than scheduled"
+            )
+        if work_s > 0 and busy_s / work_s > CPU_BUSY_SHARE:
+            reasons.append(
+                f"generator CPU at or above {v.max_cpu_percent:g}% while it was late (loop lag "
+                f"p99 over {bound:g} ms or a send over {v.max_dispatch_delay_p99_ms:g} ms late) "
+                f"for {busy_s:.1f} of the {work_s:.1f} s it had work"
+            )
+        late = [
+            (s, c)
+            for s, c in zip(self.seconds, self.cause_seconds, strict=True)
+            if s.work and _late(s, v)
+        ]
+        late_s = sum(s.wall_s for s, _ in late)
+        if reasons:  # name what held it back (loadgen/engine/lateness.py)
+            reasons.append(name_cause([c for _, c in late], late_s))
+        health = {
+            "late_s": late_s,
+            **{f"late_{k}": ms for k, ms in late_totals([c for _, c in late]).items()},
+            "cpu_busy_late_s": busy_s,
+            "work_s": work_s,
+            "loop_lag_p99_ms": lag99,
+            "loop_lag_max_ms": self.lag.total.max,
+            "tokens_read_together_share": merged,
+            "loop_lag_over_bound_share": lag_over,
+            "kernel_stamps": 1.0 if self.kernel_stamped else 0.0,
+            "dispatch_delay_p99_ms": disp99,
+            "dispatch_delay_max_ms": self.dispatch_all.max,
+            "cpu_percent_max": max(self.cpu_ticks, default=0.0),
+        }
+        return not reasons, reasons, health
+
+    def cpu_busy_seconds(self, v: ValiditySpec) -> tuple[float, float]:
+        """(seconds the generator was CPU-bound *and* late, seconds it had work), each tick
+        weighted by its length. CPU alone is a cause, not evidence: a closed loop against a
+        server that refuses at once spins at full CPU and still sends on time and stamps
+        exactly; only when it was also late did the generator shape the numbers. Weighting by
+        length keeps a shard's last, sub-millisecond tick (CPU% of teardown work) from
+        counting as a whole saturated second."""
+        busy = work = 0.0
+        for s in self.seconds:
+            if not s.work:
+                continue
+            work += s.wall_s
+            if s.cpu >= v.max_cpu_percent and _late(s, v):
+                busy += s.wall_s
+        return busy, work
+
+
+def _late(s: Second, v: ValiditySpec) -> bool:
+    """The second's loop lag p99 or a send in it was over its bound."""
+    return s.lag_p99_ms > v.max_loop_lag_p99_ms or s.dispatch_max_ms > v.max_dispatch_delay_p99_ms

@@ -1,0 +1,181 @@
+"""One load level: its window on the monotonic clock, this shard's share of its load (users or
+rate), and the load model that drives it until the window ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from loadgen.engine.loadmodels import SPAWN_INTERVAL_NS, closed_loop_user, open_loop
+from loadgen.engine.pool import SamplePool
+from loadgen.engine.samples import SAMPLE_KEYS
+from loadgen.engine.schedule import Level, open_loop_offsets, static_levels, trace_share
+from loadgen.engine.shard import NS, LevelWindow, Shard
+from loadgen.engine.traces import trace_entries
+from loadgen.results.reasons import LEVEL_ENDED
+
+SPAWN_LEAD_NS = 50_000_000  # a user is created this long before its start: its prompt is ready
+
+
+@dataclass(slots=True)
+class LevelResult:
+    """A level as it ran, on the wall clock (ns since the epoch). `steady_*` is the window its
+    throughput divides by: start + warmup to end - cooldown, cut at the moment the shard
+    stopped if it stopped early; `drained_wall_ns` when its last request ended (None if it did
+    not drain); `search` the saturation search's decision, if any."""
+
+    index: int
+    kind: str
+    value: float
+    duration_s: float
+    warmup_s: float
+    cooldown_s: float
+    started_wall_ns: int
+    ended_wall_ns: int
+    steady_start_wall_ns: int = 0
+    steady_end_wall_ns: int = 0
+    drained_wall_ns: int | None = None
+    between_levels: str = "drain"
+    met_slos: bool | None = None
+    search: dict[str, Any] | None = None
+
+
+async def run_levels(
+    r: Shard, start: int, done: list[LevelResult], pool: SamplePool | None = None
+) -> None:
+    """The spec's levels one after another from `start` (monotonic ns); each appended to `done`
+    as it ends (or, cut at the stop, when the shard stops during it). Between two levels,
+    `load.between_levels` decides what happens to the first one's requests still running; with
+    `pool` (the other shards of the run) a drained shard waits for the others before its next
+    level, so no shard's level overlaps another's."""
+    t0 = start
+    policy = r.spec.load.between_levels
+    levels = static_levels(r.spec.load)
+    for i, lvl in enumerate(levels):
+        try:
+            w = await run_level(r, lvl, t0)
+        except asyncio.CancelledError:
+            if r.window is not None and r.window.level is lvl:
+                done.append(level_result(r, r.window, stopped=r.clock(), policy=policy))
+            raise
+        res = level_result(r, w, policy=policy)
+        done.append(res)
+        t0 = w.end
+        if i == len(levels) - 1:
+            break  # the shard's own end drains or cancels the last level
+        if policy == "drain":
+            if await drain(r, w.end + int(r.spec.target.deadline_s * NS)):
+                res.drained_wall_ns = r.wall(r.clock())
+            else:
+                await cancel_in_flight(r, LEVEL_ENDED)
+            t0 = max(w.end, r.clock())
+        elif policy == "cancel":
+            await cancel_in_flight(r, LEVEL_ENDED)
+            res.drained_wall_ns = r.wall(r.clock())
+            t0 = max(w.end, r.clock())
+        if pool is not None and policy != "overlap":
+            await pool.pool(lvl.index, r.plan.shard_id, {})
+            t0 = max(w.end, r.clock())
+
+
+async def cancel_in_flight(r: Shard, reason: str) -> None:
+    """End every request (and closed-loop user) still running: each gets its `cancelled` record
+    with the tokens it had received, `error_phase` = `reason`."""
+    tasks = list(r.in_flight)
+    if not tasks:
+        return
+    before = r.stop_reason
+    r.stop_reason = reason
+    try:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        if r.stop_reason == reason:  # unless the shard began to stop meanwhile
+            r.stop_reason = before
+
+
+async def run_level(shard: Shard, level: Level, start: int) -> LevelWindow:
+    window = LevelWindow(level, start, start + int(level.duration_s * NS))
+    shard.window = window
+    if shard.spec.load.saturation is not None:
+        window.samples = {name: [] for name in SAMPLE_KEYS}
+    shard.level_index = level.index
+    p, load = shard.plan, shard.spec.load
+    seed = int(np.random.default_rng([p.seed, level.index]).integers(0, 2**62))
+    if level.kind == "concurrency":
+        users = p.users_per_level[level.index] if level.index < len(p.users_per_level) else 0
+        # Users are created as their start comes near, not all up front: memory follows the
+        # users started, and one whose start falls past the level's end is never made.
+        users = min(users, (window.end - window.start - 1) // SPAWN_INTERVAL_NS + 1)
+        spawned = 0
+        while spawned < users and not shard.stopping:
+            ahead = shard.clock() + SPAWN_LEAD_NS - window.start
+            due = min(users, ahead // SPAWN_INTERVAL_NS + 1) if ahead >= 0 else 0
+            for u in range(spawned, due):
+                tk = asyncio.create_task(closed_loop_user(shard, window, u))
+                shard.in_flight.add(tk)
+                tk.add_done_callback(shard.in_flight.discard)
+            spawned = max(spawned, due)
+            next_start = window.start + spawned * SPAWN_INTERVAL_NS
+            if spawned >= users or next_start >= window.end:
+                break
+            await shard.sleep_until(next_start - SPAWN_LEAD_NS)
+        await shard.sleep_until(window.end)
+        return window
+    if level.kind == "trace":
+        assert load.trace is not None
+        entries = trace_entries(load)
+        lo = float(p.extra.get("fraction_lo", 0.0))
+        mine = [entries[i] for i in trace_share(len(entries), load.seed, lo, lo + p.fraction)]
+        await open_loop(shard, window, (e.t_s for e in mine), mine)
+    else:
+        r0 = level.value * p.fraction
+        r1 = (level.ramp_to if level.ramp_to is not None else level.value) * p.fraction
+        if r0 > 0 or r1 > 0:
+            offs = open_loop_offsets(
+                load.arrival, load.burstiness, r0, r1, level.duration_s, seed, p.max_requests
+            )
+            await open_loop(shard, window, offs)
+    await shard.sleep_until(window.end)
+    return window
+
+
+def level_result(
+    r: Shard, w: LevelWindow, *, stopped: int | None = None, policy: str = "drain"
+) -> LevelResult:
+    """`w` as run; `stopped` (monotonic ns) cuts its span and steady window where the shard
+    stopped, so an aborted level's rates divide by the time it really ran."""
+    lv = w.level
+    end = w.end if stopped is None else min(w.end, stopped)
+    s0 = w.start + int(lv.warmup_s * NS)
+    s1 = w.end - int(lv.cooldown_s * NS)
+    if stopped is not None:
+        s1 = min(s1, stopped)
+    return LevelResult(
+        lv.index,
+        lv.kind,
+        lv.value,
+        lv.duration_s,
+        lv.warmup_s,
+        lv.cooldown_s,
+        r.wall(w.start),
+        r.wall(end),
+        r.wall(s0),
+        r.wall(max(s0, s1)),
+        between_levels=policy,
+    )
+
+
+async def drain(r: Shard, until: int) -> bool:
+    """Wait for in-flight requests to finish by `until` (monotonic ns); True if they did."""
+    while r.in_flight:
+        left = (until - r.clock()) / NS
+        if left <= 0:
+            return False
+        await asyncio.wait(set(r.in_flight), timeout=left)
+    return True

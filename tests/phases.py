@@ -1,0 +1,87 @@
+"""`make test`'s runner: the suite in two pytest phases, the parallel one (pytest-xdist, `-n N`)
+and then the `serial` tests (timing and accuracy) alone on the machine; one exit code for both,
+and the 25 slowest tests of the whole run printed at the end.
+
+    python -m tests.phases [--workers N] [--select EXPR] [pytest args...]
+
+`--select` is a marker expression both phases are narrowed by (`make test-fast`: "not slow").
+A phase that selects nothing (pytest's exit 5) is not a failure; the run is one (exit 5) only
+when neither phase ran a test. Otherwise the exit code is the first failing phase's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+NO_TESTS_RAN = 5  # pytest.ExitCode.NO_TESTS_COLLECTED
+SLOWEST = 25
+DEFAULT_WORKERS = 4
+
+
+def phase_command(
+    workers: int, select: str | None, serial: bool, junit: Path, extra: list[str]
+) -> list[str]:
+    marker = "serial" if serial else "not serial"
+    expr = f"({select}) and {marker}" if select else marker
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", expr]
+    if not serial:
+        cmd += ["-n", str(workers)]
+    return [*cmd, f"--junitxml={junit}", *extra]
+
+
+def run_exit_code(codes: list[int]) -> int:
+    """0 when every phase passed or selected nothing (and at least one ran), the first failing
+    phase's code otherwise, 5 when no phase ran a test."""
+    failing = [c for c in codes if c not in (0, NO_TESTS_RAN)]
+    if failing:
+        return failing[0]
+    return NO_TESTS_RAN if all(c == NO_TESTS_RAN for c in codes) else 0
+
+
+def slowest(junit_files: list[Path], n: int = SLOWEST) -> list[tuple[float, str]]:
+    """The `n` longest tests (setup, call and teardown) over the phases' JUnit reports."""
+    rows: list[tuple[float, str]] = []
+    for path in junit_files:
+        if not path.exists():
+            continue
+        for case in ET.parse(path).iter("testcase"):
+            name = f"{case.get('classname', '')}::{case.get('name', '')}"
+            rows.append((float(case.get("time", "0") or 0), name))
+    return sorted(rows, reverse=True)[:n]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--workers", "-n", type=int, default=DEFAULT_WORKERS)
+    parser.add_argument("--select", default=None, help="a marker expression for both phases")
+    args, extra = parser.parse_known_args(argv)
+    codes: list[int] = []
+    walls: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="peakload-phases-") as tmp:
+        junits = [Path(tmp) / "parallel.xml", Path(tmp) / "serial.xml"]
+        for serial, junit in zip((False, True), junits, strict=True):
+            name = "serial" if serial else f"parallel (-n {args.workers})"
+            print(f"\n=== phase: {name} ===", flush=True)
+            t0 = time.monotonic()
+            cmd = phase_command(args.workers, args.select, serial, junit, extra)
+            codes.append(subprocess.run(cmd, check=False).returncode)
+            walls.append(time.monotonic() - t0)
+        print(f"\n=== the {SLOWEST} slowest tests of the whole run (setup+call+teardown) ===")
+        for seconds, test in slowest(junits):
+            print(f"{seconds:8.2f}s {test}")
+    rc = run_exit_code(codes)
+    names = ("parallel", "serial")
+    done = zip(names, walls, codes, strict=True)
+    phases = ", ".join(f"{n} {w:.0f} s exit {c}" for n, w, c in done)
+    print(f"\n=== {phases}; total {sum(walls):.0f} s; exit {rc} ===")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""make test's two-phase runner (tests/phases.py): one strict exit code for both phases, the
+marker expressions each phase runs, and the slowest tests read back from both JUnit reports."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.phases import NO_TESTS_RAN, phase_command, run_exit_code, slowest
+
+
+def test_a_phase_that_selects_nothing_is_not_a_failure_but_a_run_that_ran_nothing_is() -> None:
+    assert run_exit_code([0, 0]) == 0
+    assert run_exit_code([0, NO_TESTS_RAN]) == 0
+    assert run_exit_code([NO_TESTS_RAN, 0]) == 0
+    assert run_exit_code([NO_TESTS_RAN, NO_TESTS_RAN]) == NO_TESTS_RAN
+    assert run_exit_code([1, 0]) == 1
+    assert run_exit_code([0, 2]) == 2
+    assert run_exit_code([NO_TESTS_RAN, 1]) == 1
+    assert run_exit_code([4, 1]) == 4
+
+
+def test_the_parallel_phase_has_workers_and_the_serial_one_runs_alone(tmp_path: Path) -> None:
+    junit = tmp_path / "j.xml"
+    par = phase_command(3, "not slow", False, junit, ["-x"])
+    assert par[:3] == [sys.executable, "-m", "pytest"]
+    assert par[par.index("-m", 3) + 1] == "(not slow) and not serial"
+    assert par[par.index("-n") + 1] == "3"
+    assert par[-2:] == [f"--junitxml={junit}", "-x"]
+    ser = phase_command(3, None, True, junit, [])
+    assert ser[ser.index("-m", 3) + 1] == "serial"
+    assert "-n" not in ser
+
+
+def test_the_slowest_tests_come_from_both_reports(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.xml", tmp_path / "b.xml"
+    a.write_text(
+        '<testsuites><testsuite><testcase classname="t.a" name="fast" time="0.5"/>'
+        '<testcase classname="t.a" name="slow" time="40.0"/></testsuite></testsuites>'
+    )
+    b.write_text(
+        '<testsuites><testsuite><testcase classname="t.b" name="mid" time="7"/>'
+        "</testsuite></testsuites>"
+    )
+    assert slowest([a, b, tmp_path / "missing.xml"], 2) == [(40.0, "t.a::slow"), (7.0, "t.b::mid")]
