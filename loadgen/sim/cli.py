@@ -60,6 +60,12 @@ def _stall(text: str | None) -> tuple[float, float] | tuple[None, None]:
 @click.option("--reasoning-field", type=click.Choice(["reasoning_content", "reasoning"]))
 @click.option("--stall", "stall", help="Freeze the whole server S s every P s, as S/P (5/30).")
 @click.option("--fault", "faults", multiple=True, help="KIND[:ARG]=RATE, repeatable.")
+@click.option(
+    "--fault-draw",
+    type=click.Choice(["request", "arrival"]),
+    help="Draw each request's fault from its request id, or from its arrival number so that "
+    "N requests get the same faults on every run [request].",
+)
 @click.option("--seed", type=int, help="Seed for fault draws and output text.")
 @click.option("--model", help="Model name reported by the server.")
 @click.option("--truth-log", type=click.Path(path_type=Path), help="Ground-truth JSONL file.")
@@ -144,6 +150,7 @@ def sim(
     reasoning_field: str | None,
     stall: str | None,
     faults: tuple[str, ...],
+    fault_draw: str | None,
     seed: int | None,
     model: str | None,
     truth_log: Path | None,
@@ -193,6 +200,7 @@ def sim(
             "reasoning_field": reasoning_field,
             "stall_for_s": stall_for,
             "stall_every_s": stall_every,
+            "fault_draw": fault_draw,
             "seed": seed,
             "model": model,
             "timer_spin_us": timer_spin_us,

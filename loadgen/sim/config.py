@@ -163,6 +163,10 @@ class SimConfig(BaseModel):
     stall_every_s: float = Field(default=0.0, ge=0.0)
     stall_for_s: float = Field(default=0.0, ge=0.0)
     faults: list[FaultRule] = Field(default_factory=list)
+    # what a request's fault is drawn from: its request id (the same request id gets the same
+    # fault on every run), or its arrival number (the Nth request to arrive gets the same fault
+    # on every run, so a run of N requests has the same fault counts whatever ids it sends)
+    fault_draw: Literal["request", "arrival"] = "request"
     seed: int = 0
     timer_spin_us: float = Field(default=1000.0, ge=0.0)  # see engine.Scheduler
     truth_flush_ms: float = Field(default=25.0, gt=0.0)  # small, frequent slices of work

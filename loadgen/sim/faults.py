@@ -47,13 +47,15 @@ def parse_fault_header(value: str) -> Faults:
     return faults
 
 
-def choose_faults(cfg: SimConfig, request_id: str, header: str | None) -> Faults:
-    """The header's faults if present (rates are then not drawn), else at most one drawn fault."""
+def choose_faults(cfg: SimConfig, request_id: str, arrival: int, header: str | None) -> Faults:
+    """The header's faults if present (rates are then not drawn), else at most one fault drawn
+    from the request id or the arrival number (1 for the first request), as cfg.fault_draw says."""
     if header is not None:
         return parse_fault_header(header)
     if not cfg.faults:
         return {}
-    u = unit_hash(cfg.seed, request_id, "fault")
+    key = request_id if cfg.fault_draw == "request" else f"arrival-{arrival}"
+    u = unit_hash(cfg.seed, key, "fault")
     acc = 0.0
     for rule in cfg.faults:
         acc += rule.rate

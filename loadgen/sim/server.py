@@ -250,7 +250,7 @@ class Connection(asyncio.Protocol):
         faults: dict[FaultKind, float | None] = {}
         try:
             _fill_plan(plan, req.body, st.cfg, req.headers.get("content-type", ""))
-            faults = choose_faults(st.cfg, rid, req.headers.get(FAULT_HEADER))
+            faults = choose_faults(st.cfg, rid, st.requests_seen, req.headers.get(FAULT_HEADER))
             need = plan.prompt_tokens + plan.max_tokens
             if isinstance(st.engine, BatchEngine) and need > st.cfg.kv_capacity_tokens:
                 raise text.BadRequest(

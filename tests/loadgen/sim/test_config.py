@@ -99,14 +99,28 @@ def test_fault_draws_are_seeded_by_request_id() -> None:
         None, None, {"faults": [parse_fault_rule("429=0.2"), parse_fault_rule("503=0.1")]}
     )
     ids = [f"req-{i}" for i in range(4000)]
-    draws = [tuple(choose_faults(cfg, rid, None)) for rid in ids]
-    assert draws == [tuple(choose_faults(cfg, rid, None)) for rid in reversed(ids)][::-1]
+    draws = [tuple(choose_faults(cfg, rid, n, None)) for n, rid in enumerate(ids, 1)]
+    # the arrival number plays no part: the same ids in another order draw the same faults
+    again = [tuple(choose_faults(cfg, rid, 1, None)) for rid in reversed(ids)][::-1]
+    assert draws == again
     counts = Counter(d[0] if d else None for d in draws)
     assert 700 < counts[FaultKind.HTTP_429] < 900  # 20 % of 4000, binomial sd ~25
     assert 320 < counts[FaultKind.HTTP_503] < 480
     other = cfg.model_copy(update={"seed": 1})
-    assert draws != [tuple(choose_faults(other, rid, None)) for rid in ids]
-    assert choose_faults(cfg, "x", "reset:2") == {FaultKind.RESET: 2.0}  # the header wins
+    assert draws != [tuple(choose_faults(other, rid, 1, None)) for rid in ids]
+    assert choose_faults(cfg, "x", 1, "reset:2") == {FaultKind.RESET: 2.0}  # the header wins
+
+
+def test_fault_draws_by_arrival_ignore_the_request_id() -> None:
+    rules = [parse_fault_rule("429=0.2"), parse_fault_rule("reset=0.1")]
+    cfg = load_config(None, None, {"faults": rules, "fault_draw": "arrival"})
+    draws = [tuple(choose_faults(cfg, f"id-{n}", n, None)) for n in range(1, 4001)]
+    # other ids, the same arrival numbers: the same faults
+    assert draws == [tuple(choose_faults(cfg, f"other-{n}", n, None)) for n in range(1, 4001)]
+    counts = Counter(d[0] if d else None for d in draws)
+    assert 700 < counts[FaultKind.HTTP_429] < 900 and 320 < counts[FaultKind.RESET] < 480
+    by_id = cfg.model_copy(update={"fault_draw": "request"})
+    assert draws != [tuple(choose_faults(by_id, f"id-{n}", n, None)) for n in range(1, 4001)]
 
 
 def test_rate_budget() -> None:
