@@ -170,7 +170,11 @@ def test_prometheus_scrapes_a_run_and_holds_the_stores_counts(
         assert 0.04 <= float(p50[0]["value"][1]) <= 0.25
         # seen live: requests were in flight at some scrape, and none after the end
         seen = prom.query(f"max_over_time(peakload_requests_in_flight{sel}{WINDOW})")
-        assert float(seen[0]["value"][1]) >= 1
+        scrapes = (
+            prom.query(f"count_over_time(up{WINDOW})"),
+            prom.query(f"sum_over_time(up{WINDOW})"),
+        )
+        assert float(seen[0]["value"][1]) >= 1, ("scrapes, answered", scrapes)
         final = last_values(prom, f"peakload_requests_in_flight{sel}", "region")
         assert final == {region: 0.0}
         buckets = prom.query(
@@ -269,10 +273,12 @@ def test_measuring_processes_are_served_as_one_run(
     serves their sum, which Prometheus holds after the run as the store does."""
     db = fresh_database(plain_url)
     spec = tmp_path / "spec.toml"
-    spec.write_text(spec_text(sim.base_url).replace("duration_s = 3", "duration_s = 2"))
+    # in flight shows from the first tick (1 s) to the run's end: 3 s of it, scraped every
+    # 0.5 s with as long to answer (a 0.2-s timeout lost every mid-run scrape on a loaded host)
+    spec.write_text(spec_text(sim.base_url).replace("duration_s = 3", "duration_s = 4"))
     port = free_port()
     out = tmp_path / "summary.json"
-    with start_prometheus([f"127.0.0.1:{port}"], interval_s=0.2) as prom:
+    with start_prometheus([f"127.0.0.1:{port}"], interval_s=0.5) as prom:
         proc = peakload(
             [
                 "run", str(spec), "--json", str(out), "--no-probe", "--quiet", "--processes", "2",
@@ -302,6 +308,10 @@ def test_measuring_processes_are_served_as_one_run(
         )
         assert itl == {region: float(gaps)}
         seen = prom.query(f"max_over_time(peakload_requests_in_flight{sel}{WINDOW})")
-        assert float(seen[0]["value"][1]) >= 1
+        scrapes = (
+            prom.query(f"count_over_time(up{WINDOW})"),
+            prom.query(f"sum_over_time(up{WINDOW})"),
+        )
+        assert float(seen[0]["value"][1]) >= 1, ("scrapes, answered", scrapes)
         final = last_values(prom, f"peakload_requests_in_flight{sel}", "region")
         assert final == {region: 0.0}
