@@ -16,7 +16,6 @@ import signal
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from loadgen.checks import admission, hosted
@@ -24,7 +23,7 @@ from loadgen.checks.calibrate import calibrate
 from loadgen.engine.livemetrics import LiveMetrics, MetricsSink
 from loadgen.engine.plan import ShardPlan, Sink
 from loadgen.engine.pool import LocalPool
-from loadgen.engine.runner import ShardResult, run_shard
+from loadgen.engine.runner import run_shard
 from loadgen.engine.runtime import run_measurement
 from loadgen.engine.schedule import static_levels
 from loadgen.engine.scrubbing import ScrubbingSink
@@ -37,6 +36,7 @@ from loadgen.targets import OpenAITarget, TargetPolicy, build_target, policy_fro
 from loadgen.targets.factory import paced_by
 from workers import local_procs
 from workers.local_failure import record_failure
+from workers.local_finish import LocalRun, finish_local_run
 from workers.local_lease import LocalLease, owner_id, reap_dead_local_runs
 from workers.planner import plan_run, with_fraction_offsets
 from workers.probes import probe_network
@@ -49,17 +49,6 @@ from workers.store.runs import level_row
 from workers.store.writer import StoreWriter, WriterConfig
 
 START_DELAY_S = 0.5  # time between warm-up and the first scheduled request
-
-
-@dataclass(slots=True)
-class LocalRun:
-    run_id: str
-    status: str  # completed | partial | aborted | failed
-    valid: bool
-    invalid_reasons: list[str]
-    requests_scheduled: int
-    tokens_per_word: float
-    shards: list[ShardResult]
 
 
 warm_connections = admission.warm_connections
@@ -329,7 +318,7 @@ async def _measure(
         if recorder is not None:
             await recorder.stop()
         writer_error = _close_writer(sink)  # closes the writer inside
-    return _finish(conn, run_id, spec, results, tpw, writer_error)
+    return finish_local_run(conn, run_id, spec, results, tpw, writer_error)
 
 
 async def _measure_in_processes(
@@ -369,7 +358,7 @@ async def _measure_in_processes(
             await recorder.stop()
         await group.close()
     error = "; ".join(done.writer_errors) or None
-    return _finish(
+    return finish_local_run(
         conn,
         run_id,
         spec,
@@ -387,73 +376,6 @@ def _close_writer(writer: Sink) -> Exception | None:
     except Exception as exc:  # reported as the run's failure below, after shard states
         return exc
     return None
-
-
-def _finish(
-    conn: Any,
-    run_id: str,
-    spec: RunSpec,
-    results: list[ShardResult],
-    tpw: float,
-    writer_error: Exception | None,
-    *,
-    lost: dict[str, str] | None = None,
-    labels: dict[str, str] | None = None,
-) -> LocalRun:
-    """The shards' final states (a shard in `lost` ended `failed`: its process handed in
-    nothing, its rows are kept), the pooled levels and search, the run's status."""
-    lost, labels = lost or {}, labels or {}
-    written = store_runs.count_requests_by_shard(conn, run_id)
-    for sid, why in sorted(lost.items()):
-        n = written.get(sid, 0)
-        store_runs.set_shard_state(
-            conn, run_id, sid, "failed", reason=why, valid=False, invalid_reasons=[why],
-            requests_scheduled=n, records_written=n,
-        )  # fmt: skip
-    for r in results:
-        store_runs.set_shard_state(
-            conn,
-            run_id,
-            r.shard_id,
-            r.status,
-            valid=r.valid,
-            invalid_reasons=r.invalid_reasons,
-            requests_scheduled=r.requests_scheduled,
-            records_written=written.get(r.shard_id, 0),
-        )
-    if any(r.levels for r in results):
-        store_runs.upsert_levels(
-            conn,
-            run_id,
-            store_runs.merge_levels([[level_row(lv) for lv in r.levels] for r in results]),
-        )
-    store_runs.set_search(
-        conn, run_id, {r.shard_id: r.search for r in results if r.search is not None}
-    )
-    reasons = [
-        f"{r.shard_id}{f' ({labels[r.shard_id]})' if r.shard_id in labels else ''}: {why}"
-        for r in results
-        for why in r.invalid_reasons
-    ]
-    reasons += [f"{sid}: {why}" for sid, why in sorted(lost.items())]
-    statuses = {r.status for r in results} | ({"failed"} if lost else set())
-    status = (
-        "completed"
-        if statuses == {"completed"}
-        else "aborted"
-        if "aborted" in statuses
-        else "partial"
-    )
-    if writer_error is not None:
-        status = "failed"
-        reasons.append(f"store writer: {writer_error}")
-    scheduled = sum(r.requests_scheduled for r in results)
-    scheduled += sum(written.get(sid, 0) for sid in lost)
-    valid = not reasons
-    store_runs.finish_run(conn, run_id, status, valid, reasons, scheduled)
-    if writer_error is not None:
-        raise RunFailed(run_id, f"store writer: {writer_error}") from writer_error
-    return LocalRun(run_id, status, valid, reasons, scheduled, tpw, results)
 
 
 def _install_abort(loop: asyncio.AbstractEventLoop, abort: asyncio.Event) -> None:
