@@ -19,6 +19,7 @@ from loadgen.sim.engine import BatchEngine, FixedEngine, Scheduler
 from loadgen.sim.faults import Faults, describe
 from loadgen.sim.http import LAST_CHUNK, chunk, response_head
 from loadgen.sim.plan import Plan
+from loadgen.sim.trickle import TrickleBody
 from loadgen.sim.truth import TruthLog
 
 if TYPE_CHECKING:
@@ -125,9 +126,7 @@ class Completion:
         self.chunk_tokens: list[int] = []
         self.chunk_due_ns: list[int] = []
         self.chunk_write_us: list[int] = []  # how long each write call took (preemption shows)
-        self._trickle_body = b""
-        self._trickle_pos = 0
-        self._trickle_ends: dict[int, int] = {}
+        self._trickle: TrickleBody | None = None
 
     # ---- start -------------------------------------------------------------------------------
     def open(self, now_ns: int) -> None:
@@ -400,18 +399,12 @@ class Completion:
     # ---- trickle -----------------------------------------------------------------------------
     def _open_trickle(self, now_ns: int) -> None:
         """A valid SSE stream written one byte per `arg` seconds; it never uses the engine."""
-        fmt = self.fmt
-        body = fmt.role_event() if self.plan.chat else b""
-        for i in range(self.max_tokens):
-            body += fmt.content_event(text.token_bytes(self.offset, i, i > 0), "content")
-            self._trickle_ends[len(body)] = 1
-        full = text.output_text(self.offset, 0, self.max_tokens)
-        n = self.max_tokens
-        body += fmt.tail("length", self.prompt_tokens, n, None, False, None, True, full)
-        self._trickle_body = body
+        self._trickle = TrickleBody.of(
+            self.fmt, self.plan.chat, self.offset, self.prompt_tokens, self.max_tokens
+        )
         head = response_head(
             200,
-            fmt.stream_type,
+            self.fmt.stream_type,
             length=None,
             keep_alive=self.plan.keep_alive,
             keepalive_header=self.state.cfg.keepalive_header,
@@ -420,20 +413,17 @@ class Completion:
         self.t.write(head)
         self.response_headers_ns = time.perf_counter_ns()
         self._trickle_ns = int(_arg(self.faults, FaultKind.TRICKLE, 4.0) * 1e9)
-        self.state.sched.at(now_ns + self._trickle_ns, self._trickle)
+        self.state.sched.at(now_ns + self._trickle_ns, self._trickle_write)
 
-    def _trickle(self, due_ns: int) -> None:
-        if self.finished:
+    def _trickle_write(self, due_ns: int) -> None:
+        if self.finished or self._trickle is None:
             return
-        pos = self._trickle_pos
-        self._trickle_pos = pos + 1
-        done = self._trickle_pos == len(self._trickle_body)
-        payload = chunk(self._trickle_body[pos : pos + 1]) + (LAST_CHUNK if done else b"")
-        self._send(payload, self._trickle_ends.get(pos + 1, 0), due_ns)
+        payload, tokens, done = self._trickle.next_write()
+        self._send(payload, tokens, due_ns)
         if done:
             self._finish("ok", self.plan.keep_alive)
         else:
-            self.state.sched.at(due_ns + self._trickle_ns, self._trickle)
+            self.state.sched.at(due_ns + self._trickle_ns, self._trickle_write)
 
 
 def _arg(faults: Faults, kind: FaultKind, default: float) -> float:
