@@ -1,6 +1,7 @@
 """`make test`'s runner: the suite in two pytest phases, the parallel one (pytest-xdist, `-n N`)
 and then the `serial` tests (timing and accuracy) alone on the machine; one exit code for both,
-and the 25 slowest tests of the whole run printed at the end.
+and the 25 slowest tests of the whole run printed at the end, then the 25 that used the most CPU
+(tests/support/cputime.py: on 2 cores the parallel phase's wall time follows their sum).
 
     python -m tests.phases [--workers N] [--select EXPR] [pytest args...]
 
@@ -18,6 +19,8 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+from tests.support.cputime import CPU_PROPERTY
 
 NO_TESTS_RAN = 5  # pytest.ExitCode.NO_TESTS_COLLECTED
 SLOWEST = 25
@@ -56,6 +59,21 @@ def slowest(junit_files: list[Path], n: int = SLOWEST) -> list[tuple[float, str]
     return sorted(rows, reverse=True)[:n]
 
 
+def hungriest(junit_files: list[Path], n: int = SLOWEST) -> list[tuple[float, str]]:
+    """The `n` tests that used the most CPU (their own and their children's), from the
+    `cpu_s` property tests/support/cputime.py records in each JUnit test case."""
+    rows: list[tuple[float, str]] = []
+    for path in junit_files:
+        if not path.exists():
+            continue
+        for case in ET.parse(path).iter("testcase"):
+            for prop in case.iter("property"):
+                if prop.get("name") == CPU_PROPERTY:
+                    name = f"{case.get('classname', '')}::{case.get('name', '')}"
+                    rows.append((float(prop.get("value", "0") or 0), name))
+    return sorted(rows, reverse=True)[:n]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--workers", "-n", type=int, default=DEFAULT_WORKERS)
@@ -75,6 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n=== the {SLOWEST} slowest tests of the whole run (setup+call+teardown) ===")
         for seconds, test in slowest(junits):
             print(f"{seconds:8.2f}s {test}")
+        used = hungriest(junits, n=10**9)
+        print(f"\n=== the {SLOWEST} tests that used the most CPU (own + children) ===")
+        for seconds, test in used[:SLOWEST]:
+            print(f"{seconds:8.2f}s {test}")
+        print(f"CPU over all {len(used)} tests: {sum(s for s, _ in used):.0f} s")
     rc = run_exit_code(codes)
     names = ("parallel", "serial")
     done = zip(names, walls, codes, strict=True)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tests.phases import NO_TESTS_RAN, phase_command, run_exit_code, slowest
+import pytest
+
+from tests.phases import NO_TESTS_RAN, hungriest, phase_command, run_exit_code, slowest
 
 
 def test_a_phase_that_selects_nothing_is_not_a_failure_but_a_run_that_ran_nothing_is() -> None:
@@ -43,3 +45,45 @@ def test_the_slowest_tests_come_from_both_reports(tmp_path: Path) -> None:
         "</testsuite></testsuites>"
     )
     assert slowest([a, b, tmp_path / "missing.xml"], 2) == [(40.0, "t.a::slow"), (7.0, "t.b::mid")]
+
+
+def test_the_hungriest_tests_come_from_their_cpu_property(tmp_path: Path) -> None:
+    a = tmp_path / "a.xml"
+    a.write_text(
+        '<testsuites><testsuite><testcase classname="t.a" name="idle" time="30">'
+        '<properties><property name="cpu_s" value="0.10"/></properties></testcase>'
+        '<testcase classname="t.a" name="busy" time="3">'
+        '<properties><property name="cpu_s" value="5.50"/></properties></testcase>'
+        '<testcase classname="t.a" name="unmeasured" time="1"/></testsuite></testsuites>'
+    )
+    assert hungriest([a, tmp_path / "missing.xml"], 1) == [(5.5, "t.a::busy")]
+    assert [t for _, t in hungriest([a])] == ["t.a::busy", "t.a::idle"]
+
+
+def test_each_test_records_the_cpu_it_used_in_its_junit_report(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plugin itself, in a pytest run of its own: a test that spins for 0.3 s of CPU
+    reports at least that, one that sleeps reports far less."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    pytester.makeconftest('pytest_plugins = ["tests.support.cputime"]')
+    pytester.makepyfile(
+        """
+        import time
+
+        def test_spins():
+            end = time.process_time() + 0.3
+            while time.process_time() < end:
+                pass
+
+        def test_sleeps():
+            time.sleep(0.3)
+        """
+    )
+    junit = pytester.path / "j.xml"
+    pytester.runpytest_subprocess(f"--junitxml={junit}", "-p", "no:cacheprovider").assert_outcomes(
+        passed=2
+    )
+    used = {t.split("::")[-1]: s for s, t in hungriest([junit])}
+    assert used["test_spins"] >= 0.3 - 0.02
+    assert used["test_sleeps"] < 0.2
