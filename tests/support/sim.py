@@ -134,3 +134,9 @@ def sim_factory(tmp_path: Path) -> Iterator[Callable[[list[str]], SimProcess]]:
             return stack.enter_context(start_sim(args, tmp_path))
 
         yield factory
+
+
+def truth_by_id(sim: SimProcess, n: int) -> dict[str, dict[str, Any]]:
+    """The engine's truth-log lines of its first `n` requests (waited for), by request id."""
+    rows = sim.wait_truth(n, timeout_s=20.0)
+    return {r["request_id"]: r for r in rows if r.get("type", "request") == "request"}
