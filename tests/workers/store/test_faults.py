@@ -140,9 +140,11 @@ def test_d3_database_unreachable_mid_run_spools_and_replays(store_url: str, tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("store_kind", ["timescale"])  # spool and replay: the same on both
 def test_d3_database_unreachable_for_60_s(store_url: str, tmp_path: Path) -> None:
     """Slow group: RELIABILITY.md's D3 at its stated length, 60 s of outage (12,000 records
-    spooled); the 6-s test above proves the same property in the fast group."""
+    spooled), against TimescaleDB; the 6-s test above proves the same property on both stores
+    in the fast group."""
     _outage(store_url, tmp_path, outage_s=60)
 
 
