@@ -22,7 +22,8 @@ from loadgen.results.records import Tick, make_request_id
 from loadgen.runspec.spec import RunSpec, spec_from_dict
 from tests.support.sim import SimProcess
 from tests.support.stores import ledger_check
-from workers.local import LocalRun, run_local
+from workers.local import run_local
+from workers.local_finish import LocalRun
 
 pytestmark = pytest.mark.integration
 

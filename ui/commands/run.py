@@ -35,7 +35,8 @@ from ui.results import (
     summary_exit_code,
     write_json,
 )
-from workers.local import LocalRun, run_local
+from workers.local import run_local
+from workers.local_finish import LocalRun
 from workers.local_procs import default_processes
 
 EXIT_ERROR = Exit.BAD_INPUT
