@@ -232,3 +232,35 @@ def test_a_figure_downloads_as_png_and_svg() -> None:
     assert root.tag.endswith("svg")
     text = "".join(root.itertext())
     assert all(label in text for label in ("p50", "p90", "p99", "p99.9"))
+
+
+def test_an_image_drawn_before_kaleido_s_page_loaded_is_drawn_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kaleido's page-load race is tried again, up to the limit; the figure's own errors are not."""
+    import plotly.graph_objects as go
+
+    calls: list[int] = []
+
+    def flaky(failures: int, message: str) -> Callable[..., bytes]:
+        def to_image(self: go.Figure, **kwargs: object) -> bytes:
+            calls.append(1)
+            if len(calls) <= failures:
+                raise RuntimeError(f"{{'description': 'ReferenceError: {message}'}}")
+            return b"image"
+
+        return to_image
+
+    fig = go.Figure()
+    monkeypatch.setattr(go.Figure, "to_image", flaky(2, charts.PAGE_NOT_LOADED))
+    assert charts.static_image(fig, "svg") == b"image" and len(calls) == 3
+    calls.clear()
+    monkeypatch.setattr(go.Figure, "to_image", flaky(3, charts.PAGE_NOT_LOADED))
+    with pytest.raises(RuntimeError, match="kaleido_scopes"):
+        charts.static_image(fig, "png")
+    assert len(calls) == charts.IMAGE_ATTEMPTS
+    calls.clear()
+    monkeypatch.setattr(go.Figure, "to_image", flaky(1, "x is not a trace"))
+    with pytest.raises(RuntimeError, match="not a trace"):
+        charts.static_image(fig, "png")
+    assert len(calls) == 1
