@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support.cputime import CPU_PROPERTY
@@ -47,30 +48,29 @@ def run_exit_code(codes: list[int]) -> int:
     return NO_TESTS_RAN if all(c == NO_TESTS_RAN for c in codes) else 0
 
 
+def _cases(junit_files: list[Path]) -> Iterator[tuple[str, ET.Element]]:
+    """Every test case of the JUnit reports that exist, with its `module::test` name."""
+    for path in junit_files:
+        if path.exists():
+            for case in ET.parse(path).iter("testcase"):
+                yield f"{case.get('classname', '')}::{case.get('name', '')}", case
+
+
 def slowest(junit_files: list[Path], n: int = SLOWEST) -> list[tuple[float, str]]:
     """The `n` longest tests (setup, call and teardown) over the phases' JUnit reports."""
-    rows: list[tuple[float, str]] = []
-    for path in junit_files:
-        if not path.exists():
-            continue
-        for case in ET.parse(path).iter("testcase"):
-            name = f"{case.get('classname', '')}::{case.get('name', '')}"
-            rows.append((float(case.get("time", "0") or 0), name))
+    rows = [(float(case.get("time", "0") or 0), name) for name, case in _cases(junit_files)]
     return sorted(rows, reverse=True)[:n]
 
 
 def hungriest(junit_files: list[Path], n: int = SLOWEST) -> list[tuple[float, str]]:
     """The `n` tests that used the most CPU (their own and their children's), from the
     `cpu_s` property tests/support/cputime.py records in each JUnit test case."""
-    rows: list[tuple[float, str]] = []
-    for path in junit_files:
-        if not path.exists():
-            continue
-        for case in ET.parse(path).iter("testcase"):
-            for prop in case.iter("property"):
-                if prop.get("name") == CPU_PROPERTY:
-                    name = f"{case.get('classname', '')}::{case.get('name', '')}"
-                    rows.append((float(prop.get("value", "0") or 0), name))
+    rows = [
+        (float(prop.get("value", "0") or 0), name)
+        for name, case in _cases(junit_files)
+        for prop in case.iter("property")
+        if prop.get("name") == CPU_PROPERTY
+    ]
     return sorted(rows, reverse=True)[:n]
 
 
