@@ -19,8 +19,6 @@ from analysis.store.load import load_levels, load_requests, load_run
 from analysis.verdicts import sla
 from analysis.verdicts.exitcodes import Exit
 from analysis.verdicts.verdict import judge_run
-from loadgen.checks import hosted
-from loadgen.runspec.spec import RunSpec
 from workers.store.connect import connect_store
 
 
@@ -86,27 +84,6 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
         console.print(f"[bold]cost[/]: {cost_line(cost)}")
     if "verdict" in summary:
         print_verdict(summary, console)
-
-
-def print_estimate(spec: RunSpec, console: Console) -> None:
-    """Before a run against a hosted preset (or one that paces or caps its cost): the requests,
-    tokens and cost it will send, on stderr-free stdout. Refusals come from loadgen.checks.hosted's
-    guard, which the run itself calls."""
-    from loadgen.runspec.presets import load_preset
-
-    preset = load_preset(spec.target.preset) if spec.target.preset else None
-    hosted_target = preset is not None and preset.kind == "hosted"
-    if not (hosted_target or spec.pacing.enabled or spec.cost.max_cost_usd is not None):
-        return
-    est = hosted.check(spec)
-    where = f"{preset.title} ({preset.name})" if preset is not None else spec.target.base_url
-    console.print(f"[bold]before the run[/] against {where}:")
-    for line in est.lines():
-        console.print(f"  {line}")
-    if est.problems:
-        state = "confirmed by the spec" if spec.cost.confirm_over_limits else "refused"
-        for why in est.problems:
-            console.print(f"  [bold red]over a limit[/] ({state}): {why}")
 
 
 def cost_line(cost: dict[str, Any]) -> str:

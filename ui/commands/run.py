@@ -25,16 +25,10 @@ from loadgen.engine.livemetrics import (
 from loadgen.errors import PeakloadError, RunFailed
 from loadgen.results.records import Tick
 from loadgen.runspec.spec import RunSpec
+from ui.estimate import print_estimate
 from ui.options import OutputFile
 from ui.output import stdout_console
 from ui.people import owner_option
-from ui.results import (
-    print_estimate,
-    print_summary,
-    summarize_run,
-    summary_exit_code,
-    write_json,
-)
 from workers.local import run_local
 from workers.local_finish import LocalRun
 from workers.local_procs import default_processes
@@ -77,6 +71,9 @@ def execute(
     `metrics` (started), the run's records and ticks are served live there too; with
     `otlp_endpoint`, the stored run's metrics are pushed there at the end (a failed push is
     reported, and the run's own exit code kept: the measurement is stored regardless)."""
+    # the summary's modules (pandas, scipy) load only for a run that got this far
+    from ui.results import print_summary, summarize_run, summary_exit_code, write_json
+
     probe_result = None
     if probe:
         from workers.local import admit_local

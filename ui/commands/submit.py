@@ -81,7 +81,7 @@ def submit_command(
     owner: str | None,
 ) -> None:
     """Run SPEC across the region workers (PEAKLOAD_REDIS_URL, PEAKLOAD_DATABASE_URL)."""
-    from ui.results import print_estimate
+    from ui.estimate import print_estimate
     from workers.coordinator import Coordinator, SubmitOptions
 
     console = stdout_console()
