@@ -57,10 +57,12 @@ test: $(TEST_STAMP) services
 	set -a; eval "$$(bash deploy/local/env.sh)"; set +a; \
 	$(BIN)/python -m tests.phases --workers $(TEST_WORKERS) $(PYTEST_ARGS)
 
-## Everything but the slow group (for a quick local loop), in the same two phases.
+## The quick local loop: the tests your change can break (tests/affected.py: the working
+## tree's changes, else the last commit's; SINCE=REV for every change since REV), slow group out.
 test-fast: $(TEST_STAMP) services
 	set -a; eval "$$(bash deploy/local/env.sh)"; set +a; \
-	$(BIN)/python -m tests.phases --workers $(TEST_WORKERS) --select "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m tests.phases --workers $(TEST_WORKERS) --select "not slow" \
+		--affected $(if $(SINCE),--since $(SINCE)) $(PYTEST_ARGS)
 
 check: $(TEST_STAMP)
 	$(BIN)/ruff check .

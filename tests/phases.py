@@ -3,9 +3,12 @@ and then the `serial` tests (timing and accuracy) alone on the machine; one exit
 and the 25 slowest tests of the whole run printed at the end, then the 25 that used the most CPU
 (tests/support/cputime.py: on 2 cores the parallel phase's wall time follows their sum).
 
-    python -m tests.phases [--workers N] [--select EXPR] [pytest args...]
+    python -m tests.phases [--workers N] [--select EXPR] [--affected [--since REV]] [pytest args...]
 
 `--select` is a marker expression both phases are narrowed by (`make test-fast`: "not slow").
+`--affected` narrows both to the test modules a change can break (tests/affected.py): the
+working tree's changes, or the last commit's when it is clean, or every change since `REV`.
+When nothing a test reaches has changed, it says so and exits 0 without running pytest.
 A phase that selects nothing (pytest's exit 5) is not a failure; the run is one (exit 5) only
 when neither phase ran a test. Otherwise the exit code is the first failing phase's.
 """
@@ -21,9 +24,12 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.affected import affected_tests, changed_files
 from tests.support.cputime import CPU_PROPERTY
 
+ROOT = Path(__file__).resolve().parents[1]
 NO_TESTS_RAN = 5  # pytest.ExitCode.NO_TESTS_COLLECTED
+BAD_USAGE = 2
 SLOWEST = 25
 DEFAULT_WORKERS = 4
 
@@ -74,11 +80,39 @@ def hungriest(junit_files: list[Path], n: int = SLOWEST) -> list[tuple[float, st
     return sorted(rows, reverse=True)[:n]
 
 
+def affected_paths(since: str | None) -> list[str] | None:
+    """The test files `--affected` runs (None: all of them), and one line saying why."""
+    files, basis = changed_files(ROOT, since)
+    tests = None if files is None else affected_tests(ROOT, files)
+    if files is None or tests is None:
+        print(f"affected tests: all ({basis}: anything may have changed)", flush=True)
+        return None
+    print(
+        f"affected tests: {len(tests)} modules reach the {len(files)} files of {basis}",
+        flush=True,
+    )
+    return tests
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--workers", "-n", type=int, default=DEFAULT_WORKERS)
     parser.add_argument("--select", default=None, help="a marker expression for both phases")
+    parser.add_argument("--affected", action="store_true", help="only tests a change can break")
+    parser.add_argument("--since", default=None, metavar="REV", help="with --affected: the base")
     args, extra = parser.parse_known_args(argv)
+    if args.since is not None and not args.affected:
+        parser.error("--since goes with --affected")
+    if args.affected:
+        try:
+            paths = affected_paths(args.since)
+        except ValueError as exc:
+            print(f"tests.phases: {exc}", file=sys.stderr)
+            return BAD_USAGE
+        if paths == []:
+            print("nothing a test reaches has changed: no test to run (make test runs them all)")
+            return 0
+        extra = [*extra, *(paths or [])]
     codes: list[int] = []
     walls: list[float] = []
     with tempfile.TemporaryDirectory(prefix="peakload-phases-") as tmp:

@@ -1,0 +1,220 @@
+"""Which test modules a change can break: `make test-fast`'s selection (tests/phases.py --affected).
+
+A change is the files git reports against a base (tests/phases.py picks it: the working tree
+against HEAD, or HEAD's own commit when the tree is clean, or `--since REV`). A test module is
+affected when it reaches a changed file through the project's imports, read statically with
+`ast` and counted generously, since a test left out is a bug missed and one too many only costs
+a few seconds:
+- `import x` and `from x import y` (relative ones resolved), y counted as a module when it is one;
+- a string that names a project module (`"ui.commands.run"` in the CLI's lazy table, a
+  `pytest_plugins` entry, `"-m", "loadgen.sim"`), a package with a `__main__.py`
+  (`"-m", "ui"`: a test that runs the CLI in a subprocess reaches all of it), or a file beside
+  the module (`st.Page("views/runs.py")`);
+- a test module reaches every `conftest.py` above it.
+A changed file that is not Python counts as a change to every module in its folder (or the
+nearest folder up that has modules: a preset's TOML) and to every test that names the file
+(README.md's exit-code table, docs/HOSTILE_INPUT.md); prose outside the packages changes
+nothing else, but any other file there (pyproject.toml, the Makefile, deploy/, examples/) can
+change anything, so it selects every test (`None`).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from collections import defaultdict
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+
+PACKAGES = ("loadgen", "workers", "analysis", "ui", "tests", "bench")
+PROSE = (".md", ".txt", ".rst", ".png", ".svg")  # outside the packages: read by tests, no code
+
+
+def module_name(root: Path, path: Path) -> str:
+    """`loadgen/engine/runner.py` -> `loadgen.engine.runner`; a package is its `__init__`."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def project_modules(root: Path) -> dict[str, Path]:
+    """Every Python module of the project's packages, by dotted name."""
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            if ".venv" not in path.parts and "__pycache__" not in path.parts:
+                found[module_name(root, path)] = path
+    return found
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The longest prefix of `name` that is a project module (`a.b.func` -> `a.b`)."""
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in modules:
+            return candidate
+        parts.pop()
+    return None
+
+
+def _file_near(root: Path, path: Path, text: str) -> Path | None:
+    """A file named by a string, in the module's folder or one above it within the project
+    (`st.Page("views/runs.py")` beside ui/app.py; `parents[1] / "app.py"` from ui/commands)."""
+    for folder in path.parents:
+        if folder == root.parent or not folder.is_relative_to(root):
+            return None
+        candidate = folder / text
+        if candidate.is_file() and candidate.is_relative_to(root):
+            return candidate
+    return None
+
+
+@cache
+def _parsed(path: Path, mtime_ns: int) -> tuple[frozenset[tuple[int, str]], frozenset[str]]:
+    """A file's imports, as (level, dotted name) with `from a import b` giving both `a` and
+    `a.b`, and its string constants; cached by modification time (one parse per file)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    imports: set[tuple[int, str]] = set()
+    strings: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imports.update((0, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            imports.add((node.level, base))
+            imports.update(
+                (node.level, f"{base}.{alias.name}" if base else alias.name) for alias in node.names
+            )
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            strings.add(node.value)
+    return frozenset(imports), frozenset(strings)
+
+
+def imports_of(root: Path, module: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The project modules `module` reaches directly (see the module's docstring)."""
+    imports, strings = _parsed(path, path.stat().st_mtime_ns)
+    here = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    named: set[str] = set()
+    for level, name in imports:
+        if level:
+            anchor = here[: len(here) - level + 1]
+            name = ".".join([*anchor, name] if name else anchor)
+        named.add(name)
+    for text in strings:
+        if text.endswith(".py") and (beside := _file_near(root, path, text)) is not None:
+            named.add(module_name(root, beside))
+        elif f"{text}.__main__" in modules:
+            named.add(f"{text}.__main__")
+        elif "." in text and text.split(".")[0] in PACKAGES:
+            named.add(text)
+    reached = {r for r in (_resolve(n, modules) for n in named if n) if r is not None}
+    for name in list(reached):  # importing a.b.c runs a/__init__ and a/b/__init__ too
+        parts = name.split(".")
+        reached.update(
+            parent for i in range(1, len(parts)) if (parent := ".".join(parts[:i])) in modules
+        )
+    reached.discard(module)
+    return reached
+
+
+def _conftests_above(root: Path, path: Path, modules: dict[str, Path]) -> set[str]:
+    found = set()
+    for folder in path.relative_to(root).parents:
+        name = module_name(root, root / folder / "conftest.py")
+        if name in modules:
+            found.add(name)
+    return found
+
+
+def dependents(modules: dict[str, Path], root: Path) -> dict[str, set[str]]:
+    """For each module, the modules that reach it directly (the reversed graph); a module in
+    `modules` whose file is gone (a deletion) is a name others may still import."""
+    reverse: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        if not path.exists():
+            continue
+        reached = imports_of(root, name, path, modules)
+        if path.name.startswith("test_"):
+            reached |= _conftests_above(root, path, modules)
+        for target in reached:
+            reverse[target].add(name)
+    return reverse
+
+
+def changed_modules(root: Path, files: Iterable[str], modules: dict[str, Path]) -> set[str] | None:
+    """The modules a set of changed files stands for (the files' own, every module beside a
+    changed data file, every test module that names a changed data file); None when one of
+    them can change anything."""
+    touched: set[str] = set()
+    tests = {n: p for n, p in modules.items() if p.name.startswith("test_")}
+    for rel in files:
+        path = root / rel
+        top = Path(rel).parts[0]
+        if rel.endswith(".py") and top in PACKAGES:
+            touched.add(module_name(root, path))  # kept even when deleted: its importers remain
+            continue
+        if top not in PACKAGES and not rel.endswith(PROSE):
+            return None
+        if top in PACKAGES:  # the modules of the nearest folder up that has any
+            folder = path.parent
+            while not (beside := {n for n, p in modules.items() if p.parent == folder}):
+                folder = folder.parent
+            touched.update(beside)
+        touched.update(n for n, p in tests.items() if path.name in p.read_text(encoding="utf-8"))
+    return touched
+
+
+def affected_tests(root: Path, files: Iterable[str]) -> list[str] | None:
+    """The test files (relative paths, sorted) that reach a changed file; None: every test."""
+    files = list(files)
+    modules = project_modules(root)
+    start = changed_modules(root, files, modules)
+    if start is None:
+        return None
+    gone = {m: root / f for f in files if f.endswith(".py") and (m := module_name(root, root / f))}
+    modules.update({m: p for m, p in gone.items() if m not in modules and m in start})
+    reverse = dependents(modules, root)
+    seen = set(start)
+    todo = list(start)
+    while todo:
+        for importer in reverse.get(todo.pop(), ()):
+            if importer not in seen:
+                seen.add(importer)
+                todo.append(importer)
+    tests = {
+        str(modules[name].relative_to(root))
+        for name in seen
+        if name in modules and modules[name].name.startswith("test_") and modules[name].exists()
+    }
+    return sorted(tests)
+
+
+def _git(root: Path, *args: str) -> list[str] | None:
+    proc = subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, check=False
+    )
+    return proc.stdout.splitlines() if proc.returncode == 0 else None
+
+
+def changed_files(root: Path, since: str | None = None) -> tuple[list[str] | None, str]:
+    """The files a change is made of, and what it was measured against: with `since`, every
+    file that differs from that revision (committed or not) plus untracked ones; without, the
+    working tree's changes against HEAD, or HEAD's own commit when the tree is clean. None
+    when git cannot tell (not a checkout, no parent commit): then every test counts. An
+    unknown `since` is a ValueError naming it."""
+    untracked = _git(root, "ls-files", "--others", "--exclude-standard")
+    if untracked is None:
+        return None, "not a git checkout"
+    if since is not None:
+        diff = _git(root, "diff", "--name-only", since)
+        if diff is None:
+            raise ValueError(f"--since {since!r} is not a revision git knows here")
+        return sorted(set(diff) | set(untracked)), f"changes since {since}"
+    dirty = _git(root, "diff", "--name-only", "HEAD") or []
+    if dirty or untracked:
+        return sorted(set(dirty) | set(untracked)), "uncommitted changes"
+    last = _git(root, "diff", "--name-only", "HEAD~1", "HEAD")
+    return (None, "the first commit") if last is None else (last, "the last commit")
