@@ -105,7 +105,26 @@ def browser(tmp_path: Path) -> Iterator[object]:
 
 
 def settle(page: object, heading: str) -> str:
-    """Wait until the page shows `heading` and the script has finished; return the text."""
+    """Wait until the page shows `heading` and the script has finished; return the text. A
+    timeout says where the page was and what it showed (a bare Playwright timeout does not)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        return _settle(page, heading)
+    except PlaywrightTimeout as exc:
+        shown = page.evaluate(  # type: ignore[attr-defined]
+            "(document.querySelector('[data-testid=\"stMain\"]') || document.body).innerText"
+        )
+        running = page.evaluate(  # type: ignore[attr-defined]
+            "!!document.querySelector('[data-testid=\"stStatusWidget\"]')"
+        )
+        raise AssertionError(
+            f"waiting for {heading!r} at {page.url}: {exc.message.splitlines()[0]}; "  # type: ignore[attr-defined]
+            f"script still running: {running}; the page shows: {str(shown)[:600]!r}"
+        ) from None
+
+
+def _settle(page: object, heading: str) -> str:
     page.get_by_role("heading", name=heading).first.wait_for(timeout=PAGE_TIMEOUT_MS)
     page.wait_for_function(  # the script finished and every element has replaced its skeleton
         "!document.querySelector('[data-testid=\"stStatusWidget\"]')"
@@ -147,6 +166,8 @@ def test_every_page_in_a_browser(ui_store: UiStore, browser: object, tmp_path: P
                 page.get_by_text("ui-invalid ·").wait_for(timeout=PAGE_TIMEOUT_MS)
                 text = str(page.inner_text("[data-testid='stMain']"))
                 page.get_by_role("link", name=re.compile(r"^ui-regions ·")).click()
+                # the click is taken when the address names the run (before the page renders)
+                page.wait_for_url(re.compile(f"run={ids['regions']}"), timeout=PAGE_TIMEOUT_MS)
                 assert "Run: ui-regions" in settle(page, "Run: ui-regions")
                 assert f"run={ids['regions']}" in page.url
             name = (path.split("?")[0] or "runs") + (
