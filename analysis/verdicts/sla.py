@@ -168,30 +168,30 @@ def clopper_pearson(n: int, k: int, confidence: float) -> tuple[float, float]:
     fraction after k exceedances in n samples."""
     if n == 0:
         return 0.0, 1.0
-    from scipy import stats  # here, not at import: a report without claims never needs it
+    from loadgen.results.distributions import beta_ppf  # a report without claims never needs it
 
-    lower = 0.0 if k == 0 else float(stats.beta.ppf(1 - confidence, k, n - k + 1))
-    upper = 1.0 if k == n else float(stats.beta.ppf(confidence, k + 1, n - k))
+    lower = 0.0 if k == 0 else beta_ppf(1 - confidence, k, n - k + 1)
+    upper = 1.0 if k == n else beta_ppf(confidence, k + 1, n - k)
     return lower, upper
 
 
 def min_samples_to_pass(percentile: float, confidence: float, exceedances: int = 0) -> int:
     """The smallest n with P(Binomial(n, 1 - percentile/100) <= exceedances) <= 1 - confidence."""
-    from scipy import stats
+    from loadgen.results.distributions import binom_cdf
 
     allowed = 1.0 - percentile / 100.0
     alpha = 1.0 - confidence
     if exceedances == 0:  # closed form, exact in floating point up to rounding at the boundary
         n = max(1, math.ceil(math.log(alpha) / math.log1p(-allowed)) - 1)
-        while stats.binom.cdf(0, n, allowed) > alpha:
+        while binom_cdf(0, n, allowed) > alpha:
             n += 1
         return n
     lo, hi = exceedances + 1, exceedances + 1
-    while stats.binom.cdf(exceedances, hi, allowed) > alpha:
+    while binom_cdf(exceedances, hi, allowed) > alpha:
         lo, hi = hi, hi * 2
     while lo < hi:  # the cdf falls as n grows
         mid = (lo + hi) // 2
-        if stats.binom.cdf(exceedances, mid, allowed) <= alpha:
+        if binom_cdf(exceedances, mid, allowed) <= alpha:
             hi = mid
         else:
             lo = mid + 1

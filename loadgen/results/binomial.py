@@ -18,17 +18,19 @@ Verdict = Literal["pass", "fail", "insufficient samples"]
 def pass_p_value(n: int, k: int, allowed: float) -> float:
     """P(Binomial(n, allowed) <= k): small means few exceedances are unlikely under the claim's
     boundary, evidence that the true exceedance fraction is below `allowed`."""
-    from scipy import stats  # here, not at import: a shard without a search never needs it
+    # here, not at import: a shard without a search never needs scipy
+    from loadgen.results.distributions import binom_cdf
 
-    return float(stats.binom.cdf(k, n, allowed)) if n > 0 else 1.0
+    return binom_cdf(k, n, allowed) if n > 0 else 1.0
 
 
 def fail_p_value(n: int, k: int, allowed: float) -> float:
     """P(Binomial(n, allowed) >= k): small means this many exceedances are unlikely if the
     true fraction were `allowed` (or less)."""
-    from scipy import stats
+    # here, not at import: a shard without a search never needs scipy
+    from loadgen.results.distributions import binom_sf
 
-    return float(stats.binom.sf(k - 1, n, allowed)) if n > 0 else 1.0
+    return binom_sf(k - 1, n, allowed) if n > 0 else 1.0
 
 
 def decide(n: int, k: int, percentile: float, confidence: float) -> Verdict:

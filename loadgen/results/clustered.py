@@ -86,7 +86,7 @@ def decide_clustered(
 ) -> ClusteredDecision:
     """The verdict on "p`percentile` of the pooled samples < threshold" from each request's
     sample count m_i (`samples`) and exceedances k_i (module docstring)."""
-    from scipy import stats  # here, not at import: a shard without a search never needs it
+    from loadgen.results.distributions import beta_cdf, beta_ppf, beta_sf  # as in binomial
 
     m = np.asarray(samples, dtype=np.float64)
     k = np.asarray(exceedances, dtype=np.float64)
@@ -104,11 +104,11 @@ def decide_clustered(
     p = hits / total
     n_eff = total**2 / float((m * m).sum())
     x = p * n_eff
-    upper = 1.0 if x >= n_eff else float(stats.beta.ppf(confidence, x + 1.0, n_eff - x))
-    lower = 0.0 if x <= 0.0 else float(stats.beta.ppf(alpha, x, n_eff - x + 1.0))
+    upper = 1.0 if x >= n_eff else beta_ppf(confidence, x + 1.0, n_eff - x)
+    lower = 0.0 if x <= 0.0 else beta_ppf(alpha, x, n_eff - x + 1.0)
     # Clopper-Pearson tails at e0 on the effective sample: P(Bin(n*, e0) <= x) = I_{1-e0}(n*-x, x+1)
-    p_pass = 1.0 if x >= n_eff else float(stats.beta.sf(e0, x + 1.0, n_eff - x))
-    p_fail = 1.0 if x <= 0.0 else float(stats.beta.cdf(e0, x, n_eff - x + 1.0))
+    p_pass = 1.0 if x >= n_eff else beta_sf(e0, x + 1.0, n_eff - x)
+    p_fail = 1.0 if x <= 0.0 else beta_cdf(e0, x, n_eff - x + 1.0)
     verdict: Verdict = "insufficient samples"
     if p_fail <= alpha and lower > e0:
         verdict = "fail"
