@@ -159,7 +159,7 @@ def test_a_sweep_past_the_slots_fails_no_request(
 ) -> None:
     levels = [1, 2, 4, 8]
     assert max(levels) > SLOTS  # the last level queues at the server
-    load = f"concurrency = {levels}\nduration_s = 6\nwarmup_s = 1"
+    load = f"concurrency = {levels}\nduration_s = 4\nwarmup_s = 1"
     summary = run(spec_text(llama.base_url, llama.metrics_url, load), db, tmp_path)
     assert [lv["level"] for lv in summary["levels"]] == [0, 1, 2, 3]
     assert_no_failures(summary)
@@ -274,7 +274,7 @@ def test_a_gateway_closing_after_every_response_fails_no_request(
     llama: LlamaServer, llama_close_proxy: HttpProxy, transport: str, db: str, tmp_path: Path
 ) -> None:
     p = llama_close_proxy
-    load = "concurrency = [2]\nduration_s = 6\nwarmup_s = 1"
+    load = "concurrency = [2]\nduration_s = 3\nwarmup_s = 1"  # tens of requests, each its own
     summary = run(
         spec_text(p.url + "/v1", llama.metrics_url, load, transport=transport), db, tmp_path
     )
@@ -295,7 +295,7 @@ def test_an_idle_timeout_shorter_than_the_think_time_fails_no_request(
 ) -> None:
     p = llama_idle_proxy
     assert p.idle_timeout_s is not None and p.idle_timeout_s < 1.0
-    load = "concurrency = [2]\nduration_s = 8\nwarmup_s = 1\nthink_time_s = 1.0"
+    load = "concurrency = [2]\nduration_s = 5\nwarmup_s = 1\nthink_time_s = 1.0"
     summary = run(
         spec_text(p.url + "/v1", llama.metrics_url, load, transport=transport), db, tmp_path
     )
