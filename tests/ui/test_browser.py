@@ -104,6 +104,23 @@ def browser(tmp_path: Path) -> Iterator[object]:
     shutil.rmtree(profile, ignore_errors=True)
 
 
+# The app is idle: Streamlit's own script state (on stApp) says no script runs, no status widget
+# shows and every element has replaced its skeleton, and that has held for IDLE_MS. A loaded
+# machine can start a page's script late (or run it twice): without the wait, a page read
+# between its heading and its verdict table shows half of itself (ci1 of 2026-12-02).
+IDLE_MS = 1000
+IDLE_FOR_A_MOMENT = f"""() => {{
+    const app = document.querySelector('[data-testid="stApp"]');
+    const idle = app !== null
+        && app.getAttribute('data-test-script-state') === 'notRunning'
+        && !document.querySelector('[data-testid="stStatusWidget"]')
+        && !document.querySelector('[data-testid="stSkeleton"]');
+    if (!idle) {{ window.__peakloadIdleSince = undefined; return false; }}
+    window.__peakloadIdleSince ??= performance.now();
+    return performance.now() - window.__peakloadIdleSince >= {IDLE_MS};
+}}"""
+
+
 def settle(page: object, heading: str) -> str:
     """Wait until the page shows `heading` and the script has finished; return the text. A
     timeout says where the page was and what it showed (a bare Playwright timeout does not)."""
@@ -115,22 +132,19 @@ def settle(page: object, heading: str) -> str:
         shown = page.evaluate(  # type: ignore[attr-defined]
             "(document.querySelector('[data-testid=\"stMain\"]') || document.body).innerText"
         )
-        running = page.evaluate(  # type: ignore[attr-defined]
-            "!!document.querySelector('[data-testid=\"stStatusWidget\"]')"
+        state = page.evaluate(  # type: ignore[attr-defined]
+            "document.querySelector('[data-testid=\"stApp\"]')"
+            "?.getAttribute('data-test-script-state')"
         )
         raise AssertionError(
             f"waiting for {heading!r} at {page.url}: {exc.message.splitlines()[0]}; "  # type: ignore[attr-defined]
-            f"script still running: {running}; the page shows: {str(shown)[:600]!r}"
+            f"script state {state!r}; the page shows: {str(shown)[:600]!r}"
         ) from None
 
 
 def _settle(page: object, heading: str) -> str:
     page.get_by_role("heading", name=heading).first.wait_for(timeout=PAGE_TIMEOUT_MS)
-    page.wait_for_function(  # the script finished and every element has replaced its skeleton
-        "!document.querySelector('[data-testid=\"stStatusWidget\"]')"
-        " && !document.querySelector('[data-testid=\"stSkeleton\"]')",
-        timeout=PAGE_TIMEOUT_MS,
-    )
+    page.wait_for_function(IDLE_FOR_A_MOMENT, timeout=PAGE_TIMEOUT_MS, polling=100)
     page.wait_for_function(  # plotly draws after the script ends, once its bundle loads
         "[...document.querySelectorAll('[data-testid=\"stPlotlyChart\"]')].every("
         "c => c.querySelector('.js-plotly-plot .main-svg'))",

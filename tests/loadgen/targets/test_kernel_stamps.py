@@ -2,7 +2,10 @@
 the event loop reads it much later, and tokens that a stalled loop reads together say how
 uncertain their stamps are. The server runs in its own thread (the client's loop is blocked on
 purpose), and stamps the monotonic clock around each `sendall`, which on loopback brackets the
-kernel's receive stamp."""
+kernel's receive stamp. Which tokens arrive while the loop is stuck is made certain by events,
+not by sleeps: the loop stays stuck until the server has written them, and the server holds a
+token that must be read alone until the client has read the one before (on a loaded machine a
+sleep-timed server can fall behind a sleep-timed client)."""
 
 from __future__ import annotations
 
@@ -36,19 +39,26 @@ def _event(text: str) -> bytes:
     return _chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
 
 
-class Writes:
-    """(before, after) monotonic ns around each token's sendall, in order."""
+HOLD_TIMEOUT_S = 10.0  # a bound on each wait, so a broken client fails instead of hanging
 
-    def __init__(self) -> None:
+
+class Writes:
+    """(before, after) monotonic ns around each token's sendall, in order; an event per token
+    set once it is written, and one the client sets once it has read it."""
+
+    def __init__(self, tokens: int) -> None:
         self.brackets: list[tuple[int, int]] = []
+        self.written = [threading.Event() for _ in range(tokens)]
+        self.read = [threading.Event() for _ in range(tokens)]
 
 
 @contextmanager
-def serve(gaps_s: list[float]) -> Iterator[tuple[str, Writes]]:
-    """One connection: after the request, the head, then one token per gap (slept before it)."""
+def serve(gaps_s: list[float], read_alone: int) -> Iterator[tuple[str, Writes]]:
+    """One connection: after the request, the head, then one token per gap (slept before it);
+    token `read_alone` is sent only once the client has read the token before it."""
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
-    writes = Writes()
+    writes = Writes(len(gaps_s))
 
     def run() -> None:
         conn, _ = listener.accept()
@@ -68,10 +78,13 @@ def serve(gaps_s: list[float]) -> Iterator[tuple[str, Writes]]:
                 body += conn.recv(65536)
             conn.sendall(HEAD)
             for i, gap in enumerate(gaps_s):
+                if i == read_alone:
+                    writes.read[i - 1].wait(HOLD_TIMEOUT_S)
                 time.sleep(gap)
                 before = time.perf_counter_ns()
                 conn.sendall(_event(f"t{i} "))
                 writes.brackets.append((before, time.perf_counter_ns()))
+                writes.written[i].set()
             time.sleep(0.01)
             conn.sendall(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
             time.sleep(0.2)
@@ -85,7 +98,9 @@ def serve(gaps_s: list[float]) -> Iterator[tuple[str, Writes]]:
         listener.close()
 
 
-def _stream(base_url: str, block_after_headers_s: float) -> list[StreamEvent]:
+def _stream(base_url: str, writes: Writes, stuck_until: int, late_s: float) -> list[StreamEvent]:
+    """The stream, with the loop stuck after the headers until token `stuck_until` is written
+    and `late_s` more; each token read is signalled to the server."""
     spec = TargetSpec(api="openai-chat", base_url=base_url, model="m")
     request = PreparedRequest("r-1", {"messages": [{"role": "user", "content": "hi"}]})
 
@@ -95,8 +110,11 @@ def _stream(base_url: str, block_after_headers_s: float) -> list[StreamEvent]:
         try:
             async for ev in target.stream(request, time.perf_counter_ns):
                 events.append(ev)
-                if ev.kind is EventKind.HEADERS:
-                    time.sleep(block_after_headers_s)  # the loop is stuck: nothing is read
+                if ev.kind is EventKind.HEADERS:  # the loop is stuck: nothing is read
+                    assert writes.written[stuck_until].wait(HOLD_TIMEOUT_S)
+                    time.sleep(late_s)
+                if ev.kind is EventKind.CONTENT:
+                    writes.read[sum(e.kind is EventKind.CONTENT for e in events) - 1].set()
         finally:
             await target.aclose()
         return events
@@ -105,8 +123,8 @@ def _stream(base_url: str, block_after_headers_s: float) -> list[StreamEvent]:
 
 
 def test_a_token_read_late_keeps_the_time_it_arrived() -> None:
-    with serve([0.01, 0.08]) as (url, writes):
-        events = _stream(url, block_after_headers_s=0.06)
+    with serve([0.01, 0.03], read_alone=1) as (url, writes):
+        events = _stream(url, writes, stuck_until=0, late_s=0.05)
     tokens = [ev for ev in events if ev.kind is EventKind.CONTENT]
     assert len(tokens) == 2
     for ev, (before, after) in zip(tokens, writes.brackets, strict=True):
@@ -116,8 +134,8 @@ def test_a_token_read_late_keeps_the_time_it_arrived() -> None:
 
 
 def test_tokens_read_together_carry_their_uncertainty() -> None:
-    with serve([0.005, 0.03, 0.1]) as (url, writes):
-        events = _stream(url, block_after_headers_s=0.08)
+    with serve([0.005, 0.03, 0.03], read_alone=2) as (url, writes):
+        events = _stream(url, writes, stuck_until=1, late_s=0.01)
     tokens = [ev for ev in events if ev.kind is EventKind.CONTENT]
     assert len(tokens) == 3
     first, second, third = tokens
