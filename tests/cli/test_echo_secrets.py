@@ -81,6 +81,7 @@ def assert_clean(places: dict[str, str]) -> None:
             assert canary not in text, f"{canary!r} leaked into the {where}"
 
 
+@pytest.mark.slow  # 35 to 75 s: runs, every output (report, export, the UI's pages) searched
 def test_an_echoing_server_gets_no_secret_into_store_outputs_or_ui(
     sim_factory: Any, one_store: str, tmp_path: Path
 ) -> None:

@@ -178,6 +178,7 @@ def test_the_model_list_keeps_the_base_urls_query_as_its_query(
     assert "honoured" in proc.stdout
 
 
+@pytest.mark.slow  # 40 to 80 s: two runs, then sixteen commands, each as a user types it
 def test_run_references_are_literal(sim: SimProcess, one_store: str, tmp_path: Path) -> None:
     path = write_text(tmp_path, "s.toml", spec(sim.base_url))
     for _ in range(2):
