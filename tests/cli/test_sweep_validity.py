@@ -112,6 +112,7 @@ def test_a_saturation_search_answer_is_stored_and_shown(
     assert levels == [(20.0, "pass", True), (40.0, "pass", True)]
 
 
+@pytest.mark.serial  # the closed loop's achieved concurrency: a loaded host holds fewer in flight
 def test_a_two_region_local_sweep_keeps_its_levels_apart(
     sim: SimProcess, store_url: str, tmp_path: Path
 ) -> None:
