@@ -156,45 +156,9 @@ def load_run(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any]:
     return {str(k): v for k, v in df.iloc[0].to_dict().items()}
 
 
-CANDIDATES_SHOWN = 10
-ID_CHARS = frozenset("0123456789abcdef-")  # what a run id (a UUID) is written with
-
-
 def literal_like(text: str) -> str:
     """`text` for a LIKE pattern, matched literally: `%`, `_` and the escape `\\` escaped."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def resolve_run_id(conn: psycopg.Connection[Any], ref: str) -> str:
-    """A run given by full id, unique id prefix, or a name only one run has, matched literally
-    (no character is a wildcard); LookupError (its message listing the candidates, newest
-    first) when none matches, or when several do (by prefix, by name, or one each)."""
-    prefix = ref.lower() if ref and set(ref.lower()) <= ID_CHARS else None
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT run_id::text, name, status, created_at FROM runs "
-            "WHERE starts_with(run_id::text, %s) OR name = %s ORDER BY created_at DESC, run_id",
-            (prefix, ref),
-        )
-        rows = cur.fetchall()
-    if not rows:
-        raise LookupError(f"no run matches {ref!r} (by id, id prefix or name)")
-    for r in rows:
-        if r[0] == prefix:
-            return str(r[0])
-    found = rows
-    if len(found) == 1:
-        return str(found[0][0])
-    what = f"{ref!r} (as an id prefix or a name)"
-    shown = "; ".join(
-        f"{r[0]} ({r[1]}, {r[2]}, created {r[3]:%Y-%m-%d %H:%M:%S})"
-        for r in found[:CANDIDATES_SHOWN]
-    )
-    more = f"; and {len(found) - CANDIDATES_SHOWN} more" if len(found) > CANDIDATES_SHOWN else ""
-    raise LookupError(
-        f"{what} matches {len(found)} runs; give a full id or a longer prefix. Newest first: "
-        f"{shown}{more}"
-    )
 
 
 def load_levels(conn: psycopg.Connection[Any], run_ids: str | Iterable[str]) -> pd.DataFrame:

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from analysis.reports.summary import level_summary, summarize_run
 from analysis.reports.summary_table import render_summary_table
-from analysis.store import load
+from analysis.store import load, refs
 from tests.analysis.storedata import (
     MS,
     T0,
@@ -121,10 +121,10 @@ def test_load_and_summarise(pg_conn: psycopg.Connection[Any]) -> None:
     assert np.isnan(df.loc[2, "first_token_ns"])
     runs = load.load_runs(pg_conn)
     assert runs.loc[0, "requests"] == 6 and runs.loc[0, "errors"] == 1
-    assert load.resolve_run_id(pg_conn, RUN[:8]) == RUN
-    assert load.resolve_run_id(pg_conn, "synthetic") == RUN
+    assert refs.resolve_run_id(pg_conn, RUN[:8]) == RUN
+    assert refs.resolve_run_id(pg_conn, "synthetic") == RUN
     with pytest.raises(LookupError, match="no run matches 'nope'"):
-        load.resolve_run_id(pg_conn, "nope")
+        refs.resolve_run_id(pg_conn, "nope")
 
     s = summarize_run(pg_conn, RUN)
     json.dumps(s)  # JSON-safe

@@ -3,6 +3,7 @@ when a user typed that command)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +31,9 @@ def test_top_level_help_lists_every_command_without_importing_them() -> None:
 HEAVY = ("pandas", "scipy")
 
 
-def modules_loaded(*args: str, cwd: Path) -> tuple[int, set[str]]:
+def modules_loaded(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> tuple[int, set[str]]:
     """Run `python -m ui ARGS` in a fresh interpreter; its exit code and the top-level
     packages it imported (from -X importtime, which names every module as it loads)."""
     proc = subprocess.run(
@@ -38,6 +41,7 @@ def modules_loaded(*args: str, cwd: Path) -> tuple[int, set[str]]:
         capture_output=True,
         text=True,
         cwd=cwd,
+        env={**os.environ, **(env or {})},
         timeout=120,
     )
     names = {
@@ -63,4 +67,17 @@ def test_a_run_refused_before_it_starts_never_loads_the_analysis_stack(
     code, names = modules_loaded(*args, cwd=tmp_path)
     assert code == (0 if "--help" in args else 2)
     assert "loadgen" in names  # the probe sees the project's own imports at all
+    assert not set(HEAVY) & names, sorted(set(HEAVY) & names)
+
+
+def test_a_report_on_a_store_it_cannot_reach_never_loads_the_analysis_stack(
+    tmp_path: Path,
+) -> None:
+    """`report RUN` resolves RUN (analysis.store.refs, ui/commands/store_refs.py) before it
+    loads the analysis: a store that refuses, or a reference that matches nothing, answers
+    without pandas or scipy."""
+    refused = {"PEAKLOAD_DATABASE_URL": "postgresql://peakload@127.0.0.1:1/none"}
+    code, names = modules_loaded("report", "nope", cwd=tmp_path, env=refused)
+    assert code == 2
+    assert "analysis" in names
     assert not set(HEAVY) & names, sorted(set(HEAVY) & names)

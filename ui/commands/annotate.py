@@ -11,7 +11,7 @@ from typing import NoReturn
 import click
 
 from analysis.verdicts.exitcodes import Exit
-from ui.commands.runs import analysis_store, resolve_or_fail
+from ui.commands.store_refs import analysis_store, resolve_or_fail
 from ui.people import owner_option
 from workers.store import run_notes
 

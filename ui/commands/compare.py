@@ -33,7 +33,7 @@ from analysis.verdicts.regression import (
     THROUGHPUT_METRICS,
 )
 from loadgen.errors import StoreError
-from ui.commands.runs import analysis_store, fail, resolve_or_fail
+from ui.commands.store_refs import analysis_store, fail, resolve_or_fail
 from ui.options import Number
 from ui.output import stdout_console
 

@@ -12,7 +12,7 @@ import psycopg
 
 from analysis.reports.export import FORMATS, Format, export_run
 from loadgen.errors import StoreError
-from ui.commands.runs import analysis_store, fail, resolve_or_fail
+from ui.commands.store_refs import analysis_store, fail, resolve_or_fail
 from ui.options import OutputFile
 
 

@@ -10,7 +10,7 @@ import click
 from pydantic import ValidationError
 
 from loadgen.errors import SpecError, StoreError
-from ui.commands.runs import fail
+from ui.commands.store_refs import fail
 
 TOOL_NAMES = (
     "vllm",

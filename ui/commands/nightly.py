@@ -22,7 +22,7 @@ from rich.table import Table
 from analysis.verdicts import nightly
 from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import StoreError
-from ui.commands.runs import analysis_store, fail
+from ui.commands.store_refs import analysis_store, fail
 from ui.options import Number, OutputFile
 from ui.output import stdout_console
 

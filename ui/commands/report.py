@@ -15,23 +15,11 @@ import click
 import psycopg
 from rich.table import Table
 
-from analysis.reports.report import build_report
-from analysis.reports.summary_audio import render_audio_table
-from analysis.reports.summary_table import render_client_vs_server_table, render_summary_table
-from analysis.reports.workload_table import (
-    render_adapter_table,
-    render_prefix_table,
-    server_counter_lines,
-)
-from analysis.store.imports import import_lines
-from analysis.store.probe import probe_rows
-from analysis.verdicts import sla
 from analysis.verdicts.exitcodes import Exit
 from loadgen.errors import SpecError, StoreError
-from ui.commands.runs import analysis_store, fail, resolve_or_fail
+from ui.commands.store_refs import analysis_store, fail, resolve_or_fail
 from ui.options import Number, OutputFile, OutputFolder
 from ui.output import stdout_console
-from ui.results import cost_line, print_verdict
 
 
 def no_requests_sentence(report: dict[str, Any]) -> str:
@@ -81,14 +69,43 @@ def report_command(
 ) -> None:
     """Report on RUN (id, id prefix or name)."""
     try:
-        claims = sla.load_claims(claims_path) if claims_path else None
+        claims = None
+        if claims_path:
+            from analysis.verdicts import sla
+
+            claims = sla.load_claims(claims_path)
         with analysis_store() as conn:
             run_id = resolve_or_fail(conn, run)
+            # the analysis (pandas, scipy) loads only for a run that exists
+            from analysis.reports.report import build_report
+
             report = build_report(
                 conn, run_id, claims=claims, frontier_metric=metric, frontier_percentile=percentile
             )
     except (SpecError, StoreError, psycopg.Error) as e:
         fail(str(e))
+    print_report(report, claims is not None)
+    write_outputs(report, json_out, html_out, png_dir)
+    sys.exit(report["sla_exit_code"] if claims is not None else Exit.PASSED)
+
+
+def print_report(report: dict[str, Any], judged: bool) -> None:
+    """The report's tables on stdout: the summary, audio, client vs server, adapters, prefix
+    cache, where the time went, cost, the probe, and with claims the SLA verdicts."""
+    from analysis.reports.summary_audio import render_audio_table
+    from analysis.reports.summary_table import (
+        render_client_vs_server_table,
+        render_summary_table,
+    )
+    from analysis.reports.workload_table import (
+        render_adapter_table,
+        render_prefix_table,
+        server_counter_lines,
+    )
+    from analysis.store.imports import import_lines
+    from analysis.store.probe import probe_rows
+    from ui.results import cost_line, print_verdict
+
     console = stdout_console()
     if report.get("imported"):
         for line in import_lines(report["imported"]):
@@ -121,7 +138,7 @@ def report_command(
         for row in probe_rows(report["probe"]):
             table.add_row(*(str(c) for c in row))
         console.print(table)
-    if claims is not None:
+    if judged:
         print_verdict(
             {
                 "verdict": {
@@ -135,6 +152,13 @@ def report_command(
             console,
             title="SLA verdicts",
         )
+
+
+def write_outputs(
+    report: dict[str, Any], json_out: str | None, html_out: str | None, png_dir: str | None
+) -> None:
+    """--json, --html and --png-dir, each announced on stdout; a write error is one line."""
+    console = stdout_console()
     try:
         if json_out:
             Path(json_out).write_text(json.dumps(report, indent=1), encoding="utf-8")
@@ -151,4 +175,3 @@ def report_command(
             console.print(f"PNG: {len(paths)} figures in {png_dir}")
     except OSError as e:
         fail(f"cannot write the report: {e}")
-    sys.exit(report["sla_exit_code"] if claims is not None else Exit.PASSED)

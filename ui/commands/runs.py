@@ -1,60 +1,21 @@
-"""`peakload runs`: list stored runs. Also the store connection the analysis commands share
-(`analysis_store`): the URL from workers.store, the reading done by analysis/."""
+"""`peakload runs`: list stored runs (the store connection and run references every command
+shares are in ui/commands/store_refs.py)."""
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 import pandas as pd
 import psycopg
 from rich.table import Table
 
-from analysis.store.load import load_runs, resolve_run_id
-from analysis.verdicts.exitcodes import Exit
+from analysis.store.load import load_runs
 from loadgen.errors import StoreError
+from ui.commands.store_refs import analysis_store, fail, reap_dead_runs
 from ui.output import FORMATS, stdout_console, write_plain
-
-
-@contextmanager
-def analysis_store(url: str | None = None) -> Iterator[psycopg.Connection[Any]]:
-    """An autocommit connection to the store at `url`, else the configured one
-    (PEAKLOAD_DATABASE_URL or embedded)."""
-    from workers.store.connect import connect_store
-
-    conn = connect_store(url, autocommit=True)
-    try:
-        yield conn
-    finally:
-        conn.close()
-
-
-def reap_dead_runs(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
-    """Mark local runs whose process died `failed` (workers.local_lease), so no command shows
-    a dead run as `running`."""
-    from workers.local_lease import reap_dead_local_runs
-
-    return reap_dead_local_runs(conn)
-
-
-def resolve_or_fail(conn: psycopg.Connection[Any], ref: str) -> str:
-    """The run `ref` names, or exit MISSING with the reason (which lists the candidates when
-    the reference is ambiguous)."""
-    reap_dead_runs(conn)
-    try:
-        return resolve_run_id(conn, ref)
-    except LookupError as e:
-        fail(str(e), Exit.MISSING)
-
-
-def fail(message: str, exit_code: int = Exit.BAD_INPUT) -> NoReturn:
-    """Print one error line to stderr and exit with `exit_code` (analysis.verdicts.exitcodes)."""
-    click.echo(f"Error: {message}", err=True)
-    sys.exit(exit_code)
 
 
 def _labels_text(labels: Any) -> str:

@@ -19,7 +19,7 @@ from analysis.verdicts import sla
 from analysis.verdicts.exitcodes import Exit
 from analysis.verdicts.verdict import ERROR_METRIC, LOAD_METRIC, RunJudgement, judge_claims
 from loadgen.errors import SpecError, StoreError
-from ui.commands.runs import analysis_store, fail, resolve_or_fail
+from ui.commands.store_refs import analysis_store, fail, resolve_or_fail
 from ui.options import Number
 from ui.output import stdout_console
 

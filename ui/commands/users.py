@@ -16,7 +16,7 @@ from typing import NoReturn
 import click
 
 from analysis.verdicts.exitcodes import Exit
-from ui.commands.runs import analysis_store
+from ui.commands.store_refs import analysis_store
 from ui.output import FORMATS, plain_line, stdout_console
 from workers.store import users
 
