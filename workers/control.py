@@ -14,6 +14,7 @@ import time
 import psycopg
 
 from workers import leases, runctl
+from workers.store.connect import pg_connect
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class ShardControl(threading.Thread):
         while not self._stop_ev.is_set():
             try:
                 if conn is None or conn.closed:
-                    conn = psycopg.connect(self._url, autocommit=True, connect_timeout=5)
+                    conn = pg_connect(self._url, autocommit=True, connect_timeout=5)
                 now = time.perf_counter_ns()
                 if now - last_renew >= renew_every_ns:
                     if not leases.renew_lease(conn, self._lease, self._ttl_s):

@@ -14,6 +14,7 @@ from psycopg.types.json import Jsonb
 
 from loadgen.engine.plan import ShardPlan
 from loadgen.targets.prometheus import Sample, scrape_loop
+from workers.store.connect import pg_connect
 from workers.store.runs import public_target_url
 
 FLUSH_EVERY_S = 5.0
@@ -35,7 +36,7 @@ def insert_samples(url: str, run_id: str, source: str, samples: list[Sample]) ->
     if not samples:
         return
     with (
-        psycopg.connect(url) as conn,
+        pg_connect(url) as conn,
         conn.cursor() as cur,
         cur.copy("COPY server_metrics (t, run_id, source, name, labels, value) FROM STDIN") as cp,
     ):

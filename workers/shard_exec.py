@@ -27,6 +27,7 @@ from workers.control import ShardControl
 from workers.probes import probe_network
 from workers.sample_pool import pool_for, pooled, wait_bound_s
 from workers.server_metrics import SCRAPER_KEY, MetricsRecorder
+from workers.store.connect import pg_connect
 from workers.store.runs import level_row
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ def execute_shard(
 ) -> dict[str, Any]:
     """Run one shard at most once. Returns a small JSON-safe report (no secrets)."""
     received_mono = time.perf_counter_ns()
-    conn = psycopg.connect(settings.database_url, autocommit=True)
+    conn = pg_connect(settings.database_url, autocommit=True)
     try:
         lease = leases.claim_shard(
             conn,
@@ -350,7 +351,7 @@ class _Job:
         while True:
             try:
                 if self.conn.closed or self.conn.broken:
-                    self.conn = psycopg.connect(
+                    self.conn = pg_connect(
                         self.settings.database_url, autocommit=True, connect_timeout=5
                     )
                 return fn(self.conn)

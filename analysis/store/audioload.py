@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import psycopg
 
+from analysis.store.connect import connect_reader
 from loadgen.results.storeformat import AUDIO_COLUMNS
 
 
@@ -36,7 +37,7 @@ def attach_audio(conn: psycopg.Connection[Any] | str, run_id: str, df: pd.DataFr
     A request is (shard_id, idx, attempt) within its run."""
     no_audio(df)
     if isinstance(conn, str):
-        with psycopg.connect(conn, autocommit=True) as own:
+        with connect_reader(conn) as own:
             rows = _rows(own, run_id)
     else:
         rows = _rows(conn, run_id)

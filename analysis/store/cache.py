@@ -22,6 +22,7 @@ import psycopg
 
 from analysis.metrics import ChunkArrays
 from analysis.store import fastload
+from analysis.store.connect import connect_reader
 
 CACHE_ENV = "PEAKLOAD_ANALYSIS_CACHE"
 FORMAT = 2  # 2: the frame has the connection and server timing columns (deploy/sql/0120)
@@ -129,7 +130,7 @@ def load_run_cached(
     """(frame, chunks, hit): from the cache when it matches the store, else loaded with
     analysis.store.fastload (and cached if the run has ended). Chunk arrays of a hit are
     memory-mapped, read-only."""
-    with psycopg.connect(url, autocommit=True) as conn:
+    with connect_reader(url) as conn:
         fp = fingerprint(conn, run_id)
     path = (directory or cache_dir()) / run_id
     if fp is not None:

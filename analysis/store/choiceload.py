@@ -12,6 +12,7 @@ import pandas as pd
 import psycopg
 
 from analysis.metrics import ChunkArrays
+from analysis.store.connect import connect_reader
 from loadgen.results.choices import request_tpot_ms
 
 CHOICE_TPOT = "choice_tpot_ms"
@@ -33,7 +34,7 @@ def attach_choices(
     """`chunks` with their choices (None when the run stores none) and `df` with CHOICE_TPOT
     (when it does). A request is (shard_id, idx, attempt) within its run."""
     if isinstance(conn, str):
-        with psycopg.connect(conn, autocommit=True) as own:
+        with connect_reader(conn) as own:
             rows = _rows(own, run_id)
     else:
         rows = _rows(conn, run_id)

@@ -12,6 +12,8 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
+from analysis.store.connect import connect_reader
+
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 HEADER = len(SIGNATURE) + 8  # signature, flags, header extension length (0)
 
@@ -24,11 +26,7 @@ def copy_out(
     connection opened here from a URL is closed after. A failure to start, or an error the
     server reports at the end, raises DatabaseError naming `what`."""
     own = isinstance(url_or_conn, str)
-    conn = (
-        psycopg.connect(url_or_conn, autocommit=True)
-        if isinstance(url_or_conn, str)
-        else url_or_conn
-    )
+    conn = connect_reader(url_or_conn) if isinstance(url_or_conn, str) else url_or_conn
     try:
         with conn.lock:
             pg = conn.pgconn

@@ -19,6 +19,7 @@ from psycopg import sql
 from analysis.metrics import ChunkArrays
 from analysis.store.audioload import attach_audio, no_audio
 from analysis.store.choiceload import attach_choices
+from analysis.store.connect import connect_reader
 from analysis.store.copyout import HEADER, SIGNATURE, copy_out
 from analysis.store.packed import load_packed
 from analysis.store.workloadload import attach_workload
@@ -282,7 +283,7 @@ def load_requests_fast(
             attach_workload(conn, run_id, frame)  # deploy/sql/0220: not in the blocks
             return frame, ChunkArrays(got.offsets, got.tokens, ptr)
     if isinstance(conn, str):
-        with psycopg.connect(conn, autocommit=True) as c:
+        with connect_reader(conn) as c:
             dicts = _dictionaries(c, run_id)
     else:
         dicts = _dictionaries(conn, run_id)

@@ -18,6 +18,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from analysis.store.connect import connect_reader
 from loadgen.results.storeformat import (
     AUDIO_COLUMNS,
     CONTENT_COLUMNS,
@@ -40,7 +41,7 @@ def open_store(conninfo: str | None = None) -> psycopg.Connection[Any]:
     url = conninfo or os.environ.get(DATABASE_URL_ENV)
     if not url:
         raise ValueError(f"no store given: pass a connection URL or set {DATABASE_URL_ENV}")
-    return psycopg.connect(url, autocommit=True)
+    return connect_reader(url)
 
 
 def _ids(run_ids: str | Iterable[str]) -> list[str]:

@@ -24,6 +24,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from analysis.store.connect import connect_reader
 from analysis.store.copyout import HEADER, SIGNATURE, copy_out
 from loadgen.results.storeformat import (
     BLOCK_CODED,
@@ -248,7 +249,7 @@ def load_packed(
     then reads `requests`). With a URL and `parallel` > 1, blocks are read over that many
     connections at once."""
     if isinstance(conn, str):
-        with psycopg.connect(conn, autocommit=True) as c:
+        with connect_reader(conn) as c:
             return _load(c, conn, run_id, parallel)
     return _load(conn, conn, run_id, 1)
 

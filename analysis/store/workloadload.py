@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import psycopg
 
+from analysis.store.connect import connect_reader
+
 
 def adapter_column(values: Any) -> pd.Categorical:
     """The `adapter` column as every reader gives it: categorical, as fastload's other text
@@ -34,7 +36,7 @@ def attach_workload(conn: psycopg.Connection[Any] | str, run_id: str, df: pd.Dat
     adapter = np.full(len(df), None, dtype=object)
     prefix = np.full(len(df), np.nan)
     if isinstance(conn, str):
-        with psycopg.connect(conn, autocommit=True) as own:
+        with connect_reader(conn) as own:
             rows = _rows(own, run_id)
     else:
         rows = _rows(conn, run_id)

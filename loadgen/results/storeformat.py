@@ -8,6 +8,12 @@ from __future__ import annotations
 import struct
 
 DATABASE_ENV = "PEAKLOAD_DATABASE_URL"  # the store's URL; unset: the embedded PostgreSQL
+# psycopg's `prepare_threshold` for every peakload connection to the store: None, no server-side
+# prepared statements, so a transaction-mode pooler such as PgBouncer (which hands each
+# transaction any server connection) can stand between a fleet and the database. Nothing else
+# peakload keeps past a transaction either: no session SET, no session lock, and the writer's
+# TEMP staging tables are made (IF NOT EXISTS) inside the transaction that uses them.
+PREPARE_THRESHOLD: None = None
 
 NS_COLUMNS = ("sent_ns", "headers_ns", "first_token_ns", "first_answer_ns", "end_ns")
 CONTENT_COLUMNS = ("prompt_text", "response_text")  # NULL unless a run opts in to content

@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import psycopg
 
 from loadgen.results.records import Outcome, Phase, RequestRecord, TokenSource
 from loadgen.results.storeformat import READ_COLUMNS
 from workers.store import blocks, copyenc
 from workers.store.batchsql import COPY_DIRECT_BLOCKS
+from workers.store.connect import pg_connect
 
 # each `requests` column the readers load (loadgen.results.storeformat.READ_COLUMNS), as it is
 # read back for the record: ids as text, scheduled_at as µs since the Unix epoch
@@ -44,7 +44,7 @@ def pack_run(url: str, run_id: str, *, batch_rows: int = 5_000) -> int:
     readers use `requests`."""
     select = "SELECT " + ", ".join(_COLUMNS) + " FROM requests WHERE run_id = %s::uuid"
     written = 0
-    with psycopg.connect(url) as read, psycopg.connect(url) as write, write.transaction():
+    with pg_connect(url) as read, pg_connect(url) as write, write.transaction():
         write.execute("DELETE FROM request_blocks WHERE run_id = %s::uuid", (run_id,))
         choices = read.execute(  # n > 1 (0190), audio (0210): blocks cannot hold them
             "SELECT EXISTS (SELECT 1 FROM requests WHERE run_id = %s::uuid "

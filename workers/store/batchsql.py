@@ -1,6 +1,8 @@
-"""The SQL of one writer batch: the writer's session setup (TEMP staging tables), the direct and
-the idempotent (staging + INSERT ... ON CONFLICT DO NOTHING) transaction, and breaking a
-connection stuck past its I/O deadline. Identifiers through psycopg.sql only."""
+"""The SQL of one writer batch: the direct and the idempotent (TEMP staging + INSERT ... ON
+CONFLICT DO NOTHING) transaction, each opening with what it needs of the session (the staging
+tables, a bound on idle time) so it runs on whichever server connection a transaction-mode
+pooler hands it, and breaking a connection stuck past its I/O deadline. Identifiers through
+psycopg.sql only."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import psycopg
 from psycopg import sql
 
 from loadgen.results.storeformat import BLOCK_COLUMNS, REQUEST_LAYOUTS, TICK_COLUMNS
+from workers.store.connect import pg_connect
 from workers.store.spool import EncodedBatch
 
 _REQ_COLS = {
@@ -56,13 +59,12 @@ _SETUP_BLOCKS = sql.SQL(
 
 
 def connect_writer(
-    url: str, connect_timeout_s: int, application_name: str, pause_s: float = 0.0
+    url: str, connect_timeout_s: int, application_name: str
 ) -> tuple[psycopg.Connection[Any], bool]:
-    """An autocommit connection with TCP keepalives, the staging tables, and a server-side
-    bound on a transaction left idle by a vanished writer (so its row locks do not block the
-    replay for long); and whether the store has `request_blocks` (a store migrated before
-    deploy/sql/0110 gets no blocks). Raises psycopg.Error."""
-    conn = psycopg.connect(
+    """An autocommit connection with TCP keepalives, and whether the store has
+    `request_blocks` (a store migrated before deploy/sql/0110 gets no blocks). Raises
+    psycopg.Error."""
+    conn = pg_connect(
         url,
         autocommit=True,
         connect_timeout=connect_timeout_s,
@@ -73,22 +75,28 @@ def connect_writer(
         keepalives_count=3,
     )
     try:
-        idle_s = max(60, int(pause_s) + 30)
-        conn.execute(
-            sql.SQL("SET idle_in_transaction_session_timeout = {}").format(
-                sql.Literal(f"{idle_s}s")
-            )
-        )
-        for stmt in _SETUP:
-            conn.execute(stmt)
         row = conn.execute("SELECT to_regclass('request_blocks') IS NOT NULL").fetchone()
-        has_blocks = bool(row and row[0])
-        if has_blocks:
-            conn.execute(_SETUP_BLOCKS)
     except psycopg.Error:
         conn.close()
         raise
-    return conn, has_blocks
+    return conn, bool(row and row[0])
+
+
+def prologue(*, staged: bool, with_blocks: bool, pause_s: float = 0.0) -> sql.Composed:
+    """The statements a batch's transaction opens with, all of them local to it or idempotent:
+    a server-side bound on the transaction left idle by a vanished writer (so its row locks do
+    not block the replay for long), no NOTICE per batch, and for the idempotent path the TEMP
+    staging tables (made once per server connection, emptied at every commit)."""
+    idle_s = max(60, int(pause_s) + 30)
+    stmts = [
+        sql.SQL("SET LOCAL idle_in_transaction_session_timeout = {}").format(
+            sql.Literal(f"{idle_s}s")
+        ),
+        sql.SQL("SET LOCAL client_min_messages = warning"),
+    ]
+    if staged:
+        stmts += [*_SETUP, *([_SETUP_BLOCKS] if with_blocks else [])]
+    return sql.SQL("; ").join(stmts)
 
 
 def write_batch(
@@ -105,6 +113,7 @@ def write_batch(
     rows inserted into (requests, ticks). `pause_s` (tests only) sleeps before COMMIT."""
     inserted = ticks_inserted = 0
     with conn.transaction(), conn.cursor() as cur:
+        cur.execute(prologue(staged=staged, with_blocks=with_blocks, pause_s=pause_s))
         if enc.n_records:
             copy = COPY_STAGED_REQ if staged else COPY_DIRECT_REQ
             with cur.copy(copy[enc.layout]) as cp:

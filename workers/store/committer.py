@@ -56,7 +56,7 @@ class Committer:
             return False
         try:
             self.conn, self.blocks = batchsql.connect_writer(
-                self.url, self.connect_timeout_s, self.application_name, self.pause_s
+                self.url, self.connect_timeout_s, self.application_name
             )
         except psycopg.Error as e:
             self.stats.connect_failures += 1

@@ -14,9 +14,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from loadgen.errors import StoreError
 from loadgen.results import storeformat
+from loadgen.results.storeformat import PREPARE_THRESHOLD
 from workers.store import embedded, features, migrate
 
 DATABASE_ENV = storeformat.DATABASE_ENV
@@ -61,8 +63,26 @@ def database_url() -> str:
     return server.url(EMBEDDED_DBNAME)
 
 
+def pg_connect(
+    url: str,
+    *,
+    autocommit: bool = False,
+    connect_timeout: int = CONNECT_TIMEOUT_S,
+    **params: str | int,
+) -> psycopg.Connection[Any]:
+    """A connection to `url` as every peakload worker and command opens one: no server-side
+    prepared statements (storeformat.PREPARE_THRESHOLD), so it works through a transaction-mode
+    pooler. `params`: further libpq parameters. Raises psycopg.Error."""
+    return psycopg.connect(
+        make_conninfo(url, **params) if params else url,
+        autocommit=autocommit,
+        prepare_threshold=PREPARE_THRESHOLD,
+        connect_timeout=connect_timeout,
+    )
+
+
 def _ensure_database(admin_url: str, dbname: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+    with pg_connect(admin_url, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (dbname,)).fetchone()
         if exists is None:
             # another command may create it meanwhile: a DuplicateDatabase, or when both
@@ -76,7 +96,7 @@ def _ensure_database(admin_url: str, dbname: str) -> None:
 def open_connection(url: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
     """A plain connection (no migration); StoreError naming the redacted URL on failure."""
     try:
-        return psycopg.connect(url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S)
+        return pg_connect(url, autocommit=autocommit)
     except psycopg.Error as e:
         raise StoreError(f"cannot connect to the store at {redact_url(url)}: {e}") from e
 

@@ -21,9 +21,10 @@ from loadgen.errors import StoreError
 # from this package; PEAKLOAD_SQL_DIR is not needed in that layout.
 SQL_DIR = Path(__file__).resolve().parents[2] / "deploy" / "sql"
 
-# One fixed key for pg_advisory_lock: every peakload migrator takes the same one, so two
-# processes migrating the same database at once run one after the other.
+# One fixed key for pg_advisory_xact_lock: every peakload migrator takes the same one, so two
+# processes migrating the same database at once apply each migration one after the other.
 MIGRATION_LOCK_KEY = 0x7065616B6C6F6164 & 0x7FFFFFFFFFFFFFFF  # "peakload"
+_LOCK = "SELECT pg_advisory_xact_lock(%s)"
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -97,10 +98,12 @@ def applied(conn: psycopg.Connection[tuple[object, ...]]) -> list[AppliedMigrati
 def migrate(
     conn: psycopg.Connection[tuple[object, ...]], sql_dir: Path = SQL_DIR
 ) -> list[Migration]:
-    """Apply every pending migration, each in its own transaction, holding a session advisory
-    lock so concurrent migrators serialize. Returns the migrations applied by this call (empty
-    when up to date). Raises StoreError if an applied migration's file changed (checksum) or one
-    fails to apply (that migration is rolled back; earlier ones stay).
+    """Apply every pending migration, each in its own transaction that first takes a
+    transaction-level advisory lock and then looks again at what is applied, so concurrent
+    migrators serialize, and no lock outlives its transaction (a transaction-mode pooler may
+    hand each one a different server connection). Returns the migrations applied by this call
+    (empty when up to date). Raises StoreError if an applied migration's file changed
+    (checksum) or one fails to apply (that migration is rolled back; earlier ones stay).
     """
     wanted = discover(sql_dir)
     was_autocommit = conn.autocommit
@@ -109,36 +112,42 @@ def migrate(
     conn.autocommit = True
     done: list[Migration] = []
     try:
-        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
-        try:
+        with conn.transaction():
+            conn.execute(_LOCK, (MIGRATION_LOCK_KEY,))
             conn.execute(_CREATE_TABLE)
             have = {m.version: m for m in applied(conn)}
-            for mig in wanted:
-                prev = have.get(mig.version)
-                if prev is not None:
-                    if prev.checksum != mig.checksum:
-                        raise StoreError(
-                            f"migration {mig.path.name} was changed after it was applied "
-                            f"(checksum {prev.checksum[:12]} in the database, "
-                            f"{mig.checksum[:12]} on disk); add a new migration instead"
-                        )
-                    continue
-                try:
-                    with conn.transaction():
-                        conn.execute(mig.text().encode())
-                        conn.execute(
-                            "INSERT INTO schema_migrations (version, name, checksum) "
-                            "VALUES (%s, %s, %s)",
-                            (mig.version, mig.name, mig.checksum),
-                        )
-                except psycopg.Error as e:
-                    raise StoreError(f"migration {mig.path.name} failed: {e}") from e
-                done.append(mig)
-        finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+        for mig in wanted:
+            if mig.version in have:  # applied already: it can only have changed on disk
+                _check_unchanged(have[mig.version], mig)
+                continue
+            try:
+                with conn.transaction():
+                    conn.execute(_LOCK, (MIGRATION_LOCK_KEY,))
+                    prev = {m.version: m for m in applied(conn)}.get(mig.version)
+                    if prev is not None:
+                        _check_unchanged(prev, mig)
+                        continue
+                    conn.execute(mig.text().encode())
+                    conn.execute(
+                        "INSERT INTO schema_migrations (version, name, checksum) "
+                        "VALUES (%s, %s, %s)",
+                        (mig.version, mig.name, mig.checksum),
+                    )
+            except psycopg.Error as e:
+                raise StoreError(f"migration {mig.path.name} failed: {e}") from e
+            done.append(mig)
     finally:
         conn.autocommit = was_autocommit
     return done
+
+
+def _check_unchanged(prev: AppliedMigration, mig: Migration) -> None:
+    if prev.checksum != mig.checksum:
+        raise StoreError(
+            f"migration {mig.path.name} was changed after it was applied "
+            f"(checksum {prev.checksum[:12]} in the database, "
+            f"{mig.checksum[:12]} on disk); add a new migration instead"
+        )
 
 
 def pending(conn: psycopg.Connection[tuple[object, ...]], sql_dir: Path = SQL_DIR) -> list[str]:
