@@ -138,7 +138,14 @@ async def run_level(shard: Shard, level: Level, start: int) -> LevelWindow:
         r1 = (level.ramp_to if level.ramp_to is not None else level.value) * p.fraction
         if r0 > 0 or r1 > 0:
             offs = open_loop_offsets(
-                load.arrival, load.burstiness, r0, r1, level.duration_s, seed, p.max_requests
+                load.arrival,
+                load.burstiness,
+                r0,
+                r1,
+                level.duration_s,
+                seed,
+                p.max_requests,
+                phase=float(p.extra.get("fraction_lo", 0.0)),
             )
             await open_loop(shard, window, offs)
     await shard.sleep_until(window.end)

@@ -82,16 +82,23 @@ def open_loop_offsets(
     duration_s: float,
     seed: int,
     max_requests: int,
+    phase: float = 0.0,
 ) -> Iterator[float]:
     """Send offsets (s from the level start) for a rate going linearly from `rate_start` to
     `rate_end` requests/s over `duration_s`; at most `max_requests`. The first request goes at
-    0. Generated in blocks so a long run never holds its whole schedule in memory."""
+    unit time `phase` (in [0, 1): 0 is the level's start): a shard's fraction's low end, so
+    the N equal shards of a constant rate interleave into the run's one lattice (shard k at
+    k/R, N/R + k/R, ...) instead of sending N requests at once every N/R seconds, and the
+    shards of a Poisson or gamma process do not all send their first request at 0. Generated
+    in blocks so a long run never holds its whole schedule in memory."""
+    if not 0.0 <= phase < 1.0:
+        raise ValueError(f"phase must be in [0, 1), not {phase}")
     rng = np.random.default_rng(seed)
     a = rate_start
     b = (rate_end - rate_start) / duration_s
     total = a * duration_s + b * duration_s * duration_s / 2  # Λ(duration)
     made = 0
-    x = 0.0
+    x = phase
     while made < max_requests:
         n = min(4096, max_requests - made)
         gaps = unit_gaps(arrival, burstiness, rng, n)

@@ -82,3 +82,57 @@ def test_saturation_search_doubles_then_bisects() -> None:
     worst = min(v for v, ok in hist if not ok)
     assert best <= truth < worst
     assert (worst - best) / worst <= 0.1
+
+
+def _shard_offsets(spec: dict[str, object]) -> list[np.ndarray]:
+    """Every shard's send offsets for the spec's one open-loop level, as the runner makes them
+    (the planner's fractions and seeds, each shard's fraction's low end as its phase)."""
+    from loadgen.runspec.spec import spec_from_dict
+    from workers.planner import plan_run, with_fraction_offsets
+
+    run = spec_from_dict(spec)
+    out = []
+    for p in with_fraction_offsets(plan_run(run, "phase-test")):
+        rate = run.load.rate[0] * p.fraction  # type: ignore[index]
+        gen = open_loop_offsets(
+            run.load.arrival, run.load.burstiness, rate, rate, run.load.duration_s, p.seed,
+            p.max_requests, phase=float(p.extra["fraction_lo"]),
+        )  # fmt: skip
+        out.append(np.fromiter(gen, dtype=float))
+    return out
+
+
+def _spec(arrival: str, regions: list[dict[str, object]]) -> dict[str, object]:
+    return {
+        "name": "phase",
+        "target": {"api": "openai-chat", "base_url": "http://127.0.0.1:9/v1", "model": "m"},
+        "workload": {"prompt_tokens": 8, "output_tokens": 8},
+        "load": {"rate": [64.0], "arrival": arrival, "duration_s": 10, "seed": 5},
+        "regions": regions,
+    }
+
+
+def test_equal_shards_of_a_constant_rate_interleave_into_the_run_s_one_lattice() -> None:
+    # 64 shards over 10 regions, each at 1 request/s: together one request every 1/64 s, not
+    # 64 at once every second
+    regions = [{"name": f"r{i}", "share": (7 if i < 4 else 6) / 64, "workers": 7 if i < 4 else 6}
+               for i in range(10)]  # fmt: skip
+    shards = _shard_offsets(_spec("constant", regions))
+    assert len(shards) == 64
+    sent = np.sort(np.concatenate(shards))
+    assert sent.size == 640
+    np.testing.assert_allclose(sent, np.arange(640) / 64.0, atol=1e-9)
+
+
+def test_shards_of_a_poisson_rate_do_not_all_send_their_first_request_at_zero() -> None:
+    shards = _shard_offsets(_spec("poisson", [{"name": "a", "share": 1.0, "workers": 16}]))
+    firsts = sorted(float(s[0]) for s in shards)
+    assert firsts[0] == 0.0 and len(set(firsts)) == 16
+    assert firsts[-1] > 0.2  # the last shard's first request at its phase, 15/16 of a gap on
+    total = sum(s.size for s in shards)
+    assert abs(total - 640) < 4 * np.sqrt(640)  # still the rate: about 640 in 10 s
+
+
+def test_a_phase_outside_a_unit_gap_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"phase must be in \[0, 1\)"):
+        list(open_loop_offsets("constant", 1.0, 1.0, 1.0, 1.0, 1, 10, phase=1.0))
