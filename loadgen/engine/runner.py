@@ -82,9 +82,10 @@ async def run_shard(
     start = start_at_mono_ns if start_at_mono_ns is not None else clock()
     status = "completed"
     levels_done: list[LevelResult] = []
-    background = [asyncio.create_task(r.check.lag.run())]
     await r.sleep_until(start)
-    background.append(asyncio.create_task(r.ticker(start)))
+    # the loop-lag probe from the start on, not before: until then the process has nothing to
+    # measure, and a host's shards waiting for one instant would only take turns at the cores
+    background = [asyncio.create_task(r.check.lag.run()), asyncio.create_task(r.ticker(start))]
 
     async def body() -> None:
         if spec.load.saturation is None:
