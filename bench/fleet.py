@@ -1,0 +1,161 @@
+"""Benchmark: a fleet on one machine. 64 shards in 10 regions (one prefork `celery worker` per
+region, one process per shard) against the simulated engine, one run into one TimescaleDB,
+with the store reached directly and through PgBouncer in transaction mode
+(deploy/local/pgbouncer.sh). Per run: the most client connections the database held at once
+(pg_stat_activity every 50 ms), start skew over the shards, the coordinator's submit-to-start
+and run wall times, and the ledger (rows stored against requests scheduled).
+
+    PEAKLOAD_BENCH_URL=postgresql://... python bench/fleet.py [--repeats 2] [--json F]
+
+The URL is an admin URL of the TimescaleDB (default: PEAKLOAD_TEST_TIMESCALE_URL); a fresh
+database is made for each mode and dropped. Redis, the sim, PgBouncer and the workers are
+started and stopped here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loadgen.runspec.spec import RunSpec, spec_from_dict
+from tests.support.celery_workers import CeleryWorker, RedisServer, SimServer
+from tests.support.pgbouncer import BackendWatch, PgBouncer
+from tests.support.stores import FreshDatabase, with_database
+from workers.app import make_app
+from workers.coordinator import Coordinator, SubmitOptions
+
+REGIONS = {f"r{i}": 7 if i < 4 else 6 for i in range(10)}  # 64 shards
+
+
+def fleet_spec(base_url: str, rate: float, duration_s: float) -> RunSpec:
+    return spec_from_dict(
+        {
+            "name": "bench-fleet",
+            "target": {"api": "openai-chat", "base_url": base_url, "model": "sim"},
+            "workload": {"prompt_tokens": 16, "output_tokens": 8, "seed": 3},
+            "load": {"rate": [rate], "arrival": "constant", "duration_s": duration_s},
+            "regions": [{"name": r, "share": n / 64, "workers": n} for r, n in REGIONS.items()],
+        }
+    )
+
+
+def one_mode(
+    admin_url: str, pooler: bool, repeats: int, rate: float, duration_s: float, pool: int
+) -> dict[str, Any]:
+    db = FreshDatabase(admin_url)
+    workdir = Path(tempfile.mkdtemp(prefix="peakload-bench-fleet-"))
+    redis_server = RedisServer(workdir)
+    sim = SimServer("--preset", "fixed", "--ttft-ms", "20", "--itl-ms", "5")
+    pgb = PgBouncer(db.url, pool=pool) if pooler else None
+    url = pgb.url if pgb else db.url
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("PEAKLOAD_")},
+        "PEAKLOAD_DATABASE_URL": url,
+        "PEAKLOAD_REDIS_URL": redis_server.url(0),
+        "PEAKLOAD_ALLOW_PRIVATE_TARGETS": "1",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    }
+    os.environ["PEAKLOAD_ALLOW_PRIVATE_TARGETS"] = "1"
+    workers = [
+        CeleryWorker(r, env, workdir, concurrency=n, index=i)
+        for i, (r, n) in enumerate(REGIONS.items())
+    ]
+    runs = []
+    try:
+        for w in workers:
+            w.wait_ready(180)
+        coord = Coordinator(url, redis_server.url(0), make_app(redis_server.url(0)))
+        dbname = urlsplit(db.url).path.lstrip("/")
+        for _ in range(repeats):
+            s = fleet_spec(sim.base_url, rate, duration_s)
+            with BackendWatch(with_database(db.url, "postgres"), dbname) as watch:
+                t0 = time.perf_counter()
+                launch = coord.submit(s, SubmitOptions(ready_timeout_s=180, preflight=False))
+                if not launch.started:
+                    raise SystemExit(f"start aborted: {launch.reason}")
+                t_started = time.perf_counter()
+                status = coord.wait(launch.run_id, timeout_s=600)
+                t_end = time.perf_counter()
+            with psycopg.connect(db.url, autocommit=True) as conn:
+                rows = conn.execute(
+                    "SELECT sum(requests_scheduled), sum(records_written), "
+                    "array_agg(abs(start_skew_ns)) FROM shards WHERE run_id = %s",
+                    (launch.run_id,),
+                ).fetchone()
+                stored = conn.execute(
+                    "SELECT count(*), count(DISTINCT request_id) FROM requests WHERE run_id = %s",
+                    (launch.run_id,),
+                ).fetchone()
+            assert rows is not None and stored is not None
+            skews = np.asarray([x for x in rows[2] if x is not None], dtype=float) / 1e6
+            runs.append(
+                {
+                    "status": status,
+                    "shards": len(skews),
+                    "scheduled": int(rows[0]),
+                    "stored": int(stored[0]),
+                    "distinct": int(stored[1]),
+                    "peak_db_connections": watch.peak,
+                    "connection_samples": watch.samples,
+                    "skew_ms_p50": float(np.percentile(skews, 50)),
+                    "skew_ms_p99": float(np.percentile(skews, 99)),
+                    "skew_ms_max": float(skews.max()),
+                    "submit_to_start_s": t_started - t0,
+                    "run_wall_s": t_end - t0,
+                }
+            )
+            print(json.dumps({"pooler": pooler, **runs[-1]}), flush=True)
+    finally:
+        for w in workers:
+            w.stop()
+        if pgb:
+            pgb.stop()
+        sim.stop()
+        redis_server.stop()
+        db.drop_now()
+    return {"pooler": "pgbouncer" if pooler else "none", "pool": pool if pooler else None,
+            "runs": runs}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--rate", type=float, default=64.0, help="requests/s, whole run")
+    ap.add_argument("--duration", type=float, default=10.0, help="s")
+    ap.add_argument("--pool", type=int, default=20, help="PgBouncer's server connections")
+    ap.add_argument("--modes", default="none,pgbouncer")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    admin = os.environ.get("PEAKLOAD_BENCH_URL") or os.environ.get("PEAKLOAD_TEST_TIMESCALE_URL")
+    if not admin:
+        raise SystemExit("set PEAKLOAD_BENCH_URL (or PEAKLOAD_TEST_TIMESCALE_URL)")
+    out = {
+        "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": sys.version},
+        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "shape": {"regions": REGIONS, "rate": args.rate, "duration_s": args.duration},
+        "modes": [
+            one_mode(admin, mode == "pgbouncer", args.repeats, args.rate, args.duration, args.pool)
+            for mode in args.modes.split(",")
+        ],
+    }
+    text = json.dumps(out, indent=2)
+    if args.json:
+        args.json.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
