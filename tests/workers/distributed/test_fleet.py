@@ -7,6 +7,7 @@ cut. One fleet for the module, its runs one after another:
   same run holds about three per shard: bench/fleet.py);
 - the store unreachable for 5 s mid-run: every shard spools and replays, the run completes
   whole, nothing twice;
+- Redis killed and restarted mid-run: every shard completes whole;
 - a region's worker SIGKILLed mid-run: the run ends `partial` naming its shards, every row
   they wrote kept, the other 57 shards' ledgers exact.
 """
@@ -63,6 +64,7 @@ class Fleet:
     sim: SimServer
     db: FreshDatabase
     db_proxy: TcpProxy  # between PgBouncer and the database
+    redis_server: RedisServer
 
     def spec(self, duration_s: float) -> RunSpec:
         return spec_from_dict(
@@ -122,7 +124,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             cluster.start(region, concurrency=n, wait=False)
         for w in cluster.workers:
             w.wait_ready(120)
-        yield Fleet(cluster, coordinator(env), sim, db, db_proxy)
+        yield Fleet(cluster, coordinator(env), sim, db, db_proxy, redis_server)
     finally:
         if old is None:
             os.environ.pop("PEAKLOAD_ALLOW_PRIVATE_TARGETS", None)
@@ -170,6 +172,18 @@ def test_the_store_unreachable_under_the_fleet_is_spooled_and_replayed(fleet: Fl
     fleet.db_proxy.reset_all()  # every server connection PgBouncer holds is cut
     time.sleep(5.0)
     fleet.db_proxy.resume()
+    assert fleet.coord.wait(run_id, timeout_s=180) == "completed"
+    with fleet.conn() as conn:
+        assert ledger(conn, run_id, ALL_SHARDS) == 512
+
+
+def test_redis_killed_and_restarted_under_the_fleet(fleet: Fleet) -> None:
+    run_id = fleet.submit(8)
+    time.sleep(1.5)
+    fleet.redis_server.kill()
+    time.sleep(3.0)
+    fleet.redis_server.start()
+    # the data path never goes through Redis: every shard completes whole
     assert fleet.coord.wait(run_id, timeout_s=180) == "completed"
     with fleet.conn() as conn:
         assert ledger(conn, run_id, ALL_SHARDS) == 512
