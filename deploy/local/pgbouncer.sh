@@ -28,6 +28,9 @@ install_pgbouncer() {
 }
 
 pgb_dir() { echo "${PEAKLOAD_PGBOUNCER_DIR:-/var/lib/peakload/pgbouncer-$1}"; }
+answering() {  # something accepts TCP connections on 127.0.0.1:$1
+    python3 -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1', $1)))"
+}
 
 start() {
     local url=${1:-} port=${2:-6432}
@@ -79,7 +82,7 @@ netloc = f"{u.username}:{u.password}@127.0.0.1:{port}" if u.password else f"{u.u
 print(u._replace(netloc=netloc).geturl())
 EOF
 ) || die "cannot write its configuration"
-    if python3 -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1', $port)))"; then
+    if answering "$port"; then
         [ -s "$dir/pgbouncer.pid" ] && kill -0 "$(cat "$dir/pgbouncer.pid")" 2>/dev/null \
             || die "127.0.0.1:$port is taken by something that is not this PgBouncer"
         echo "$out"
@@ -96,7 +99,7 @@ EOF
         "$exe" -d "$dir/pgbouncer.ini" >&2 || die "pgbouncer failed to start (see $dir/pgbouncer.log)"
     fi
     for _ in $(seq 1 50); do
-        if python3 -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1', $port)))"; then
+        if answering "$port"; then
             echo "$out"
             return
         fi

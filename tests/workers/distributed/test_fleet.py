@@ -138,6 +138,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         db.drop()
 
 
+def _value(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
+    row = conn.execute(query, args).fetchone()
+    return row[0] if row else None
+
+
 def test_64_shards_in_10_regions_through_a_pool_of_20(fleet: Fleet) -> None:
     dbname = urlsplit(fleet.db.url).path.lstrip("/")
     with BackendWatch(with_database(fleet.db.url, "postgres"), dbname) as watch:
@@ -162,9 +167,7 @@ def test_the_store_unreachable_under_the_fleet_is_spooled_and_replayed(fleet: Fl
     run_id = fleet.submit(8)
     with fleet.conn() as conn:
         wait_for(
-            lambda: conn.execute(
-                "SELECT count(*) >= 64 FROM requests WHERE run_id = %s", (run_id,)
-            ).fetchone()[0],  # type: ignore[index]
+            lambda: _value(conn, "SELECT count(*) >= 64 FROM requests WHERE run_id = %s", run_id),
             30,
             "the first rows",
         )
@@ -196,11 +199,14 @@ def test_zz_a_killed_region_leaves_the_run_partial_with_its_rows_kept(fleet: Fle
     mine = [s for s in ALL_SHARDS if s.startswith("r0-")]
     with fleet.conn() as conn:
         wait_for(
-            lambda: conn.execute(
+            lambda: _value(
+                conn,
                 "SELECT count(DISTINCT shard_id) = %s FROM requests "
                 "WHERE run_id = %s AND shard_id = ANY(%s)",
-                (len(mine), run_id, mine),
-            ).fetchone()[0],  # type: ignore[index]
+                len(mine),
+                run_id,
+                mine,
+            ),
             30,
             "rows from every shard of r0",
         )
