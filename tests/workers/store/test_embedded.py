@@ -69,3 +69,40 @@ def test_commands_share_one_server_and_db_stop_stops_it(peakload_home: Path) -> 
     assert stop.returncode == 0 and "stopped the embedded server" in stop.stdout
     assert embedded.read_running(peakload_home / "postgres") is None
     assert "not running" in _cli(peakload_home, "db", "stop").stdout
+
+
+def test_a_system_user_made_by_a_concurrent_start_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As root, two processes starting a server at once both find the user missing; the one
+    whose `useradd` loses the race (exit 9: the name is taken) runs as the user the other made,
+    where it once failed (a fresh machine's first `make test`, 15 errors at setup)."""
+    made: list[str] = []
+
+    def getpwnam(name: str) -> object:
+        if name not in made:
+            raise KeyError(name)
+        return object()
+
+    def useradd(cmd: list[str], **_: object) -> None:
+        made.append(cmd[-1])  # the other process made it first
+        raise subprocess.CalledProcessError(9, cmd, stderr=f"user '{cmd[-1]}' already exists")
+
+    monkeypatch.setattr(embedded.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(embedded.pwd, "getpwnam", getpwnam)
+    monkeypatch.setattr(embedded.subprocess, "run", useradd)
+    assert embedded._run_as() == embedded.SYSTEM_USER
+
+
+def test_a_system_user_that_cannot_be_made_is_a_store_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def getpwnam(name: str) -> object:
+        raise KeyError(name)
+
+    def useradd(cmd: list[str], **_: object) -> None:
+        raise subprocess.CalledProcessError(1, cmd, stderr="useradd: cannot lock /etc/passwd")
+
+    monkeypatch.setattr(embedded.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(embedded.pwd, "getpwnam", getpwnam)
+    monkeypatch.setattr(embedded.subprocess, "run", useradd)
+    with pytest.raises(embedded.StoreError, match="cannot create system user"):
+        embedded._run_as()
