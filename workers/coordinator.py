@@ -383,7 +383,8 @@ def _preflight(spec: RunSpec, run_id: str) -> float:
     tokens per synthetic word. Raises PreflightError with the reason."""
     from loadgen.checks.calibrate import calibrate
     from loadgen.runspec.secrets import resolve_target
-    from loadgen.targets import build_target, preflight
+    from loadgen.targets import build_target
+    from loadgen.targets.preflight import preflight
 
     async def go() -> float:
         # the caller (create, launch_existing) has checked the policy for this URL

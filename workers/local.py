@@ -32,8 +32,9 @@ from loadgen.results.records import Tick
 from loadgen.runspec.secrets import resolve_target, secret_values
 from loadgen.runspec.spec import RunSpec
 from loadgen.target import Target
-from loadgen.targets import OpenAITarget, TargetPolicy, build_target, policy_from_env, preflight
+from loadgen.targets import OpenAITarget, TargetPolicy, build_target, policy_from_env
 from loadgen.targets.factory import paced_by
+from loadgen.targets.preflight import preflight
 from workers import local_procs
 from workers.local_failure import record_failure
 from workers.local_finish import LocalRun, finish_local_run

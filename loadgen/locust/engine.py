@@ -38,7 +38,8 @@ from loadgen.results.records import Outcome, RequestRecord
 from loadgen.runspec.secrets import resolve_target, secret_values
 from loadgen.runspec.spec import spec_from_dict
 from loadgen.target import Clock
-from loadgen.targets import OpenAITarget, build_target, policy_from_env, preflight
+from loadgen.targets import OpenAITarget, build_target, policy_from_env
+from loadgen.targets.preflight import preflight
 
 # A Locust level has no planned end: its window is open until the next level message.
 OPEN_S = 1e9

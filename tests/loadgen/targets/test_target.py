@@ -15,7 +15,8 @@ import pytest
 from loadgen.errors import PreflightError, TransportError
 from loadgen.scrub import MARK
 from loadgen.target import EventKind
-from loadgen.targets import classify, preflight
+from loadgen.targets import classify
+from loadgen.targets.preflight import preflight
 from tests.loadgen.targets.helpers import (
     TRANSPORTS,
     collect,
