@@ -3,7 +3,8 @@ and then the `serial` tests (timing and accuracy) alone on the machine; one exit
 and the 25 slowest tests of the whole run printed at the end, then the 25 that used the most CPU
 (tests/support/cputime.py: on 2 cores the parallel phase's wall time follows their sum).
 
-    python -m tests.phases [--workers N] [--select EXPR] [--affected [--since REV]] [pytest args...]
+    python -m tests.phases [--workers N] [--select EXPR] [--affected [--since REV]]
+                           [--reports DIR] [pytest args...]
 
 `--select` is a marker expression both phases are narrowed by (`make test-fast`: "not slow").
 `--affected` narrows both to the test modules a change can break (tests/affected.py): the
@@ -100,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--select", default=None, help="a marker expression for both phases")
     parser.add_argument("--affected", action="store_true", help="only tests a change can break")
     parser.add_argument("--since", default=None, metavar="REV", help="with --affected: the base")
+    parser.add_argument(
+        "--reports", default=None, metavar="DIR", help="keep the phases' JUnit reports in DIR"
+    )
     args, extra = parser.parse_known_args(argv)
     if args.since is not None and not args.affected:
         parser.error("--since goes with --affected")
@@ -116,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     codes: list[int] = []
     walls: list[float] = []
     with tempfile.TemporaryDirectory(prefix="peakload-phases-") as tmp:
-        junits = [Path(tmp) / "parallel.xml", Path(tmp) / "serial.xml"]
+        reports = Path(args.reports or tmp)
+        reports.mkdir(parents=True, exist_ok=True)
+        junits = [reports / "parallel.xml", reports / "serial.xml"]
         for serial, junit in zip((False, True), junits, strict=True):
             name = "serial" if serial else f"parallel (-n {args.workers})"
             print(f"\n=== phase: {name} ===", flush=True)

@@ -212,6 +212,7 @@ def test_submit_to_workers_against_an_echoing_server_leaks_nothing(
         env={**cluster_env, **ENV}, cwd=ROOT, capture_output=True, text=True, timeout=240,
         check=False,
     )  # fmt: skip
+    assert summary.exists(), f"exit {done.returncode}: {done.stdout}{done.stderr}"
     result = json.loads(summary.read_text())
     assert result["status"] == "completed", done.stderr
     assert done.returncode == (Exit.FAILED if result["valid"] else Exit.INVALID), done.stderr
