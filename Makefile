@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers for the parallel phase (most tests wait on servers, so more than the cores)
 TEST_WORKERS ?= 4
 
-.PHONY: demo test test-fast check audit bench services venv install install-test clean
+.PHONY: demo test test-fast check audit bench bytecode services venv install install-test clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -54,16 +54,24 @@ services: $(BIN)/python
 
 ## The whole suite, on the embedded store and on TimescaleDB, with real services: in parallel
 ## (TEST_WORKERS), then the `serial` tests (timing, accuracy) alone (tests/phases.py).
-test: $(TEST_STAMP) services
-	set -a; eval "$$(bash deploy/local/env.sh)"; set +a; \
+test: $(TEST_STAMP) services bytecode
+	set -a; eval "$$(bash deploy/local/env.sh)"; set +a; $(WRITE_BYTECODE) \
 	$(BIN)/python -m tests.phases --workers $(TEST_WORKERS) $(PYTEST_ARGS)
 
 ## The quick local loop: the tests your change can break (tests/affected.py: the working
 ## tree's changes, else the last commit's; SINCE=REV for every change since REV), slow group out.
-test-fast: $(TEST_STAMP) services
-	set -a; eval "$$(bash deploy/local/env.sh)"; set +a; \
+test-fast: $(TEST_STAMP) services bytecode
+	set -a; eval "$$(bash deploy/local/env.sh)"; set +a; $(WRITE_BYTECODE) \
 	$(BIN)/python -m tests.phases --workers $(TEST_WORKERS) --select "not slow" \
 		--affected $(if $(SINCE),--since $(SINCE)) $(PYTEST_ARGS)
+
+## The project's own modules compiled once (into __pycache__/, git-ignored). Where the
+## environment sets PYTHONDONTWRITEBYTECODE, every process of the suite (each CLI command, sim,
+## Celery worker and pytest worker) otherwise compiles ~120 modules from source again: 0.2-0.4
+## CPU-s each, and pytest re-rewrites every test module. The suite's processes write theirs too.
+WRITE_BYTECODE := export PYTHONDONTWRITEBYTECODE=;
+bytecode: $(TEST_STAMP)
+	$(BIN)/python -m compileall -q -j 0 loadgen workers analysis ui tests bench
 
 check: $(TEST_STAMP)
 	$(BIN)/ruff check .

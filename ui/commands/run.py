@@ -29,8 +29,6 @@ from ui.estimate import print_estimate
 from ui.options import OutputFile
 from ui.output import stdout_console
 from ui.people import owner_option
-from workers.local import run_local
-from workers.local_finish import LocalRun
 from workers.local_procs import default_processes
 
 EXIT_ERROR = Exit.BAD_INPUT
@@ -71,8 +69,10 @@ def execute(
     `metrics` (started), the run's records and ticks are served live there too; with
     `otlp_endpoint`, the stored run's metrics are pushed there at the end (a failed push is
     reported, and the run's own exit code kept: the measurement is stored regardless)."""
-    # the summary's modules (pandas, scipy) load only for a run that got this far
+    # the summary's modules (pandas, scipy) and the run's own load only for a run that got this
+    # far: a refused spec is answered without them
     from ui.results import print_summary, summarize_run, summary_exit_code, write_json
+    from workers.local import run_local
 
     probe_result = None
     if probe:
@@ -113,7 +113,7 @@ def execute(
         def on_started(run_id: str) -> None:
             progress.update(task, stats=f"run {run_id}")
 
-        result: LocalRun = run_local(
+        result = run_local(
             spec,
             database_url=database_url,
             on_tick=on_tick,
