@@ -18,7 +18,7 @@ from workers.local import run_local
 
 # serial: the diagnosis reads the sim's queue and step times, which a loaded host bends (ci2 of
 # 2026-12-02: a CPU-starved sim queued below its knee and the verdict moved with it)
-pytestmark = [pytest.mark.integration, pytest.mark.serial]
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.one_store]
 
 RELAXED = {
     "max_loop_lag_p99_ms": 10_000.0,

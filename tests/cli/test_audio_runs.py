@@ -15,7 +15,7 @@ from tests.cli.test_run_command import LOOSE_VALIDITY, peakload
 from tests.support.sim import SimProcess
 from tests.support.stores import ledger_check
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]  # two CLI runs each, ~45 s here
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.one_store]  # two CLI runs each
 
 SIM = ["--preset", "fixed", "--ttft-ms", "40", "--audio-rtf", "0.1", "--audio-chunk-ms", "100"]
 

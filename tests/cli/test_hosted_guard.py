@@ -11,7 +11,7 @@ import pytest
 
 from tests.cli.test_run_command import peakload
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_store]  # tests/support/stores.py
 
 SPEC = """
 name = "groq-over"

@@ -15,7 +15,7 @@ from tests.cli.test_run_command import peakload
 from tests.cli.test_sweep_validity import _spec
 from tests.support.sim import SimProcess
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_store]  # tests/support/stores.py
 
 
 def test_a_poisson_level_is_judged_against_its_own_arrivals(

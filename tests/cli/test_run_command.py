@@ -21,7 +21,7 @@ from tests.support.ports import free_port
 from tests.support.sim import SimProcess
 from tests.support.stores import ledger_check
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_store]  # tests/support/stores.py
 
 ROOT = Path(__file__).resolve().parents[2]
 PEAKLOAD = [sys.executable, "-m", "ui"]

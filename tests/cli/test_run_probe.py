@@ -13,7 +13,7 @@ import pytest
 from tests.cli.test_run_command import LOOSE_VALIDITY, count_runs, peakload, spec_text
 from tests.support.sim import start_sim
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_store]  # tests/support/stores.py
 FAST = ["--preset", "fixed", "--ttft-ms", "2", "--itl-ms", "1"]
 
 

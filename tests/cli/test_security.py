@@ -15,7 +15,7 @@ from psycopg import sql
 from tests.cli.test_run_command import LOOSE_VALIDITY, peakload
 from tests.support.sim import SimProcess
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_store]  # tests/support/stores.py
 
 CANARY_KEY = "sk-canary-7f3a9c1e5b"
 CANARY_PROMPT = "CANARY-PROMPT-4d2b8e6f"

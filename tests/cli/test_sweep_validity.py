@@ -13,7 +13,7 @@ import pytest
 from tests.cli.test_run_command import peakload
 from tests.support.sim import SimProcess
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_store]  # tests/support/stores.py
 
 
 def _spec(base_url: str, load: str, extra: str = "") -> str:

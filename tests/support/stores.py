@@ -1,6 +1,11 @@
 """Store fixtures: a session-wide embedded PostgreSQL on a free loopback port (never the user's
 data dir), the TimescaleDB at PEAKLOAD_TEST_TIMESCALE_URL, a fresh migrated database per test on
 either (`store_url`, parametrized), and the ledger check every fault test ends with.
+
+A test where the store is what it tests runs on both stores. A module or test marked
+`one_store` (commands and processes, where the store is incidental: the SQL they reach is
+tested on both stores by the store and analysis tests) runs on one, the production one:
+TimescaleDB when PEAKLOAD_TEST_TIMESCALE_URL is set, else the embedded server.
 """
 
 from __future__ import annotations
@@ -156,6 +161,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             _drop_template(admin_url, name)
         except psycopg.Error as e:
             print(f"could not drop template database {name}: {e}")
+
+
+def production_store_kind() -> Any:
+    """The store a `one_store` test runs on: TimescaleDB when configured, else plain."""
+    return STORE_KINDS[1] if os.environ.get(TIMESCALE_ENV, "").strip() else STORE_KINDS[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before the fixture's own params are expanded
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    node = metafunc.definition
+    if "store_kind" not in metafunc.fixturenames or not node.get_closest_marker("one_store"):
+        return
+    chosen = any("store_kind" in str(m.args[0]) for m in node.iter_markers("parametrize"))
+    if not chosen:  # a test that names its store keeps it
+        metafunc.parametrize("store_kind", [production_store_kind()])
 
 
 @pytest.fixture(params=STORE_KINDS)

@@ -25,7 +25,7 @@ from tests.support.stores import ledger_check
 from workers.local import run_local
 from workers.local_finish import LocalRun
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_store]  # tests/support/stores.py
 
 
 def make_spec(base_url: str, load: dict[str, Any], **rest: Any) -> RunSpec:

@@ -54,6 +54,7 @@ def running_run(url: str, timeout_s: float = 60.0) -> str:
 
 
 @pytest.mark.integration
+@pytest.mark.one_store  # tests/support/stores.py
 @pytest.mark.parametrize("how", ["sigint", "abort"])
 def test_ctrl_c_and_abort_stop_every_process_within_seconds(
     how: str, sim: SimProcess, store_url: str, tmp_path: Path
