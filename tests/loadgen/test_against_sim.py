@@ -142,16 +142,18 @@ def test_with_a_cpu_hog_beside_it_accurate_or_flagged_invalid(sim: SimProcess) -
 
 @pytest.mark.slow
 def test_poisson_200_per_s_sends_on_time(sim_factory: Any) -> None:
-    """M2: seeded Poisson at 200 req/s for 60 s: every scheduled request sent, drift p99 < 5 ms."""
+    """M2: seeded Poisson at 200 req/s: every scheduled request sent, drift p99 < 5 ms. 20 s
+    rather than M2's 60 s: 4,000 sends put 40 past the p99, and a lag that grows with the run's
+    length would show in its last third as well."""
     sim = sim_factory(["--preset", "fixed", "--ttft-ms", "20", "--itl-ms", "5"])
     spec = make_spec(
         sim.base_url,
-        {"rate": [200.0], "arrival": "poisson", "duration_s": 60.0, "seed": 9},
+        {"rate": [200.0], "arrival": "poisson", "duration_s": 20.0, "seed": 9},
         workload={"prompt_tokens": 16, "output_tokens": 4},
     )
     result, sink = run_spec(spec, warm=64)
     sent = [r for r in sink.records if r.sent_ns is not None]
-    assert abs(len(sink.records) - 12_000) <= 120
+    assert abs(len(sink.records) - 4_000) <= 3 * 4_000**0.5  # a Poisson count: 3 sd
     assert len(sent) == len(sink.records)  # none blocked, none skipped
     drift_ms = np.array([r.sent_ns for r in sent]) / 1e6
     assert np.percentile(drift_ms, 99) < 5.0 or not result.valid
