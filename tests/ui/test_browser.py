@@ -220,6 +220,7 @@ def test_every_page_in_a_browser(ui_store: UiStore, browser: object, tmp_path: P
         assert CANARY_KEY not in raw and CANARY_PROMPT.split()[0] not in raw
 
 
+@pytest.mark.slow  # 30-40 s in the loaded parallel phase: a Streamlit server, two pages, 2 logins
 def test_login_form_only_until_authenticated(
     ui_store: UiStore, browser: object, tmp_path: Path
 ) -> None:
