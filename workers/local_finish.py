@@ -57,6 +57,8 @@ def finish_local_run(
             invalid_reasons=r.invalid_reasons,
             requests_scheduled=r.requests_scheduled,
             records_written=written.get(r.shard_id, 0),
+            # the self-check's figures, under the keys a distributed shard stores them
+            extra={"outcomes": dict(r.outcomes), "health": dict(r.health)},
         )
     if any(r.levels for r in results):
         store_runs.upsert_levels(

@@ -97,6 +97,18 @@ def test_two_processes_make_one_run_with_levels_isolated_across_them(
     assert first_sent is not None and last_end is not None
     assert float(first_sent) >= float(last_end) - 1.0, (first_sent, last_end)
     assert not measuring()  # every child reaped
+    # each process's self-check figures are stored with its shard, as a distributed shard's are
+    with psycopg.connect(store_url) as conn:
+        extras = dict(
+            conn.execute(
+                "SELECT shard_id, extra FROM shards WHERE run_id = %s", (result.run_id,)
+            ).fetchall()
+        )
+    for shard in result.shards:
+        stored = extras[shard.shard_id]
+        assert stored["health"] == pytest.approx(dict(shard.health)), shard.shard_id
+        assert stored["health"]["loop_lag_p99_ms"] >= 0 and "late_s" in stored["health"]
+        assert stored["outcomes"] == dict(shard.outcomes) and sum(shard.outcomes.values()) > 0
 
 
 def test_a_saturation_search_decides_on_the_samples_of_every_process(

@@ -300,9 +300,10 @@ def set_shard_state(
     invalid_reasons: list[str] | None = None,
     requests_scheduled: int | None = None,
     records_written: int | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> None:
     """Move a shard to `state`; running stamps started_at, a terminal state ended_at. Fields
-    given as None are left as stored."""
+    given as None are left as stored; `extra`'s keys are merged into the stored `extra`."""
     _check(state, SHARD_STATES, "shard state")
     terminal = state in ("completed", "interrupted", "timed_out", "aborted", "failed")
     with _tx(conn) as cur:
@@ -313,6 +314,7 @@ def set_shard_state(
                    invalid_reasons = COALESCE(%s, invalid_reasons),
                    requests_scheduled = COALESCE(%s, requests_scheduled),
                    records_written = COALESCE(%s, records_written),
+                   extra = COALESCE(extra, '{}'::jsonb) || COALESCE(%s, '{}'::jsonb),
                    started_at = CASE WHEN %s THEN COALESCE(started_at, now()) ELSE started_at END,
                    ended_at = CASE WHEN %s THEN now() ELSE ended_at END
                WHERE run_id = %s AND shard_id = %s""",
@@ -323,6 +325,7 @@ def set_shard_state(
                 None if invalid_reasons is None else Jsonb([scrub(r) for r in invalid_reasons]),
                 requests_scheduled,
                 records_written,
+                None if extra is None else Jsonb(extra),
                 state == "running",
                 terminal,
                 run_id,
