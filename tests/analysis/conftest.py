@@ -17,12 +17,6 @@ from psycopg import sql
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "deploy" / "sql"
 
 
-@pytest.fixture(scope="session")
-def analysis_pg_server_url(plain_url: str) -> str:
-    """The admin URL of the session's embedded PostgreSQL server (tests/support/stores.py)."""
-    return plain_url
-
-
 def _fresh_db(admin_url: str) -> Iterator[psycopg.Connection[Any]]:
     name = "analysis_" + uuid.uuid4().hex[:12]
     with psycopg.connect(admin_url, autocommit=True) as admin:
@@ -42,9 +36,9 @@ def _fresh_db(admin_url: str) -> Iterator[psycopg.Connection[Any]]:
 
 
 @pytest.fixture
-def pg_conn(analysis_pg_server_url: str) -> Iterator[psycopg.Connection[Any]]:
+def pg_conn(plain_url: str) -> Iterator[psycopg.Connection[Any]]:
     """A connection (autocommit) to a fresh plain-PostgreSQL database with the schema."""
-    yield from _fresh_db(analysis_pg_server_url)
+    yield from _fresh_db(plain_url)  # the session's embedded server (tests/support/stores.py)
 
 
 @pytest.fixture

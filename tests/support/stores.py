@@ -173,9 +173,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     node = metafunc.definition
     if "store_kind" not in metafunc.fixturenames or not node.get_closest_marker("one_store"):
         return
-    chosen = any("store_kind" in str(m.args[0]) for m in node.iter_markers("parametrize"))
+    chosen = any("store_kind" in _argnames(m.args[0]) for m in node.iter_markers("parametrize"))
     if not chosen:  # a test that names its store keeps it
         metafunc.parametrize("store_kind", [production_store_kind()])
+
+
+def _argnames(names: str | Iterable[str]) -> list[str]:
+    """A parametrize marker's argument names: "a, b" or ["a", "b"]."""
+    return [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
 
 
 @pytest.fixture(params=STORE_KINDS)
