@@ -19,20 +19,27 @@ import psycopg
 import redis
 
 from loadgen.checks import admission
+from loadgen.engine.livemetrics import LiveMetrics, MetricsSink
 from loadgen.engine.plan import ShardPlan
+from loadgen.engine.runner import ShardResult, run_shard
 from loadgen.engine.runtime import run_measurement
+from loadgen.engine.scrubbing import ScrubbingSink
+from loadgen.runspec.secrets import resolve_target, secret_values
+from loadgen.targets.factory import build_target, paced_by
+from loadgen.targets.policy import policy_from_env
 from workers import leases, runctl
 from workers.clocks import ClockEstimate, measure_offset
 from workers.control import ShardControl
+from workers.metrics_serve import process_metrics
 from workers.probes import probe_network
 from workers.sample_pool import pool_for, pooled, wait_bound_s
 from workers.server_metrics import SCRAPER_KEY, MetricsRecorder
 from workers.store.connect import pg_connect
+from workers.store.embedded import data_home
 from workers.store.runs import level_row
+from workers.store.writer import StoreWriter, WriterConfig
 
 if TYPE_CHECKING:
-    from loadgen.engine.livemetrics import LiveMetrics
-    from loadgen.engine.runner import ShardResult
     from loadgen.engine.shard import Shard
 
 log = logging.getLogger(__name__)
@@ -179,11 +186,6 @@ class _Job:
         self.live: LiveMetrics | None = None  # this process's live metrics, if served
 
     def run(self) -> dict[str, Any]:
-        from loadgen.engine.livemetrics import MetricsSink
-        from workers.metrics_serve import process_metrics
-        from workers.store.embedded import data_home
-        from workers.store.writer import StoreWriter, WriterConfig
-
         spool = data_home() / "spool" / self.plan.run_id / self.plan.shard_id
         sink: Any = StoreWriter(
             self.settings.database_url,
@@ -214,13 +216,6 @@ class _Job:
         return self._finish()
 
     async def _main(self, sink: Any) -> None:
-        from loadgen.checks import admission
-        from loadgen.engine.runner import run_shard
-        from loadgen.engine.scrubbing import ScrubbingSink
-        from loadgen.runspec.secrets import resolve_target, secret_values
-        from loadgen.targets import build_target, policy_from_env
-        from loadgen.targets.factory import paced_by
-
         plan, spec = self.plan, self.plan.run_spec()
         target_spec = resolve_target(spec.target)  # headers_env from this worker's environment
         # the planned target was checked by the coordinator; an override is where load goes

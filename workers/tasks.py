@@ -11,6 +11,12 @@ from celery import Task
 from loadgen.engine.plan import ShardPlan
 from workers.app import TASK_REAP, TASK_RUN_SHARD, TASK_START_RUN, app
 
+# At module level on purpose: a worker imports this module before it forks its pool, so each
+# pool process starts with a shard's whole code loaded. Imported inside the task, the shards of
+# a fleet's first run, all arriving at once (64 on 2 cores), each paid ~0.6 CPU-s cold, some of
+# it after claiming their lease.
+from workers.shard_exec import WorkerSettings, execute_shard
+
 log = logging.getLogger(__name__)
 
 
@@ -22,8 +28,6 @@ def run_shard_task(
     tokens_per_word: float = 1.0,
 ) -> dict[str, Any]:
     """Run one shard plan (its JSON) on this worker; refuses if the shard was already claimed."""
-    from workers.shard_exec import WorkerSettings, execute_shard
-
     shard = ShardPlan.from_json(plan)
     report = execute_shard(
         shard, WorkerSettings.from_env(), soft_limit_s=soft_limit_s, tokens_per_word=tokens_per_word
