@@ -3,9 +3,15 @@ region, one process per shard) against the simulated engine, one run into one Ti
 with the store reached directly and through PgBouncer in transaction mode
 (deploy/local/pgbouncer.sh). Per run: the most client connections the database held at once
 (pg_stat_activity every 50 ms), start skew over the shards, the coordinator's submit-to-start
-and run wall times, and the ledger (rows stored against requests scheduled).
+and run wall times, the ledger (rows stored against requests scheduled) and the Redis commands
+the run cost (`INFO stats`). With `--levels N` (N > 1) the run has N levels that drain between
+them, so every shard meets the others in the run's sample pool after each level (the barrier):
+per transition, the time from the last shard's drain to the next level's first start, and how
+far apart the shards' starts of the next level were. With `--search` the levels are the tries
+of one saturation search (rate/4 up to the rate, an SLO every try meets), decided on the pooled
+samples of all 64 shards: the same measures per try.
 
-    PEAKLOAD_BENCH_URL=postgresql://... python bench/fleet.py [--repeats 2] [--json F]
+    PEAKLOAD_BENCH_URL=postgresql://... python bench/fleet.py [--repeats 2] [--levels 1] [--json F]
 
 The URL is an admin URL of the TimescaleDB (default: PEAKLOAD_TEST_TIMESCALE_URL); a fresh
 database is made for each mode and dropped. Redis, the sim, PgBouncer and the workers are
@@ -27,6 +33,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import psycopg
+import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -40,20 +47,57 @@ from workers.coordinator import Coordinator, SubmitOptions
 REGIONS = {f"r{i}": 7 if i < 4 else 6 for i in range(10)}  # 64 shards
 
 
-def fleet_spec(base_url: str, rate: float, duration_s: float) -> RunSpec:
+def fleet_spec(base_url: str, rate: float, duration_s: float, levels: int, search: bool) -> RunSpec:
+    load: dict[str, Any] = {"arrival": "constant", "duration_s": duration_s}
+    slos: list[dict[str, Any]] = []
+    if search:  # `levels` tries from rate/4 up to rate, one search over every shard's samples
+        load["saturation"] = {"start": rate / 4, "max": rate, "max_steps": levels}
+        slos = [{"metric": "ttft_ms", "percentile": 99, "threshold": 800}]
+    else:
+        load.update(rate=[rate] * levels, between_levels="drain")
     return spec_from_dict(
         {
             "name": "bench-fleet",
             "target": {"api": "openai-chat", "base_url": base_url, "model": "sim"},
             "workload": {"prompt_tokens": 16, "output_tokens": 8, "seed": 3},
-            "load": {"rate": [rate], "arrival": "constant", "duration_s": duration_s},
+            "load": load,
+            "slos": slos,
             "regions": [{"name": r, "share": n / 64, "workers": n} for r, n in REGIONS.items()],
         }
     )
 
 
+def barriers(level_rows: list[list[dict[str, Any]]]) -> list[dict[str, float]]:
+    """Per transition between levels, over the shards' stored levels: ms from the last shard's
+    drain of level k to the first start of level k+1, and the spread of the k+1 starts."""
+    out = []
+    n = min(len(rows) for rows in level_rows)
+    for k in range(n - 1):
+        drained = max(int(rows[k]["drained_at_ns"]) for rows in level_rows)
+        starts = [int(rows[k + 1]["started_at_ns"]) for rows in level_rows]
+        out.append(
+            {
+                "last_drain_to_next_start_ms": (min(starts) - drained) / 1e6,
+                "next_start_spread_ms": (max(starts) - min(starts)) / 1e6,
+            }
+        )
+    return out
+
+
+def redis_commands(url: str) -> int:
+    with redis.Redis.from_url(url) as r:
+        return int(r.info("stats")["total_commands_processed"])
+
+
 def one_mode(
-    admin_url: str, pooler: bool, repeats: int, rate: float, duration_s: float, pool: int
+    admin_url: str,
+    pooler: bool,
+    repeats: int,
+    rate: float,
+    duration_s: float,
+    pool: int,
+    levels: int,
+    search: bool,
 ) -> dict[str, Any]:
     db = FreshDatabase(admin_url)
     workdir = Path(tempfile.mkdtemp(prefix="peakload-bench-fleet-"))
@@ -80,7 +124,8 @@ def one_mode(
         coord = Coordinator(url, redis_server.url(0), make_app(redis_server.url(0)))
         dbname = urlsplit(db.url).path.lstrip("/")
         for _ in range(repeats):
-            s = fleet_spec(sim.base_url, rate, duration_s)
+            s = fleet_spec(sim.base_url, rate, duration_s, levels, search)
+            redis0 = redis_commands(redis_server.url(0))
             with BackendWatch(with_database(db.url, "postgres"), dbname) as watch:
                 t0 = time.perf_counter()
                 launch = coord.submit(s, SubmitOptions(ready_timeout_s=180, preflight=False))
@@ -89,6 +134,7 @@ def one_mode(
                 t_started = time.perf_counter()
                 status = coord.wait(launch.run_id, timeout_s=600)
                 t_end = time.perf_counter()
+            redis_used = redis_commands(redis_server.url(0)) - redis0
             with psycopg.connect(db.url, autocommit=True) as conn:
                 rows = conn.execute(
                     "SELECT sum(requests_scheduled), sum(records_written), "
@@ -99,6 +145,12 @@ def one_mode(
                     "SELECT count(*), count(DISTINCT request_id) FROM requests WHERE run_id = %s",
                     (launch.run_id,),
                 ).fetchone()
+                level_rows = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT extra->'levels' FROM shards WHERE run_id = %s", (launch.run_id,)
+                    )
+                ]
             assert rows is not None and stored is not None
             skews = np.asarray([x for x in rows[2] if x is not None], dtype=float) / 1e6
             runs.append(
@@ -115,6 +167,8 @@ def one_mode(
                     "skew_ms_max": float(skews.max()),
                     "submit_to_start_s": t_started - t0,
                     "run_wall_s": t_end - t0,
+                    "redis_commands": redis_used,
+                    "barriers": barriers(level_rows),
                 }
             )
             print(json.dumps({"pooler": pooler, **runs[-1]}), flush=True)
@@ -137,6 +191,8 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=10.0, help="s")
     ap.add_argument("--pool", type=int, default=20, help="PgBouncer's server connections")
     ap.add_argument("--modes", default="none,pgbouncer")
+    ap.add_argument("--levels", type=int, default=1, help="levels, drained between (barriers)")
+    ap.add_argument("--search", action="store_true", help="a saturation search of --levels tries")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     admin = os.environ.get("PEAKLOAD_BENCH_URL") or os.environ.get("PEAKLOAD_TEST_TIMESCALE_URL")
@@ -145,9 +201,24 @@ def main() -> None:
     out = {
         "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": sys.version},
         "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-        "shape": {"regions": REGIONS, "rate": args.rate, "duration_s": args.duration},
+        "shape": {
+            "regions": REGIONS,
+            "rate": args.rate,
+            "duration_s": args.duration,
+            "levels": args.levels,
+            "search": args.search,
+        },
         "modes": [
-            one_mode(admin, mode == "pgbouncer", args.repeats, args.rate, args.duration, args.pool)
+            one_mode(
+                admin,
+                mode == "pgbouncer",
+                args.repeats,
+                args.rate,
+                args.duration,
+                args.pool,
+                args.levels,
+                args.search,
+            )
             for mode in args.modes.split(",")
         ],
     }

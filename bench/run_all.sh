@@ -19,6 +19,8 @@ run $PY bench/transport_overhead.py --streams 1,256 --duration 8
 run $PY bench/generator_accuracy.py --levels 1,16,64,256,1024 --duration 8
 run $PY bench/ingest.py --minutes "${PEAKLOAD_BENCH_INGEST_MINUTES:-10}"
 run $PY bench/distributed.py
+run $PY bench/timer_lateness.py --rate 6 --count 120 --rounds 3
+run $PY bench/dispatch_delay.py --rate 6 --duration 20 --rounds 2
 run $PY bench/analysis_load.py --parallel 2 --summary
 run $PY bench/ui_render.py
 echo "all benchmarks done: $log"

@@ -6,7 +6,9 @@ against its due time, for two ways of waiting, interleaved round by round on the
 
 - `asyncio.sleep`: the loop's timer, as the shard waits today;
 - `early-then-yield` (the peer): sleep until `--early-ms` before the due time, then yield
-  (`asyncio.sleep(0)`) until it passes: exact, but the loop polls without blocking meanwhile.
+  (`asyncio.sleep(0)`) until it passes: exact, but the loop polls without blocking meanwhile;
+- `timerfd`: the shard's timer since issue 28 item 4 (`loadgen.engine.timer.PreciseTimer`, a
+  Linux timerfd read by the loop at the due time).
 
     .venv/bin/python bench/timer_lateness.py [--rate 6] [--count 120] [--rounds 3]
 
@@ -24,6 +26,8 @@ import time
 
 import numpy as np
 
+from loadgen.engine.timer import PreciseTimer, ShardTimer, shard_timer
+
 
 async def wait_sleep(due_ns: int, _early_ns: int) -> None:
     delay = due_ns - time.monotonic_ns()
@@ -39,11 +43,25 @@ async def wait_early_then_yield(due_ns: int, early_ns: int) -> None:
         await asyncio.sleep(0)
 
 
-WAYS = {"asyncio.sleep": wait_sleep, "early-then-yield": wait_early_then_yield}
+async def wait_timerfd(due_ns: int, _early_ns: int) -> None:
+    await _TIMER[0].sleep_until(due_ns)
+
+
+_TIMER: list[ShardTimer] = []  # the timerfd way's timer, on the running round's loop
+WAYS = {
+    "asyncio.sleep": wait_sleep,
+    "early-then-yield": wait_early_then_yield,
+    "timerfd": wait_timerfd,
+}
 
 
 async def measure(way: str, rate: float, count: int, early_ns: int) -> dict[str, float | str]:
     wait = WAYS[way]
+    if way == "timerfd":
+        timer = shard_timer(time.monotonic_ns)
+        if not isinstance(timer, PreciseTimer):
+            raise SystemExit("timer_lateness: no timerfd on this system")
+        _TIMER[:] = [timer]
     gap_ns = int(1e9 / rate)
     start = time.monotonic_ns() + 20_000_000
     late_ms = np.empty(count)
@@ -53,6 +71,9 @@ async def measure(way: str, rate: float, count: int, early_ns: int) -> dict[str,
         await wait(due, early_ns)
         late_ms[i] = (time.monotonic_ns() - due) / 1e6
     cpu_s = time.process_time() - cpu0
+    for timer in _TIMER:
+        timer.close()
+    _TIMER.clear()
     p50, p90, p99 = np.percentile(late_ms, [50, 90, 99])
     return {
         "way": way,

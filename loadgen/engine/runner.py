@@ -78,64 +78,67 @@ async def run_shard(
     )
     if on_shard is not None:
         on_shard(r)
-    spec = r.spec
-    start = start_at_mono_ns if start_at_mono_ns is not None else clock()
-    status = "completed"
-    levels_done: list[LevelResult] = []
-    await r.sleep_until(start)
-    # the loop-lag probe from the start on, not before: until then the process has nothing to
-    # measure, and a host's shards waiting for one instant would only take turns at the cores
-    background = [asyncio.create_task(r.check.lag.run()), asyncio.create_task(r.ticker(start))]
+    try:
+        spec = r.spec
+        start = start_at_mono_ns if start_at_mono_ns is not None else clock()
+        status = "completed"
+        levels_done: list[LevelResult] = []
+        await r.sleep_until(start)
+        # the loop-lag probe from the start on, not before: until then the process has nothing to
+        # measure, and a host's shards waiting for one instant would only take turns at the cores
+        background = [asyncio.create_task(r.check.lag.run()), asyncio.create_task(r.ticker(start))]
 
-    async def body() -> None:
-        if spec.load.saturation is None:
-            await run_levels(r, start, levels_done, pool)
+        async def body() -> None:
+            if spec.load.saturation is None:
+                await run_levels(r, start, levels_done, pool)
+            else:
+                await run_search(r, start, levels_done, pool)
+
+        main = asyncio.create_task(body())
+        stop_abort = asyncio.create_task(abort.wait())
+        waiters: set[asyncio.Future[Any]] = {main, stop_abort}
+        timeout = None if deadline_mono_ns is None else max(0.0, (deadline_mono_ns - clock()) / NS)
+        done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if main in done:
+            main.result()
+            grace = clock() + int(spec.target.deadline_s * NS)
+            if deadline_mono_ns is not None:
+                grace = min(grace, deadline_mono_ns)
+            drained = await _drain_or_abort(r, grace, abort)
+            if not drained:
+                status = "aborted" if abort.is_set() else "timed_out"
+            elif levels_done and levels_done[-1].drained_wall_ns is None:
+                levels_done[-1].drained_wall_ns = r.wall(clock())
         else:
-            await run_search(r, start, levels_done, pool)
-
-    main = asyncio.create_task(body())
-    stop_abort = asyncio.create_task(abort.wait())
-    waiters: set[asyncio.Future[Any]] = {main, stop_abort}
-    timeout = None if deadline_mono_ns is None else max(0.0, (deadline_mono_ns - clock()) / NS)
-    done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    if main in done:
-        main.result()
-        grace = clock() + int(spec.target.deadline_s * NS)
-        if deadline_mono_ns is not None:
-            grace = min(grace, deadline_mono_ns)
-        drained = await _drain_or_abort(r, grace, abort)
-        if not drained:
-            status = "aborted" if abort.is_set() else "timed_out"
-        elif levels_done and levels_done[-1].drained_wall_ns is None:
-            levels_done[-1].drained_wall_ns = r.wall(clock())
-    else:
-        status = "aborted" if stop_abort in done else "timed_out"
-        r.stopping = True
-        r.stop_reason = status
-        main.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await main
-    await _cancel_all(r, status)
-    stop_abort.cancel()
-    for b in background:
-        b.cancel()
-    await asyncio.gather(*background, stop_abort, return_exceptions=True)
-    r.tick()
-    r.flush()
-    valid, reasons, health = r.check.verdict(spec.validity)
-    return ShardResult(
-        plan.shard_id,
-        status,
-        r.next_index,
-        dict(r.outcomes),
-        valid,
-        reasons,
-        r.wall(start),
-        r.wall(clock()),
-        levels_done,
-        health,
-        r.search,
-    )
+            status = "aborted" if stop_abort in done else "timed_out"
+            r.stopping = True
+            r.stop_reason = status
+            main.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await main
+        await _cancel_all(r, status)
+        stop_abort.cancel()
+        for b in background:
+            b.cancel()
+        await asyncio.gather(*background, stop_abort, return_exceptions=True)
+        r.tick()
+        r.flush()
+        valid, reasons, health = r.check.verdict(spec.validity)
+        return ShardResult(
+            plan.shard_id,
+            status,
+            r.next_index,
+            dict(r.outcomes),
+            valid,
+            reasons,
+            r.wall(start),
+            r.wall(clock()),
+            levels_done,
+            health,
+            r.search,
+        )
+    finally:
+        r.close()
 
 
 async def _drain_or_abort(r: Shard, until: int, abort: asyncio.Event) -> bool:

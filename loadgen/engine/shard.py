@@ -15,6 +15,7 @@ from loadgen.engine.health import SelfCheck, rss_bytes
 from loadgen.engine.plan import ShardPlan, Sink
 from loadgen.engine.samples import sample_metrics
 from loadgen.engine.schedule import Level
+from loadgen.engine.timer import ShardTimer, shard_timer
 from loadgen.engine.workload import Workload
 from loadgen.results.records import Batch, Outcome, Phase, RequestRecord, Tick, make_request_id
 from loadgen.runspec.spec import RunSpec
@@ -74,6 +75,7 @@ class Shard:
         self.check = SelfCheck(clock, activity=lambda: self.chunks_seen)
         self.stopping = False
         self.stop_reason = ""
+        self.timer: ShardTimer | None = None  # made on the loop, at the first wait
 
     # ------------------------------------------------------------------ helpers
 
@@ -88,9 +90,17 @@ class Shard:
         return i
 
     async def sleep_until(self, mono_ns: int) -> None:
-        delay = mono_ns - self.clock()
-        if delay > 0:
-            await asyncio.sleep(delay / NS)
+        """Wait for an instant on the shard's clock, to within the timer's resolution (a
+        timerfd's where there is one: loadgen/engine/timer.py)."""
+        if self.timer is None:
+            self.timer = shard_timer(self.clock)
+        await self.timer.sleep_until(mono_ns)
+
+    def close(self) -> None:
+        """Release the shard's timer (run_shard, once the shard has ended)."""
+        if self.timer is not None:
+            self.timer.close()
+            self.timer = None
 
     def new_record(self, index: int, window: LevelWindow, sched: int, **kw: Any) -> RequestRecord:
         lvl = window.level
