@@ -5,7 +5,8 @@ once every one has ended its last.
 
 Keys, per run id and level-run index, all expiring after `ttl_s` (longer than the run may last,
 so a late shard still finds what the others decided): `…:members` (the shards that handed in),
-`…:data` (each one's samples, packed float64) and `…:closed` (the closed set, JSON).
+`…:data` (each one's samples, packed float64) and `…:closed` (the closed set and the moment it
+closed on Redis's clock, JSON: `{"members": [...], "sec": "...", "usec": "..."}`).
 
 The rule, each step one Lua script (atomic):
 - Handing in: if the pool is closed, the shard gets the closed set (its own samples are not in
@@ -15,7 +16,9 @@ The rule, each step one Lua script (atomic):
 - A shard whose wait exceeds the bound (`wait_bound_s`: the level's duration, the request
   deadline and a margin, from its own hand-in) joins again and closes the pool with the members
   present, unless it closed meanwhile. The first to close wins (the key is set once).
-Every shard, a late one included, then pools exactly the closed set's samples in shard-id order.
+Every shard, a late one included, then pools exactly the closed set's samples in shard-id order,
+and starts its next level at one instant after the close (`Pooled.closed_at_ref_ns`: Redis's
+clock is the run's reference clock, workers/clocks.py), not when it happened to see it.
 A lost connection (Redis restarting) is retried up to the bound; if Redis lost the keys, the
 closing shard's own samples are in again, and the closed set says who else was.
 """
@@ -27,6 +30,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -44,9 +48,14 @@ T = TypeVar("T")
 PREFIX = "peakload:pool"
 WAIT_MARGIN_S = 15.0  # beyond duration + deadline: start skew, drains, a slow host
 TTL_MARGIN_S = 3600.0  # keys outlive the run's planned duration by this much
-POLL_S = 0.02  # how often a waiting shard looks for the closed set
+# A waiting shard blocks on the pool's `…:go` list, which the closing shard fills with one item
+# per planned shard, so each waiter wakes when the pool closes, not at its next poll (64 shards
+# polling every 20 ms took a core's third, and saw the close up to 0.6 s apart). The block ends
+# after WAKE_S at most, to look at the closed set (Redis restarted and lost the list) and the
+# bound.
+WAKE_S = 1.0
 
-# KEYS: members, data, closed, previous closed. ARGV: shard id, ttl s, planned ids (JSON),
+# KEYS: members, data, closed, previous closed, go. ARGV: shard id, ttl s, planned ids (JSON),
 # force ("1": close now, with whoever is in), then metric name / packed samples pairs. Returns
 # the closed set (JSON list) or false while it stays open.
 _JOIN = """
@@ -60,17 +69,25 @@ redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 if ARGV[4] ~= '1' then
   local prev = redis.call('GET', KEYS[4])
-  local expected = cjson.decode(prev or ARGV[3])
+  local expected = prev and cjson.decode(prev)['members'] or cjson.decode(ARGV[3])
   for _, sid in ipairs(expected) do
     if redis.call('SISMEMBER', KEYS[1], sid) == 0 then return false end
   end
 end
 local m = redis.call('SMEMBERS', KEYS[1])
 table.sort(m)
-closed = cjson.encode(m)
+local now = redis.call('TIME')
+closed = cjson.encode({members = m, sec = now[1], usec = now[2]})
 redis.call('SET', KEYS[3], closed, 'EX', ARGV[2])
+for _ = 1, #cjson.decode(ARGV[3]) do redis.call('RPUSH', KEYS[5], '1') end
+redis.call('EXPIRE', KEYS[5], ARGV[2])
 return closed
 """
+
+
+async def _wake(r: aioredis.Redis, *, go: str, timeout_s: float) -> None:
+    """Block until the pool's go list has an item (it closed) or `timeout_s` passes."""
+    await r.blpop([go], timeout=timeout_s)  # type: ignore[misc]
 
 
 def wait_bound_s(spec: RunSpec) -> float:
@@ -122,25 +139,28 @@ class RedisPool:
 
     async def pool(self, run: int, shard_id: str, samples: dict[str, list[float]]) -> Pooled:
         members, data, closed_key = (self.key(run, p) for p in ("members", "data", "closed"))
-        keys = [members, data, closed_key, self.key(run - 1, "closed")]
+        go = self.key(run, "go")
+        keys = [members, data, closed_key, self.key(run - 1, "closed"), go]
         args: list[Any] = [shard_id, self.ttl_s, json.dumps(self.shard_ids), "0"]
         for name, raw in pack(samples):
             args += [name, raw]
         end = time.monotonic() + self.wait_s
-        closed = await self._retry(lambda r: r.eval(_JOIN, 4, *keys, *args), end)
-        while not closed and time.monotonic() < end:
-            await asyncio.sleep(POLL_S)
+        closed = await self._retry(lambda r: r.eval(_JOIN, 5, *keys, *args), end)
+        while not closed and (left := end - time.monotonic()) > 0:
+            await self._retry(partial(_wake, go=go, timeout_s=min(WAKE_S, max(left, 0.01))), end)
             closed = await self._retry(lambda r: r.get(closed_key), end)
         if not closed:  # the bound: close with whoever is in (this shard too, if Redis forgot)
             args[3] = "1"
-            closed = await self._retry(lambda r: r.eval(_JOIN, 4, *keys, *args), None)
-        listed = json.loads(closed)
+            closed = await self._retry(lambda r: r.eval(_JOIN, 5, *keys, *args), None)
+        closing = json.loads(closed)
+        listed = closing["members"]
         present = [str(x) for x in listed] if isinstance(listed, list) else []  # {} = empty
         by_shard = await self._retry(lambda r: self._samples(r, data, present), None)
         return Pooled(
             concat(by_shard),
             tuple(present),
             tuple(x for x in self.shard_ids if x not in present),
+            closed_at_ref_ns=int(closing["sec"]) * 1_000_000_000 + int(closing["usec"]) * 1000,
         )
 
     async def _retry(self, op: Callable[[aioredis.Redis], Awaitable[T]], end: float | None) -> T:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from loadgen.engine.loadmodels import SPAWN_INTERVAL_NS, closed_loop_user, open_loop
-from loadgen.engine.pool import SamplePool
+from loadgen.engine.pool import Pooled, SamplePool
 from loadgen.engine.samples import SAMPLE_KEYS
 from loadgen.engine.schedule import Level, open_loop_offsets, static_levels, trace_share
 from loadgen.engine.shard import NS, LevelWindow, Shard
@@ -19,6 +19,10 @@ from loadgen.engine.traces import trace_entries
 from loadgen.results.reasons import LEVEL_ENDED
 
 SPAWN_LEAD_NS = 50_000_000  # a user is created this long before its start: its prompt is ready
+# After a pool closes, the shards start their next level this long after the close (on the run's
+# reference clock): long enough for every one of them to see it (64 shards on 2 cores took up to
+# 0.6 s to, bench/fleet.py), so they start together rather than each when it happened to look.
+NEXT_LEVEL_LEAD_NS = 500_000_000
 
 
 @dataclass(slots=True)
@@ -78,8 +82,17 @@ async def run_levels(
             res.drained_wall_ns = r.wall(r.clock())
             t0 = max(w.end, r.clock())
         if pool is not None and policy != "overlap":
-            await pool.pool(lvl.index, r.plan.shard_id, {})
-            t0 = max(w.end, r.clock())
+            t0 = next_level_start(r, w.end, await pool.pool(lvl.index, r.plan.shard_id, {}))
+
+
+def next_level_start(r: Shard, level_end: int, got: Pooled | None) -> int:
+    """When the shard's next level begins (monotonic ns): at this one's end, or now if that
+    has passed; after a pool that closed at a known instant (`Pooled.closed_at_ref_ns`), not
+    before NEXT_LEVEL_LEAD_NS after it, the same instant for every shard of the run."""
+    t0 = max(level_end, r.clock())
+    if got is not None and got.closed_at_ref_ns is not None:
+        t0 = max(t0, r.mono(got.closed_at_ref_ns + NEXT_LEVEL_LEAD_NS))
+    return t0
 
 
 async def cancel_in_flight(r: Shard, reason: str) -> None:

@@ -21,6 +21,9 @@ class Pooled:
     samples: dict[str, list[float]]
     shards: tuple[str, ...]
     missing: tuple[str, ...] = field(default=())
+    # when it closed, on the run's reference clock (the wall clock of its shards), where the
+    # pool has one: the shards then start their next level at one instant after it
+    closed_at_ref_ns: int | None = None
 
     @property
     def complete(self) -> bool:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.engine.levels import LevelResult, drain, level_result, run_level
+from loadgen.engine.levels import LevelResult, drain, level_result, next_level_start, run_level
 from loadgen.engine.pool import SamplePool
 from loadgen.engine.samples import DELIVERED, ITL_COUNTS, OUTCOMES, SAMPLE_KEYS, TOKEN_METRICS
 from loadgen.engine.schedule import Level, saturation_levels
@@ -171,6 +171,7 @@ async def run_search(
             res.search = {"value": value, "run": run}
             done.append(res)  # kept (undecided) if the shard stops while the pool waits
             mine = w.samples
+            got = None
             if pool is not None:
                 got = await pool.pool(i - 1, r.plan.shard_id, w.samples)
                 mine = got.samples
@@ -181,7 +182,7 @@ async def run_search(
             verdict, per = judge(spec, pooled, sat.confidence)
             res.met_slos = verdict == "pass"
             res.search.update(verdict=verdict, slos=per)
-            t0 = max(w.end, r.clock())
+            t0 = next_level_start(r, w.end, got)
             if verdict != "insufficient samples":
                 break
         history.append((value, verdict == "pass"))

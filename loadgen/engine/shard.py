@@ -82,6 +82,10 @@ class Shard:
     def wall(self, mono_ns: int) -> int:
         return self.anchor_wall + (mono_ns - self.anchor_mono)
 
+    def mono(self, wall_ns: int) -> int:
+        """The monotonic instant of a wall-clock one (the inverse of `wall`)."""
+        return self.anchor_mono + (wall_ns - self.anchor_wall)
+
     def take_index(self) -> int | None:
         if self.stopping or self.next_index >= self.plan.max_requests:
             return None

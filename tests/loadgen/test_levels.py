@@ -7,12 +7,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from typing import Any
 
 import pytest
 
 from analysis import metrics as m
-from loadgen.engine.pool import LocalPool
+from loadgen.engine.levels import NEXT_LEVEL_LEAD_NS, next_level_start
+from loadgen.engine.pool import LocalPool, Pooled
 from loadgen.engine.runner import ShardResult, run_shard
+from loadgen.engine.shard import NS
 from loadgen.results.records import Outcome
 from tests.loadgen.test_runner import ScriptedTarget, make_plan, run
 from tests.support.memsink import MemorySink, ledger
@@ -98,3 +101,33 @@ def test_shards_of_one_run_start_each_level_together_after_all_drained() -> None
     assert abs(ra.levels[1].started_wall_ns - rb.levels[1].started_wall_ns) < 50_000_000
     assert ra.levels[0].drained_wall_ns is not None and rb.levels[0].drained_wall_ns is not None
     assert ra.levels[0].drained_wall_ns < rb.levels[0].drained_wall_ns  # a waited for b
+
+
+class _ShardClock:
+    """What `next_level_start` reads of a shard: its clock and its wall-clock mapping."""
+
+    def __init__(self, now: int, wall_minus_mono: int) -> None:
+        self.now, self.offset = now, wall_minus_mono
+
+    def clock(self) -> int:
+        return self.now
+
+    def mono(self, wall_ns: int) -> int:
+        return wall_ns - self.offset
+
+
+def test_the_next_level_starts_at_one_instant_after_the_pool_closed() -> None:
+    shard: Any = _ShardClock(now=10 * NS, wall_minus_mono=1_000 * NS)
+    closed_mono = 10 * NS - NEXT_LEVEL_LEAD_NS // 2  # the shard sees the close a little after
+    closed = Pooled({}, ("a",), closed_at_ref_ns=closed_mono + 1_000 * NS)
+    # the common instant has not come yet: the shard starts then, not when it saw the close
+    assert next_level_start(shard, 9 * NS, closed) == closed_mono + NEXT_LEVEL_LEAD_NS
+    # past the instant already: at once (late, and its level's start says so)
+    shard.now = 12 * NS
+    assert next_level_start(shard, 9 * NS, closed) == 12 * NS
+    # a level still running past the instant starts its successor at its end
+    assert next_level_start(shard, 13 * NS, closed) == 13 * NS
+    # a pool with no clock (one process's shards): at the end, or now
+    shard.now = 10 * NS
+    assert next_level_start(shard, 9 * NS, Pooled({}, ("a",))) == 10 * NS
+    assert next_level_start(shard, 9 * NS, None) == 10 * NS

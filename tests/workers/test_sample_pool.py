@@ -70,8 +70,29 @@ def test_every_shard_gets_every_shards_samples(redis_url: str) -> None:
         assert p.shards == tuple(IDS) and p.complete
     with redis.Redis.from_url(redis_url) as r:
         keys = list(r.scan_iter(f"peakload:pool:{run_id}:*"))
-        assert len(keys) == 3
+        parts = {k.decode().rsplit(":", 1)[1] for k in keys}
+        # the go list (one item per planned shard, a waiter takes one) may be used up
+        assert {"members", "data", "closed"} <= parts <= {"members", "data", "closed", "go"}
         assert all(0 < r.ttl(k) <= 120 for k in keys)  # cleaned up by expiry
+
+
+def test_every_shard_gets_the_one_instant_the_pool_closed_on_redis_s_clock(
+    redis_url: str,
+) -> None:
+    """The instant the shards' next level starts from: Redis's clock (the run's reference,
+    workers/clocks.py) when the last shard closed the pool, the same for each, a late one too."""
+    run_id = str(uuid.uuid4())
+    with redis.Redis.from_url(redis_url) as r:
+        sec, usec = r.time()
+        before = sec * 1_000_000_000 + usec * 1000
+        got = asyncio.run(_hand_in(redis_url, run_id, 0, IDS, 30.0))
+        late = asyncio.run(_hand_in(redis_url, run_id, 0, ["us-0"], 30.0))
+        sec, usec = r.time()
+        after = sec * 1_000_000_000 + usec * 1000
+    instants = {p.closed_at_ref_ns for p in [*got, *late]}
+    assert len(instants) == 1
+    (closed,) = instants
+    assert closed is not None and before <= closed <= after
 
 
 def test_a_missing_shard_closes_the_pool_and_a_late_one_gets_the_closed_set(
@@ -222,3 +243,23 @@ def test_a_shard_cut_short_leaves_one_pooled_answer(redis_url: str) -> None:
     assert merged["pool_complete"] is False and merged["missing_shards"] == ["b-0"]
     line = search_line({"search": merged})
     assert line is not None and "not pooled" not in line and "b-0 stopped" in line
+
+
+def test_a_waiting_shard_wakes_when_the_pool_closes_not_at_a_poll(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Waiters block on the pool's go list: with their re-check 60 s apart, the first shards
+    still return as soon as the last one closes the pool."""
+    monkeypatch.setattr("workers.sample_pool.WAKE_S", 60.0)
+    run_id = str(uuid.uuid4())
+
+    async def main() -> float:
+        early = asyncio.create_task(_hand_in(redis_url, run_id, 0, ["eu-0", "us-0"], 120.0))
+        await asyncio.sleep(0.5)  # both wait in their block
+        t0 = time.monotonic()
+        await _hand_in(redis_url, run_id, 0, ["us-1"], 120.0)
+        got = await early
+        assert all(p.complete for p in got)
+        return time.monotonic() - t0
+
+    assert asyncio.run(main()) < 30.0
