@@ -5,7 +5,8 @@ frontier. Prints timings (time.perf_counter_ns) and peak RSS.
     PEAKLOAD_BENCH_URL=postgresql://... python bench/analysis_load.py [--requests 1000000]
 
 The URL is an admin URL of a PostgreSQL/TimescaleDB server (default: PEAKLOAD_TEST_TIMESCALE_URL);
-the run is generated server-side once into the database `peakload_bench` and reused, and its
+the run is generated server-side once into the database `peakload_bench` and reused (or, with
+`--run ID`, a stored run is read from the URL's own database, bench/soak.py's), and its
 request_blocks are written once by workers.store.backfill (the writer's encoder, in the writer's
 5,000-row batches), as a writer would have written them. `--arrays` reads the int[] columns
 instead (analysis.store.fastload's fallback, the path of runs without blocks).
@@ -166,15 +167,19 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=2, help="connections reading the run")
     ap.add_argument("--cache-dir", default="/tmp/peakload-bench-cache")
     ap.add_argument("--arrays", action="store_true", help="read the int[] columns, not blocks")
+    ap.add_argument("--run", help="a stored run's id: the URL is then that run's database, as is")
     args = ap.parse_args()
     admin = os.environ.get("PEAKLOAD_BENCH_URL") or os.environ.get("PEAKLOAD_TEST_TIMESCALE_URL")
     if not admin:
         sys.exit("set PEAKLOAD_BENCH_URL (or PEAKLOAD_TEST_TIMESCALE_URL) to a server's admin URL")
-    url = ensure_db(admin)
-    rid = run_id_for(args.requests, args.chunks)
+    url = admin if args.run else ensure_db(admin)
+    rid = args.run or run_id_for(args.requests, args.chunks)
     with psycopg.connect(url, autocommit=True) as conn:
         have = conn.execute("SELECT count(*) FROM requests WHERE run_id = %s", (rid,)).fetchone()
-        if args.regenerate or not have or have[0] != args.requests:
+        if args.run:
+            if not have or not have[0]:
+                sys.exit(f"--run {rid}: no requests stored for it")
+        elif args.regenerate or not have or have[0] != args.requests:
             print(f"generating {args.requests:,} requests x {args.chunks} chunks ...")
             generate(conn, rid, args.requests, args.chunks)
         store = (

@@ -9,7 +9,8 @@ person waits for before the browser draws.
 Store: PEAKLOAD_BENCH_URL (an admin URL), else a temporary embedded PostgreSQL. Runs are
 generated server-side by bench/analysis_load.py's generator (4 rate levels, 3 regions, every
 200th request a 503) into the database `peakload_bench` and reused; their request_blocks are
-packed once (bench/analysis_load.py's ensure_blocks).
+packed once (bench/analysis_load.py's ensure_blocks). `--run ID`: only that stored run's Run
+page, from PEAKLOAD_BENCH_URL's own database (bench/soak.py's run).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=64, help="chunks per request")
     ap.add_argument("--runs", type=int, default=5, help="runs on the Compare page")
     ap.add_argument("--repeat", type=int, default=3, help="timed renders of each kind")
+    ap.add_argument("--run", help="a stored run's id: only its Run page, from the URL's database")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="peakload-bench-ui-"))
@@ -90,10 +92,10 @@ def main() -> None:
         server = embedded.ensure_running(tmp / "pg", tcp_port=free_port())
         admin = server.url("postgres")
     try:
-        url = ensure_db(admin)
-        ids = run_ids(args.requests, args.chunks, args.runs)
+        url = admin if args.run else ensure_db(admin)
+        ids = [args.run] if args.run else run_ids(args.requests, args.chunks, args.runs)
         with psycopg.connect(url, autocommit=True) as conn:
-            for rid in ids:
+            for rid in [] if args.run else ids:
                 have = conn.execute(
                     "SELECT count(*) FROM requests WHERE run_id = %s", (rid,)
                 ).fetchone()
@@ -111,10 +113,9 @@ def main() -> None:
         config.set_option("server.address", "127.0.0.1")
 
         results: dict[str, list[float]] = {}
-        pages = {
-            "Run page, 1 run": ("run", {"run": ids[0]}),
-            f"Compare page, {args.runs} runs": ("compare", {"runs": ",".join(ids)}),
-        }
+        pages = {"Run page, 1 run": ("run", {"run": ids[0]})}
+        if not args.run:
+            pages[f"Compare page, {args.runs} runs"] = ("compare", {"runs": ",".join(ids)})
         for label, (page, params) in pages.items():
             cold, disk, cached = [], [], []
             for _ in range(args.repeat):
@@ -127,7 +128,10 @@ def main() -> None:
             results[f"{label}: new server, runs on disk (analysis.store.cache)"] = disk
             results[f"{label}: cached (second visit)"] = cached
         print(
-            f"\nui_render: {args.requests:,} requests x {args.chunks} chunks per run; "
+            f"\nui_render: "
+            + (f"stored run {args.run}" if args.run else
+               f"{args.requests:,} requests x {args.chunks} chunks per run")
+            + "; "
             f"PostgreSQL {version[0] if version else '?'}; nproc {os.cpu_count()}; {cpu_model()}; "
             f"load average {os.getloadavg()[0]:.1f}"
         )
