@@ -20,6 +20,7 @@ CPU 1 when the machine has two cores or more.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -89,10 +90,8 @@ def label(p: psutil.Process, root_pid: int) -> str:
 def sample_rss(procs: dict[str, psutil.Process]) -> dict[str, int]:
     out = {}
     for name, p in procs.items():
-        try:
+        with contextlib.suppress(psutil.Error):
             out[name] = p.memory_info().rss
-        except psutil.Error:
-            pass
     return out
 
 
@@ -185,7 +184,9 @@ def after_run(script: str, url: str, rid: str, *extra: str) -> str:
         [sys.executable, str(ROOT / "bench" / script), "--run", rid, *extra],
         env=env, capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
-    return done.stdout + (f"\n[exit {done.returncode}]\n{done.stderr[-3000:]}" if done.returncode else "")
+    return done.stdout + (
+        f"\n[exit {done.returncode}]\n{done.stderr[-3000:]}" if done.returncode else ""
+    )
 
 
 def main() -> None:
@@ -240,8 +241,15 @@ def main() -> None:
                 except psycopg.Error as exc:
                     print(f"{t:7.0f} s  store sample failed: {exc}", flush=True)
                 else:
-                    store.append({"t_s": t, "rows": rows, "newest_behind_s": behind,
-                                  "recent_ttft_p50_ms": ttft, "recent_e2e_p50_ms": e2e})
+                    store.append(
+                        {
+                            "t_s": t,
+                            "rows": rows,
+                            "newest_behind_s": behind,
+                            "recent_ttft_p50_ms": ttft,
+                            "recent_e2e_p50_ms": e2e,
+                        }
+                    )
                     top = ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in rss[-1][1].items())
                     print(f"{t:7.0f} s  rows {rows:>9,}  newest {behind or 0:6.2f} s behind  "
                           f"ttft/e2e p50 {ttft or 0:.1f}/{e2e or 0:.1f} ms  {top}",

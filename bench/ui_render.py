@@ -128,9 +128,12 @@ def main() -> None:
             results[f"{label}: new server, runs on disk (analysis.store.cache)"] = disk
             results[f"{label}: cached (second visit)"] = cached
         print(
-            f"\nui_render: "
-            + (f"stored run {args.run}" if args.run else
-               f"{args.requests:,} requests x {args.chunks} chunks per run")
+            "\nui_render: "
+            + (
+                f"stored run {args.run}"
+                if args.run
+                else f"{args.requests:,} requests x {args.chunks} chunks per run"
+            )
             + "; "
             f"PostgreSQL {version[0] if version else '?'}; nproc {os.cpu_count()}; {cpu_model()}; "
             f"load average {os.getloadavg()[0]:.1f}"
