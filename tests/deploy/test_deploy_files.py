@@ -99,7 +99,46 @@ def test_k8s_services_are_cluster_internal_and_secrets_are_referenced() -> None:
                     if "PASSWORD" in e["name"] or "API_KEY" in e["name"]:
                         assert "valueFrom" in e and "value" not in e, (c["name"], e["name"])
     policies = {d["metadata"]["name"] for d in docs if d["kind"] == "NetworkPolicy"}
-    assert policies == {"redis-from-peakload", "timescaledb-from-peakload"}
+    assert policies == {"redis-from-peakload", "timescaledb-from-peakload", "pgbouncer-from-peakload"}
+
+
+POOL_LIMIT = 40  # issue 28: at most this many client connections at the database, any fleet size
+
+
+def _pool_settings(env: dict[str, str], where: str) -> None:
+    assert env["POOL_MODE"] == "transaction", where
+    assert 1 <= int(env["DEFAULT_POOL_SIZE"]) <= POOL_LIMIT, where
+    assert int(env["MAX_CLIENT_CONN"]) >= 1000, f"{where}: room for every shard of a fleet"
+    assert env["DB_HOST"].split(".")[0] == "timescaledb", where
+
+
+def test_region_workers_reach_the_store_through_one_bounded_pool() -> None:
+    """The shards' connections go through PgBouncer, so what TimescaleDB sees is bounded by the
+    pool, not by workers x shards; what holds few connections (migrations, control, beat, UI,
+    KEDA) goes straight to the database."""
+    services = _compose()["services"]
+    _pool_settings(_env_list(services["pgbouncer"]["environment"]), "compose pgbouncer")
+    assert services["pgbouncer"]["networks"] == ["backend"] and "ports" not in services["pgbouncer"]
+    for name, svc in _compose_peakload_services().items():
+        url = _env_list(svc.get("environment"))["PEAKLOAD_DATABASE_URL"]
+        host = url.split("@", 1)[1].split(":", 1)[0]
+        region_worker = (svc.get("command") or [])[:2] == ["worker", "--region"]
+        assert host == ("pgbouncer" if region_worker else "timescaledb"), (name, host)
+        if region_worker:
+            assert svc["depends_on"]["pgbouncer"]["condition"] == "service_healthy", name
+    docs = _k8s_docs()
+    pool = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "pgbouncer")
+    assert pool["spec"]["replicas"] == 1, "each replica is a pool of its own at the database"
+    (c,) = pool["spec"]["template"]["spec"]["containers"]
+    _pool_settings({e["name"]: str(e.get("value", "")) for e in c["env"]}, "k8s pgbouncer")
+    assert ("Service", "pgbouncer") in {(d["kind"], d["metadata"]["name"]) for d in docs}
+    for name, c in _k8s_peakload_containers():
+        ref = next(e for e in c["env"] if e["name"] == "PEAKLOAD_DATABASE_URL")
+        key = ref["valueFrom"]["secretKeyRef"]["key"]
+        expected = "pooled-database-url" if name.startswith("worker-") else "database-url"
+        assert key == expected, (name, key)
+    secrets_doc = (DEPLOY / "k8s" / "00-namespace.yaml").read_text()
+    assert "pooled-database-url=postgresql://peakload:DBPW@pgbouncer." in secrets_doc
 
 
 def test_k8s_worker_per_region_with_grace_for_a_soft_stop() -> None:
