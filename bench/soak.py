@@ -5,10 +5,12 @@ While it runs, every `--sample-s`: the resident memory (RSS, psutil) of every pr
 (the `peakload run` process and any children) and of the sim; every `--db-sample-s`: the rows
 stored so far and how far the newest stored request's scheduled time is behind the wall clock
 (the store's lag as a reader of the run sees it: the request's own length, up to a second of the
-runner's hand-off, the writer's 0.5-s batch and the commit). After it: the run's exit code, status
-and validity, the ledger (requests scheduled against rows stored, distinct request ids, failed
-rows), each process's RSS growth after the first `--settle-min` minutes, and the analysis
-(`bench/analysis_load.py --run`) and Run page (`bench/ui_render.py --run`) of the soak's own run.
+runner's hand-off, the writer's 0.5-s batch and the commit), at random phases within
+0.5-1.5 x `--db-sample-s`, because that lag is a sawtooth with a 1-s period. After it: the
+run's exit code, status and validity, the ledger (requests scheduled against rows stored,
+distinct request ids, failed rows), each process's RSS growth after the first `--settle-min`
+minutes, and the analysis (`bench/analysis_load.py --run`) and Run page (`bench/ui_render.py
+--run`) of the soak's own run.
 
     PEAKLOAD_BENCH_URL=postgresql://... python bench/soak.py --minutes 60 [--rate 250] [--json F]
 
@@ -24,6 +26,7 @@ import contextlib
 import json
 import os
 import platform
+import random
 import subprocess
 import sys
 import tempfile
@@ -228,6 +231,7 @@ def main() -> None:
     store: list[dict[str, Any]] = []
     rid: str | None = None
     next_db = 0.0
+    jitter = random.Random(1)
     try:
         while run.poll() is None:
             t = time.monotonic() - t0
@@ -235,7 +239,9 @@ def main() -> None:
             procs["sim"] = sim_p
             rss.append((t, sample_rss(procs)))
             if t >= next_db:
-                next_db = t + args.db_sample_s
+                # at random phases: the store's lag is a sawtooth (the runner hands off records
+                # once a second), and samples at a fixed period walk along it (aliasing)
+                next_db = t + args.db_sample_s * jitter.uniform(0.5, 1.5)
                 try:
                     rid, rows, behind, ttft, e2e = sample_store(db.url)
                 except psycopg.Error as exc:
@@ -269,7 +275,7 @@ def main() -> None:
     assert rid is not None, out_tail
     book = ledger(db.url, rid)
     steady = [s for s in store if s["t_s"] >= args.settle_min * 60 and s["newest_behind_s"]]
-    behind = sorted(s["newest_behind_s"] for s in steady)
+    lags = sorted(s["newest_behind_s"] for s in steady)
     report: dict[str, Any] = {
         "command": " ".join(sys.argv),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -280,9 +286,9 @@ def main() -> None:
         "exit_code": code, "bench_wall_s": wall, "run_id": rid, "ledger": book,
         "rss": growth(rss, args.settle_min * 60),
         "store_lag_after_settle_s": {
-            "samples": len(behind), "min": behind[0] if behind else None,
-            "median": behind[len(behind) // 2] if behind else None,
-            "max": behind[-1] if behind else None,
+            "samples": len(lags), "min": lags[0] if lags else None,
+            "median": lags[len(lags) // 2] if lags else None,
+            "max": lags[-1] if lags else None,
         },
         "store_samples": store,
         "run_output_tail": out_tail[-1500:],
