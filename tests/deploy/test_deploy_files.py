@@ -99,7 +99,8 @@ def test_k8s_services_are_cluster_internal_and_secrets_are_referenced() -> None:
                     if "PASSWORD" in e["name"] or "API_KEY" in e["name"]:
                         assert "valueFrom" in e and "value" not in e, (c["name"], e["name"])
     policies = {d["metadata"]["name"] for d in docs if d["kind"] == "NetworkPolicy"}
-    assert policies == {"redis-from-peakload", "timescaledb-from-peakload", "pgbouncer-from-peakload"}
+    expected = {"redis-from-peakload", "timescaledb-from-peakload", "pgbouncer-from-peakload"}
+    assert policies == expected
 
 
 POOL_LIMIT = 40  # issue 28: at most this many client connections at the database, any fleet size
@@ -127,7 +128,9 @@ def test_region_workers_reach_the_store_through_one_bounded_pool() -> None:
         if region_worker:
             assert svc["depends_on"]["pgbouncer"]["condition"] == "service_healthy", name
     docs = _k8s_docs()
-    pool = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "pgbouncer")
+    pool = next(
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "pgbouncer"
+    )
     assert pool["spec"]["replicas"] == 1, "each replica is a pool of its own at the database"
     (c,) = pool["spec"]["template"]["spec"]["containers"]
     _pool_settings({e["name"]: str(e.get("value", "")) for e in c["env"]}, "k8s pgbouncer")
