@@ -39,6 +39,9 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from ui_render import cpu_model  # noqa: E402
 
 from tests.support.celery_workers import SimServer  # noqa: E402
 from tests.support.stores import FreshDatabase  # noqa: E402
@@ -279,7 +282,7 @@ def main() -> None:
     report: dict[str, Any] = {
         "command": " ".join(sys.argv),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "nproc": os.cpu_count(), "cpu": platform.processor(), "python": platform.python_version(),
+        "nproc": os.cpu_count(), "cpu": cpu_model(), "python": platform.python_version(),
         "load": {"rate": args.rate, "arrival": "poisson", "minutes": args.minutes,
                  "output_tokens": args.output_tokens, "prompt_tokens": 128,
                  "sim": f"fixed, TTFT {args.ttft_ms} ms, ITL {args.itl_ms} ms"},
