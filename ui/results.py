@@ -15,7 +15,8 @@ from analysis.reports.summary_table import render_client_vs_server_table, render
 from analysis.reports.workload_table import render_adapter_table, render_prefix_table
 from analysis.stats.cost import run_cost
 from analysis.stats.server_metrics import server_section
-from analysis.store.load import load_levels, load_requests, load_run
+from analysis.store.fastload import load_requests_fast
+from analysis.store.load import load_levels, load_run
 from analysis.verdicts import sla
 from analysis.verdicts.exitcodes import Exit
 from analysis.verdicts.verdict import judge_run
@@ -28,15 +29,17 @@ def summarize_run(run_id: str, database_url: str | None = None) -> dict[str, Any
     with."""
     with connect_store(database_url, autocommit=True) as conn:
         run = load_run(conn, run_id)
-        requests = load_requests(conn, run_id)
+        # one binary COPY (analysis.store.fastload): a few bytes per chunk, not a Python object
+        # per row, so the summary of a long run costs little memory
+        requests, chunks = load_requests_fast(conn, run_id)
         levels = load_levels(conn, run_id)
-        summary = level_summary(requests, levels, run)
+        summary = level_summary(requests, levels, run, chunks=chunks)
         # where the time went (the server's own metrics, when scraped) and what it cost
         server = server_section(conn, run, requests, summary["levels"], 1.0)
     summary["diagnosis"] = server["diagnosis"]
     summary["server_levels"] = {str(k): v for k, v in server["levels"].items()}
     summary["cost"] = run_cost(run, requests, summary["levels"])
-    summary["verdict"] = judge_run(run, requests, levels).to_json()
+    summary["verdict"] = judge_run(run, requests, levels, chunks=chunks).to_json()
     return summary
 
 

@@ -34,6 +34,20 @@ class ChunkArrays:
     def n_requests(self) -> int:
         return int(self.ptr.size - 1)
 
+    def take(self, rows: BoolArray) -> ChunkArrays:
+        """The chunks of the selected requests (`rows`: one bool per request), in their order."""
+        sel = np.asarray(rows, dtype=bool)
+        if sel.size != self.n_requests:
+            raise ValueError(
+                f"rows select from {sel.size} requests, the chunks cover {self.n_requests}"
+            )
+        lengths = np.diff(self.ptr)
+        keep = np.repeat(sel, lengths)
+        ptr = np.zeros(int(sel.sum()) + 1, dtype=np.int64)
+        np.cumsum(lengths[sel], out=ptr[1:])
+        choices = None if self.choices is None else self.choices[keep]
+        return ChunkArrays(self.offsets_us[keep], self.tokens[keep], ptr, choices)
+
     @classmethod
     def from_lists(cls, offsets: Iterable[Any], tokens: Iterable[Any]) -> ChunkArrays:
         offs = [np.asarray(a, dtype=np.int64) for a in offsets]

@@ -346,8 +346,11 @@ def _search(x: Any) -> dict[str, Any] | None:
 
 
 def summarize_run(conn: Any, run_id: str) -> dict[str, Any]:
-    """Load a stored run (psycopg connection) and return `level_summary` for it."""
-    from analysis.store.load import load_levels, load_requests, load_run
+    """Load a stored run (psycopg connection; one binary COPY, analysis.store.fastload) and return
+    `level_summary` for it."""
+    from analysis.store.fastload import load_requests_fast
+    from analysis.store.load import load_levels, load_run
 
     run = load_run(conn, run_id)
-    return level_summary(load_requests(conn, run_id), load_levels(conn, run_id), run)
+    df, chunks = load_requests_fast(conn, run_id)
+    return level_summary(df, load_levels(conn, run_id), run, chunks=chunks)

@@ -175,17 +175,20 @@ def judge_run(
     df: pd.DataFrame,
     levels: pd.DataFrame | None = None,
     criteria: Criteria | None = None,
+    *,
+    chunks: m.ChunkArrays | None = None,
 ) -> RunJudgement:
     """`run` (analysis.store.load.load_run) and its requests against `criteria` (default: its own
     spec's). A saturation search is judged at its best level: the highest configured load
-    whose criteria pass (else the lowest code over its levels)."""
+    whose criteria pass (else the lowest code over its levels). `chunks`: the requests' chunk
+    arrays when `df` has none (analysis.store.fastload), one entry per row of `df`."""
     crit = criteria if criteria is not None else criteria_from_spec(_spec(run))
     gate = state_gate(run, df)
     spec = _spec(run)
     if crit.saturation and levels is not None and len(levels) and gate is None:
-        return _best_level(df, levels, crit, spec)
+        return _best_level(df, levels, crit, spec, chunks)
     load = load_delivered(levels_delivered(df, levels, spec), shortfall_bound(spec))
-    verdicts = _evaluate(df, crit, load)
+    verdicts = _evaluate(df, crit, load, chunks)
     if gate is not None:
         return RunJudgement(gate[0], gate[1], verdicts)
     code = sla.exit_code(verdicts)
@@ -225,16 +228,27 @@ def judge_claims(
 
 
 def _evaluate(
-    df: pd.DataFrame, crit: Criteria, load: sla.ClaimVerdict | None = None
+    df: pd.DataFrame,
+    crit: Criteria,
+    load: sla.ClaimVerdict | None = None,
+    chunks: m.ChunkArrays | None = None,
 ) -> list[sla.ClaimVerdict]:
     """The claims, the load delivered (if judged), the error budget (last)."""
-    out = sla.evaluate(df, list(crit.claims), confidence=crit.confidence) if crit.claims else []
+    out = (
+        sla.evaluate(df, list(crit.claims), confidence=crit.confidence, chunks=chunks)
+        if crit.claims
+        else []
+    )
     out += [load] if load is not None else []
     return [*out, error_budget(df, crit.max_error_rate, crit.confidence)]
 
 
 def _best_level(
-    df: pd.DataFrame, levels: pd.DataFrame, crit: Criteria, spec: Mapping[str, Any] | None
+    df: pd.DataFrame,
+    levels: pd.DataFrame,
+    crit: Criteria,
+    spec: Mapping[str, Any] | None,
+    chunks: m.ChunkArrays | None = None,
 ) -> RunJudgement:
     """Each tried load (its levels pooled: the search runs a load it could not decide again and
     pools the samples, loadgen/engine/search.py) on every criterion, as the search judged it."""
@@ -243,9 +257,9 @@ def _best_level(
     delivered = {d.level: d for d in levels_delivered(df, levels, spec)}
     for _, group in levels.groupby("value", sort=True):
         ids = [int(x) for x in group["level"]]
-        sub = df[df["level"].isin(ids).to_numpy()]
+        rows = df["level"].isin(ids).to_numpy()
         load = load_delivered([pooled([delivered[i] for i in ids])], bound)
-        verdicts = _evaluate(sub, crit, load)
+        verdicts = _evaluate(df[rows], crit, load, None if chunks is None else chunks.take(rows))
         value = float(group["value"].to_numpy(dtype=np.float64)[0])
         judged.append((min(ids), value, sla.exit_code(verdicts), verdicts))
     passing = [j for j in judged if j[2] is Exit.PASSED]

@@ -178,3 +178,55 @@ def test_requests_peakload_stopped_never_count_in_the_error_budget() -> None:
     rows[-1]["error_phase"] = "level_ended"
     b = verdict.error_budget(frame(rows), 0.01, 0.99)
     assert (b.n, b.exceedances, b.stopped) == (501, 1, 39)
+
+
+def test_a_search_judged_on_chunk_arrays_gives_the_verdicts_of_the_per_row_arrays() -> None:
+    """`peakload run`'s summary loads the fast frame (no per-row arrays, analysis.store.fastload)
+    and passes its chunks: each tried load's ITL claim must see exactly that load's chunks."""
+    from analysis.metrics import ChunkArrays
+
+    spec = {
+        "load": {"saturation": {"start": 1, "max": 8}},
+        "slos": [{"metric": "itl_ms", "percentile": 90, "threshold": 30}],
+        "max_error_rate": 1.0,
+    }
+    rows = requests(500, 0, level=0) + requests(500, 0, level=1, start=1000)
+    slow = [  # ITL 50 ms at the highest load
+        streamed(
+            RUN,
+            2000 + i,
+            sent_ns=0,
+            offsets_us=[100_000, 150_000, 200_000],
+            tokens=[1, 1, 1],
+            level=2,
+        )
+        for i in range(500)
+    ]
+    df = frame(rows + slow)
+    levels = pd.DataFrame(
+        [
+            level_row(
+                RUN, i, value=v, duration_s=50.0, started_at=T0 + dt.timedelta(seconds=100 * i)
+            )
+            for i, v in enumerate([1.0, 2.0, 4.0])
+        ]
+    )
+    per_row = verdict.judge_run(run(spec=spec), df, levels)
+    assert per_row.code is Exit.PASSED and per_row.level == 1
+    bare = df.drop(columns=["chunk_offsets_us", "chunk_tokens", "chunk_choices"], errors="ignore")
+    flat = verdict.judge_run(run(spec=spec), bare, levels, chunks=ChunkArrays.from_frame(df))
+    assert flat.to_json() == per_row.to_json()
+    worst = verdict.judge_run(run(spec=spec), df[df["level"] == 2], levels[2:])
+    assert worst.code is Exit.FAILED
+
+
+def test_chunk_arrays_take_the_selected_requests_chunks() -> None:
+    from analysis.metrics import ChunkArrays
+
+    ch = ChunkArrays.from_lists([[1, 2], [], [3, 4, 5], [6]], [[1, 1], [], [2, 1, 1], [4]])
+    got = ch.take([True, False, True, False])
+    assert got.offsets_us.tolist() == [1, 2, 3, 4, 5]
+    assert got.tokens.tolist() == [1, 1, 2, 1, 1]
+    assert got.ptr.tolist() == [0, 2, 5]
+    with pytest.raises(ValueError, match="rows select from 3 requests"):
+        ch.take([True, True, True])
