@@ -9,8 +9,10 @@ runner's hand-off, the writer's 0.5-s batch and the commit), at random phases wi
 0.5-1.5 x `--db-sample-s`, because that lag is a sawtooth with a 1-s period. After it: the
 run's exit code, status and validity, the ledger (requests scheduled against rows stored,
 distinct request ids, failed rows), each process's RSS growth after the first `--settle-min`
-minutes, and the analysis (`bench/analysis_load.py --run`) and Run page (`bench/ui_render.py
---run`) of the soak's own run.
+minutes of the measurement (until the run row has its `ended_at`: the RSS of the summary
+`peakload run` prints after it is reported apart, with its peak and how long it took,
+sampled every second), and the analysis (`bench/analysis_load.py --run`) and Run page
+(`bench/ui_render.py --run`) of the soak's own run.
 
     PEAKLOAD_BENCH_URL=postgresql://... python bench/soak.py --minutes 60 [--rate 250] [--json F]
 
@@ -128,6 +130,27 @@ def sample_store(url: str) -> tuple[str | None, int, float | None, float | None,
     return rid, int(got[0]), float(got[1]), recent[0], recent[1]
 
 
+def run_ended(url: str) -> bool:
+    """Whether the run row has its `ended_at` (the measurement is over; `peakload run` is then
+    loading the run back for its summary)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT ended_at IS NOT NULL FROM runs LIMIT 1").fetchone()
+    return bool(row and row[0])
+
+
+def summary_phase(series: list[tuple[float, dict[str, int]]], ended_s: float | None) -> Any:
+    """Per process the peak RSS after the measurement ended (the summary), and how long that
+    phase lasted until the last sample."""
+    if ended_s is None:
+        return None
+    after = [(t, s) for t, s in series if t >= ended_s]
+    names = {n for _, s in after for n in s}
+    return {
+        "seconds": (after[-1][0] - ended_s) if after else 0.0,
+        "rss_mib_peak": {n: max(s[n] for _, s in after if n in s) / 2**20 for n in sorted(names)},
+    }
+
+
 def ledger(url: str, rid: str) -> dict[str, Any]:
     with psycopg.connect(url, autocommit=True) as conn:
         run = conn.execute(
@@ -233,6 +256,7 @@ def main() -> None:
     rss: list[tuple[float, dict[str, int]]] = []
     store: list[dict[str, Any]] = []
     rid: str | None = None
+    ended_s: float | None = None  # when the run row got its ended_at
     next_db = 0.0
     jitter = random.Random(1)
     try:
@@ -241,6 +265,9 @@ def main() -> None:
             procs = {label(p, run.pid): p for p in tree(root)}
             procs["sim"] = sim_p
             rss.append((t, sample_rss(procs)))
+            if ended_s is None and rid is not None:
+                with contextlib.suppress(psycopg.Error):
+                    ended_s = t if run_ended(db.url) else None
             if t >= next_db:
                 # at random phases: the store's lag is a sawtooth (the runner hands off records
                 # once a second), and samples at a fixed period walk along it (aliasing)
@@ -263,7 +290,7 @@ def main() -> None:
                     print(f"{t:7.0f} s  rows {rows:>9,}  newest {behind or 0:6.2f} s behind  "
                           f"ttft/e2e p50 {ttft or 0:.1f}/{e2e or 0:.1f} ms  {top}",
                           flush=True)  # fmt: skip
-            time.sleep(args.sample_s)
+            time.sleep(args.sample_s if ended_s is None else 1.0)
         code = run.returncode
         wall = time.monotonic() - t0
     finally:
@@ -287,7 +314,9 @@ def main() -> None:
                  "output_tokens": args.output_tokens, "prompt_tokens": 128,
                  "sim": f"fixed, TTFT {args.ttft_ms} ms, ITL {args.itl_ms} ms"},
         "exit_code": code, "bench_wall_s": wall, "run_id": rid, "ledger": book,
-        "rss": growth(rss, args.settle_min * 60),
+        "measurement_ended_s": ended_s,
+        "rss": growth([x for x in rss if ended_s is None or x[0] < ended_s], args.settle_min * 60),
+        "rss_summary_phase": summary_phase(rss, ended_s),
         "store_lag_after_settle_s": {
             "samples": len(lags), "min": lags[0] if lags else None,
             "median": lags[len(lags) // 2] if lags else None,
