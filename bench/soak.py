@@ -130,12 +130,12 @@ def sample_store(url: str) -> tuple[str | None, int, float | None, float | None,
     return rid, int(got[0]), float(got[1]), recent[0], recent[1]
 
 
-def run_ended(url: str) -> bool:
-    """Whether the run row has its `ended_at` (the measurement is over; `peakload run` is then
-    loading the run back for its summary)."""
+def run_ended_at(url: str) -> float | None:
+    """When the run row got its `ended_at` (epoch s; the measurement is over and `peakload run`
+    is loading the run back for its summary), None before."""
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT ended_at IS NOT NULL FROM runs LIMIT 1").fetchone()
-    return bool(row and row[0])
+        row = conn.execute("SELECT extract(epoch FROM ended_at) FROM runs LIMIT 1").fetchone()
+    return float(row[0]) if row and row[0] is not None else None
 
 
 def summary_phase(series: list[tuple[float, dict[str, int]]], ended_s: float | None) -> Any:
@@ -247,6 +247,8 @@ def main() -> None:
     env = {**os.environ, "PEAKLOAD_DATABASE_URL": db.url, "PEAKLOAD_DATA_HOME": str(work / "home")}
     log = (work / "run.log").open("wb")
     t0 = time.monotonic()
+    t0_epoch = time.time()  # the same instant on the wall clock: ended_at maps onto t
+    end_soon = args.minutes * 60 - 30  # from here on, sampled every second
     run = subprocess.Popen(
         pinned([str(PEAKLOAD), "run", str(spec), "--processes", "1"], 1 if two else None),
         env=env, stdout=log, stderr=subprocess.STDOUT, cwd=work,
@@ -265,9 +267,10 @@ def main() -> None:
             procs = {label(p, run.pid): p for p in tree(root)}
             procs["sim"] = sim_p
             rss.append((t, sample_rss(procs)))
-            if ended_s is None and rid is not None:
+            if ended_s is None and rid is not None and t >= end_soon:
                 with contextlib.suppress(psycopg.Error):
-                    ended_s = t if run_ended(db.url) else None
+                    at = run_ended_at(db.url)
+                    ended_s = None if at is None else at - t0_epoch
             if t >= next_db:
                 # at random phases: the store's lag is a sawtooth (the runner hands off records
                 # once a second), and samples at a fixed period walk along it (aliasing)
@@ -290,7 +293,8 @@ def main() -> None:
                     print(f"{t:7.0f} s  rows {rows:>9,}  newest {behind or 0:6.2f} s behind  "
                           f"ttft/e2e p50 {ttft or 0:.1f}/{e2e or 0:.1f} ms  {top}",
                           flush=True)  # fmt: skip
-            time.sleep(args.sample_s if ended_s is None else 1.0)
+            # every second from shortly before the planned end: the summary may take seconds
+            time.sleep(args.sample_s if t < end_soon else 1.0)
         code = run.returncode
         wall = time.monotonic() - t0
     finally:
@@ -303,6 +307,9 @@ def main() -> None:
     if rid is None:
         rid = sample_store(db.url)[0]
     assert rid is not None, out_tail
+    if ended_s is None:  # the run ended and exited between two samples
+        at = run_ended_at(db.url)
+        ended_s = None if at is None else at - t0_epoch
     book = ledger(db.url, rid)
     steady = [s for s in store if s["t_s"] >= args.settle_min * 60 and s["newest_behind_s"]]
     lags = sorted(s["newest_behind_s"] for s in steady)
