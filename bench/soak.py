@@ -258,7 +258,6 @@ def main() -> None:
     rss: list[tuple[float, dict[str, int]]] = []
     store: list[dict[str, Any]] = []
     rid: str | None = None
-    ended_s: float | None = None  # when the run row got its ended_at
     next_db = 0.0
     jitter = random.Random(1)
     try:
@@ -267,10 +266,6 @@ def main() -> None:
             procs = {label(p, run.pid): p for p in tree(root)}
             procs["sim"] = sim_p
             rss.append((t, sample_rss(procs)))
-            if ended_s is None and rid is not None and t >= end_soon:
-                with contextlib.suppress(psycopg.Error):
-                    at = run_ended_at(db.url)
-                    ended_s = None if at is None else at - t0_epoch
             if t >= next_db:
                 # at random phases: the store's lag is a sawtooth (the runner hands off records
                 # once a second), and samples at a fixed period walk along it (aliasing)
@@ -307,9 +302,8 @@ def main() -> None:
     if rid is None:
         rid = sample_store(db.url)[0]
     assert rid is not None, out_tail
-    if ended_s is None:  # the run ended and exited between two samples
-        at = run_ended_at(db.url)
-        ended_s = None if at is None else at - t0_epoch
+    at = run_ended_at(db.url)  # read once, after the run: the row's stamp, not a sample's time
+    ended_s = None if at is None else at - t0_epoch
     book = ledger(db.url, rid)
     steady = [s for s in store if s["t_s"] >= args.settle_min * 60 and s["newest_behind_s"]]
     lags = sorted(s["newest_behind_s"] for s in steady)
