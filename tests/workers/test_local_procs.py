@@ -231,16 +231,20 @@ def test_a_killed_process_leaves_the_run_partial_with_its_rows_kept(
 
 
 def test_the_self_check_names_the_process_that_was_late(sim: SimProcess, store_url: str) -> None:
-    spec = make_spec(sim.base_url, {"concurrency": [8], "duration_s": 3.0, "warmup_s": 0.3})
+    # Open loop: a send's due time is fixed by the schedule, so a held loop makes its sends late
+    # (in a closed loop the next send is due only when the loop sees the slot free, and kernel
+    # stamps keep the arrivals exact through a stop: such a run is rightly valid).
+    load = {"rate": [60.0], "arrival": "constant", "duration_s": 4.0, "warmup_s": 0.3}
+    spec = make_spec(sim.base_url, load)
     ticked = threading.Event()
     thread, out = run_in_thread(spec, store_url, on_tick=lambda _t: ticked.set())
     procs = wait_for_ticks(ticked, out)
-    time.sleep(0.5)
     late = procs[0]
     assert late.pid is not None
-    os.kill(late.pid, signal.SIGSTOP)  # its loop is held for 300 ms: everything it sends is late
+    os.kill(late.pid, signal.SIGSTOP)  # held for 300 ms: ~9 of its ~120 sends leave late
     time.sleep(0.3)
     os.kill(late.pid, signal.SIGCONT)
+    assert not out, "the run ended before its process was held: the test proved nothing"
     thread.join(60)
     result = out[0]
     assert isinstance(result, LocalRun), result
