@@ -34,12 +34,22 @@ def _timings_of(sub: pd.DataFrame) -> dict[str, Any] | None:
     and a queue time (`queue_n`), and the means (ms) of the queue time, the prefill time and
     their sum, the server's TTFT (analysis.metrics.server_prefill_ms, over the requests that
     reported both); None when none reported either."""
-    prefill = sub["server_prefill_ms"].to_numpy(dtype="float64")
+    prefill, queue = _prefill_queue(sub)
+    return _timings(prefill, queue, m.server_prefill_ms(sub))
+
+
+def _prefill_queue(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    prefill = df["server_prefill_ms"].to_numpy(dtype="float64")
     queue = (
-        sub["server_queue_ms"].to_numpy(dtype="float64")
-        if "server_queue_ms" in sub
-        else np.full(len(sub), np.nan)
+        df["server_queue_ms"].to_numpy(dtype="float64")
+        if "server_queue_ms" in df
+        else np.full(len(df), np.nan)
     )
+    return prefill, queue
+
+
+def _timings(prefill: np.ndarray, queue: np.ndarray, ttft: np.ndarray) -> dict[str, Any] | None:
+    """_timings_of over aligned per-request arrays (`ttft`: analysis.metrics.server_prefill_ms)."""
     both = np.isfinite(prefill) & np.isfinite(queue)
     n = int(np.isfinite(prefill).sum())
     if not n and not np.isfinite(queue).any():
@@ -49,7 +59,7 @@ def _timings_of(sub: pd.DataFrame) -> dict[str, Any] | None:
         "queue_n": int(np.isfinite(queue).sum()),
         "queue_ms": _mean(queue),
         "prefill_ms": _mean(prefill),
-        "ttft_ms": _mean(m.server_prefill_ms(sub)[both]) if both.any() else None,
+        "ttft_ms": _mean(ttft[both]) if both.any() else None,
     }
 
 
@@ -75,14 +85,23 @@ def bucket_request_timings(df: pd.DataFrame, bucket_s: float) -> dict[pd.Timesta
     out: dict[pd.Timestamp, dict[str, Any]] = {}
     if df.empty or "server_prefill_ms" not in df:
         return out
-    ok = df[(df["outcome"] == "ok") & df["first_token_ns"].notna()]
-    if ok.empty:
+    prefill, queue = _prefill_queue(df)
+    # a request that reported neither part adds nothing to its bucket's account: left out, a
+    # run whose server reports no timings costs one pass, not one group per bucket
+    keep = np.asarray(df["outcome"] == "ok", dtype=bool) & df["first_token_ns"].notna().to_numpy()
+    keep &= np.isfinite(prefill) | np.isfinite(queue)
+    if not keep.any():
         return out
+    ok = df[keep]
     arrived = ok["scheduled_at"] + pd.to_timedelta(ok["first_token_ns"].astype("float64"), "ns")
-    for bucket, sub in ok.groupby(bucket_of(arrived, bucket_s)):
-        timed = _timings_of(sub)
+    codes, buckets = pd.factorize(bucket_of(arrived, bucket_s), sort=True)
+    prefill, queue, ttft = prefill[keep], queue[keep], m.server_prefill_ms(ok)
+    order = np.argsort(codes, kind="stable")  # each bucket's requests in frame order
+    starts = np.flatnonzero(np.r_[True, np.diff(codes[order]) != 0])
+    for b, idx in zip(buckets, np.split(order, starts[1:]), strict=True):
+        timed = _timings(prefill[idx], queue[idx], ttft[idx])
         if timed is not None:
-            out[pd.Timestamp(bucket)] = timed
+            out[pd.Timestamp(b)] = timed
     return out
 
 

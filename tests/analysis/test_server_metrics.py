@@ -3,6 +3,7 @@ bucketing of gauges and histogram deltas, per-level stats, and the diagnosis rul
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -315,3 +316,37 @@ def test_the_series_split_comes_from_per_request_timings_where_they_exist() -> N
     assert f"server queue ({server_split.FROM_REQUESTS})" in names
     assert f"server queue ({server_split.FROM_HISTOGRAMS})" in names
     assert f"server prefill + first step ({server_split.FROM_REQUESTS})" in names
+
+
+def test_bucket_timings_are_each_buckets_own_account() -> None:
+    """bucket_request_timings groups with numpy; each bucket's account is still _timings_of over
+    the ok requests whose first token arrived in it, in frame order (means to the last bit)."""
+    rng = np.random.default_rng(5)
+    n = 3_000
+    prefill, queue = rng.gamma(2.0, 30.0, n), rng.gamma(1.5, 10.0, n)
+    prefill[rng.random(n) < 0.2] = np.nan
+    queue[rng.random(n) < 0.4] = np.nan
+    scheduled = rng.integers(0, 20_000_000_000, n)
+    untimed = scheduled < 2_000_000_000  # the first 2 s: no timings at all
+    prefill[untimed] = queue[untimed] = np.nan
+    df = pd.DataFrame(
+        {
+            "outcome": np.where(rng.random(n) < 0.05, "error", "ok"),
+            "scheduled_at": T0 + pd.to_timedelta(scheduled, "ns"),
+            "first_token_ns": rng.integers(1_000_000, 900_000_000, n).astype("float64"),
+            "server_queue_ms": queue,
+            "server_prefill_ms": prefill,
+        }
+    )
+    ok = df[df["outcome"] == "ok"]
+    arrived = ok["scheduled_at"] + pd.to_timedelta(ok["first_token_ns"], "ns")
+    for bucket_s in (0.5, 1.0, 7.0):
+        want = {
+            pd.Timestamp(b): t
+            for b, sub in ok.groupby(server_split.bucket_of(arrived, bucket_s))
+            if (t := server_split._timings_of(sub)) is not None
+        }
+        got = server_split.bucket_request_timings(df, bucket_s)
+        assert list(got) == list(want) and got == want
+        if bucket_s == 1.0:  # whole seconds from T0: the first two hold no timed request
+            assert min(got) >= T0 + pd.Timedelta(seconds=2)
