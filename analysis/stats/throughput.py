@@ -15,28 +15,40 @@ import pandas as pd
 from analysis import metrics as m
 
 MAX_CHUNKS = 2_000_000  # chunks expanded at once for the requests that cross a bucket's edge
+DENSE_CELLS = 1 << 20  # (group, bucket) cells counted in one array (8 MiB); more: by sorted keys
 
 
 def tokens_by_bucket(arr: m.Arrivals, bucket_ns: int, rows: m.BoolArray) -> dict[int, int]:
     """Output tokens that arrived in each bucket [k * bucket_ns, (k + 1) * bucket_ns) (ns since
     the epoch), by bucket index k, over the selected requests: `tokens_arrived` of each bucket's
-    window. A request whose chunks all arrived in one bucket counts whole there; the others are
-    split chunk by chunk, a bounded number of chunks at a time."""
+    window (`tokens_by_group_bucket` with one group)."""
+    one = np.zeros(arr.has.size, dtype=np.int64)
+    return {k: t for (_, k), t in tokens_by_group_bucket(arr, bucket_ns, rows, one).items()}
+
+
+def tokens_by_group_bucket(
+    arr: m.Arrivals, bucket_ns: int, rows: m.BoolArray, group: m.IntArray
+) -> dict[tuple[int, int], int]:
+    """Output tokens that arrived in each bucket k (as `tokens_by_bucket`) per group g of the
+    selected requests (`group`: a code >= 0 per request), by (g, k), sorted; a bucket that a
+    chunk of the group arrived in is there even when its chunks carried no token. A request
+    whose chunks all arrived in one bucket counts whole there; the others are split chunk by
+    chunk, a bounded number of chunks at a time. Sums are of integers: exact."""
     sel = arr.has & rows
+    if not sel.any():
+        return {}
     first_b, last_b = arr.first // bucket_ns, arr.last // bucket_ns
-    whole = sel & (first_b == last_b)
-    out: dict[int, int] = {}
-    if whole.any():
-        keys, inverse = np.unique(first_b[whole], return_inverse=True)
-        sums = np.bincount(inverse, weights=arr.total[whole]).astype(np.int64)
-        out.update(zip(keys.tolist(), sums.tolist(), strict=True))
+    k0 = int(first_b[sel].min())
+    width = int(last_b[sel].max()) - k0 + 1
+    cells = _Cells(width * (int(group[sel].max()) + 1))
+    whole = np.flatnonzero(sel & (first_b == last_b))
+    cells.add(group[whole] * width + (first_b[whole] - k0), arr.total[whole])
     split = np.flatnonzero(sel & (first_b != last_b))
-    if split.size == 0:
-        return out
     ptr = arr.chunks.ptr
     lengths = ptr[split + 1] - ptr[split]
     ends = np.cumsum(lengths)
-    cuts = np.searchsorted(ends, np.arange(MAX_CHUNKS, int(ends[-1]), MAX_CHUNKS), side="right")
+    last = int(ends[-1]) if ends.size else 0
+    cuts = np.searchsorted(ends, np.arange(MAX_CHUNKS, last, MAX_CHUNKS), side="right")
     for part in np.split(np.arange(split.size), cuts):
         if part.size == 0:
             continue
@@ -47,11 +59,45 @@ def tokens_by_bucket(arr: m.Arrivals, bucket_ns: int, rows: m.BoolArray) -> dict
         at = np.repeat(arr.times.sent_at[reqs], n) + arr.chunks.offsets_us[idx].astype(
             np.int64
         ) * np.int64(1000)
-        keys, inverse = np.unique(at // bucket_ns, return_inverse=True)
-        sums = np.bincount(inverse, weights=arr.chunks.tokens[idx].astype(np.int64))
-        for k, s in zip(keys.tolist(), sums.astype(np.int64).tolist(), strict=True):
-            out[k] = out.get(k, 0) + s
-    return out
+        cells.add(
+            np.repeat(group[reqs] * width, n) + (at // bucket_ns - k0), arr.chunks.tokens[idx]
+        )
+    keys, sums = cells.result()
+    g, k = np.divmod(keys, width)
+    return dict(zip(zip(g.tolist(), (k + k0).tolist(), strict=True), sums.tolist(), strict=True))
+
+
+class _Cells:
+    """Integer sums per cell index in [0, size), and which cells were touched: one dense count
+    when `size` is at most DENSE_CELLS, else per distinct index (sorted)."""
+
+    def __init__(self, size: int) -> None:
+        self.dense = size <= DENSE_CELLS
+        self.size = size
+        self.sums = np.zeros(size if self.dense else 0, dtype=np.int64)
+        self.seen = np.zeros(size if self.dense else 0, dtype=bool)
+        self.parts: dict[int, int] = {}
+
+    def add(self, index: m.IntArray, values: np.ndarray) -> None:
+        if index.size == 0:
+            return
+        if self.dense:  # float sums of integers below 2**53: exact
+            w = np.bincount(index, weights=values, minlength=self.size)
+            self.sums += w.astype(np.int64)
+            self.seen[index] = True
+            return
+        keys, inverse = np.unique(index, return_inverse=True)
+        sums = np.bincount(inverse, weights=values).astype(np.int64)
+        for k, s in zip(keys.tolist(), sums.tolist(), strict=True):
+            self.parts[k] = self.parts.get(k, 0) + s
+
+    def result(self) -> tuple[m.IntArray, m.IntArray]:
+        """(touched cell indices ascending, their sums)."""
+        if self.dense:
+            keys = np.flatnonzero(self.seen)
+            return keys, self.sums[keys]
+        keys = np.array(sorted(self.parts), dtype=np.int64)
+        return keys, np.array([self.parts[k] for k in keys.tolist()], dtype=np.int64)
 
 
 def arrival_throughput(
@@ -62,19 +108,24 @@ def arrival_throughput(
     by: Literal["region", "none"] = "region",
 ) -> pd.DataFrame:
     """Per bucket (its start, UTC) and region ("all" with `by="none"`): `output_tokens_per_s`,
-    the tokens that arrived in it (`tokens_by_bucket`) / bucket_s."""
+    the tokens that arrived in it (`tokens_by_group_bucket`) / bucket_s; rows by region, then
+    bucket."""
     if bucket_s <= 0:
         raise ValueError(f"bucket_s must be positive (got {bucket_s})")
     bucket_ns = round(bucket_s * 1e9)
     arr = m.Arrivals.of(chunks, m.Timeline.from_frame(df))
     regions = df["region"].astype(object).to_numpy() if by == "region" else None
     names = sorted(set(regions.tolist())) if regions is not None else ["all"]
-    rows: list[tuple[pd.Timestamp, str, float]] = []
-    for name in names:
-        mask = regions == name if regions is not None else np.ones(len(df), dtype=bool)
-        for k, tokens in sorted(tokens_by_bucket(arr, bucket_ns, mask).items()):
-            at = pd.Timestamp(k * bucket_ns, unit="ns", tz="UTC")
-            rows.append((at, str(name), tokens / bucket_s))
+    code = (
+        pd.Categorical(regions, categories=names).codes.astype(np.int64)
+        if regions is not None
+        else np.zeros(len(df), dtype=np.int64)
+    )
+    counted = tokens_by_group_bucket(arr, bucket_ns, np.ones(len(df), dtype=bool), code)
+    rows = [
+        (pd.Timestamp(k * bucket_ns, unit="ns", tz="UTC"), str(names[g]), tokens / bucket_s)
+        for (g, k), tokens in counted.items()
+    ]
     return pd.DataFrame(rows, columns=["bucket", "region", "output_tokens_per_s"])
 
 

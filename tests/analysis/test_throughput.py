@@ -121,3 +121,27 @@ def test_no_tick_or_no_token_is_an_empty_side_not_an_error() -> None:
     silent = frame([request_row(RUN, 0, outcome="error", error_phase="connect", sent_ns=None)])
     none = m.ChunkArrays.from_lists(silent["chunk_offsets_us"], silent["chunk_tokens"])
     assert throughput.with_arrival_throughput(no_ticks, silent, none, 1.0).empty
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_each_group_counts_what_its_own_requests_alone_would(
+    dense: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tokens_by_group_bucket counts every region at once, in one array of (region, bucket)
+    cells or (dense=False) per distinct cell; each region's buckets are tokens_by_bucket over
+    its own requests, a bucket reached only by chunks without tokens included."""
+    if not dense:
+        monkeypatch.setattr(throughput, "DENSE_CELLS", 0)
+    df, chunks = _run()
+    chunks.tokens[chunks.ptr[5] : chunks.ptr[6]] = 0  # a request whose chunks carry no token
+    arr = m.Arrivals.of(chunks, m.Timeline.from_frame(df))
+    region = df["region"].astype(object).to_numpy()
+    group = (region == "us").astype(np.int64)
+    some = np.arange(len(df)) % 7 != 3
+    for bucket_ns in (100_000_000, 1_000_000_000, 3_000_000_000):
+        got = throughput.tokens_by_group_bucket(arr, bucket_ns, some, group)
+        assert list(got) == sorted(got)
+        for g, name in enumerate(("eu", "us")):
+            alone = throughput.tokens_by_bucket(arr, bucket_ns, some & (region == name))
+            assert {k: t for (gg, k), t in got.items() if gg == g} == alone
+    assert 0 in throughput.tokens_by_bucket(arr, 100_000_000, np.arange(len(df)) == 5).values()
