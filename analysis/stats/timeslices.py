@@ -34,7 +34,8 @@ def timeslices(
     values = m.per_request_values(df, metric, chunks)
     frame = pd.DataFrame(
         {
-            "window": bucket_of(at, window_s).to_numpy(),
+            # the array, not to_numpy(): that makes a Timestamp object per request
+            "window": bucket_of(at, window_s).array,
             "ok": (df["outcome"] == "ok").to_numpy(),
             "value": np.where(np.isfinite(values), values, np.nan),
         }
