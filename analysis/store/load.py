@@ -135,7 +135,11 @@ def load_runs(
         where=sql.SQL("WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL(""),
         limit=sql.SQL("LIMIT {}").format(sql.Literal(int(limit))) if limit else sql.SQL(""),
     )
-    with conn.cursor() as cur:
+    # The planner prices the two counts per listed run (rows x the limit) far above the JIT
+    # thresholds and compiles the query for ~0.4 s; it runs in ~50 ms for 200 runs without.
+    # SET LOCAL: for this transaction only, so it holds through a transaction-mode pooler.
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute("SET LOCAL jit = off")
         cur.execute(query, params)
         df = _frame(cur)
     if df.empty:
