@@ -16,7 +16,6 @@ import pandas as pd
 from analysis import metrics as m
 from analysis.stats import frontier as afr
 from analysis.stats import percentiles as pc
-from analysis.verdicts import compare as acmp
 
 BAND_CONFIDENCE = 0.95
 RESAMPLES = (
@@ -123,11 +122,17 @@ def changes(
     frames: Mapping[str, pd.DataFrame],
     names: Mapping[str, str],
     baseline: str,
-    metrics: Sequence[str] = acmp.COMPARE_METRICS,
+    metrics: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Each run against the baseline (analysis.verdicts.compare.compare_runs: the request as the
     unit, Holm over each run's rows (correction, family_size columns); bootstrap CI of the
-    difference, Mann-Whitney U, regression/improvement flags), with a `run` column."""
+    difference, Mann-Whitney U, regression/improvement flags), with a `run` column; `metrics`
+    defaults to analysis.verdicts.compare.COMPARE_METRICS."""
+    # imported here: it brings scipy.stats (~0.7 s on a new server), which the Run page and the
+    # others that draw curves from this module never use
+    from analysis.verdicts import compare as acmp
+
+    metrics = acmp.COMPARE_METRICS if metrics is None else metrics
     parts = []
     for rid, df in frames.items():
         if rid == baseline:
