@@ -31,6 +31,16 @@ def cost_spec(run: Mapping[str, Any]) -> CostSpec:
     return CostSpec.model_validate(raw or {})
 
 
+def cost_basis(cost: CostSpec) -> str | None:
+    """How the run is priced: "self-hosted" (an hourly price), "per-token", "per-audio-hour",
+    or None when no price is known (then no level has a cost figure)."""
+    if cost.hourly_usd is not None:
+        return "self-hosted"
+    if cost.per_token:
+        return "per-token"
+    return "per-audio-hour" if cost.audio_per_hour is not None else None
+
+
 def billed_tokens(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Per request (input, output) tokens as billed: usage when reported, else the client's
     count; zero for requests the server did not answer with 200 (a 429 is not billed)."""
@@ -68,15 +78,7 @@ def run_cost(
     tin, tout = float(inp.sum()), float(out.sum())
     duration = run.get("duration_s")
     seconds = float(duration) if duration is not None and np.isfinite(duration) else None
-    basis = (
-        "self-hosted"
-        if cost.hourly_usd is not None
-        else "per-token"
-        if cost.per_token
-        else "per-audio-hour"
-        if cost.audio_per_hour is not None
-        else None
-    )
+    basis = cost_basis(cost)
     total = (
         hosted_cost_usd(seconds, cost)
         if basis == "self-hosted" and seconds is not None

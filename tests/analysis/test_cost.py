@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.stats.cost import billed_tokens, run_cost
+from analysis.stats.cost import billed_tokens, cost_basis, cost_spec, run_cost
 
 
 def _df() -> pd.DataFrame:
@@ -87,3 +87,17 @@ def test_self_hosted_run_and_break_even() -> None:
 def test_no_price_no_cost() -> None:
     c = run_cost({"spec": {}, "duration_s": 5.0}, _df(), [{"level": 0, "output_tokens_per_s": 1}])
     assert c["basis"] is None and c["total_usd"] is None
+
+
+def test_without_a_price_the_levels_throughput_changes_no_cost_figure() -> None:
+    """The Compare page skips a run's summary when cost_basis is None: every cost figure of
+    the block is then the same with or without the levels' throughput."""
+    run = {"spec": {}, "duration_s": 60.0}
+    levels = [{"level": 0, "output_tokens_per_s": 9.0}, {"level": 1, "output_tokens_per_s": 10.0}]
+    assert cost_basis(cost_spec(run)) is None
+    with_levels, without = run_cost(run, _df(), levels), run_cost(run, _df(), [])
+    for key in ("basis", "total_usd", "usd_per_mtok_output_run", "prices", "break_even"):
+        assert with_levels[key] == without[key]
+    assert not any("usd_per_mtok_output" in lv for lv in with_levels["levels"])
+    priced = {"spec": {"cost": {"input_per_mtok": 0.15, "output_per_mtok": 0.6}}}
+    assert cost_basis(cost_spec(priced)) == "per-token"

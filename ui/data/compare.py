@@ -20,7 +20,13 @@ def cost_overview(run_ids: Sequence[str]) -> pd.DataFrame:
     output tokens at its best level's throughput, and the break-even when both prices exist."""
     rows = []
     for rid in run_ids:
-        c = acost.run_cost(shared.run(rid), shared.requests(rid), shared.summary(rid)["levels"])
+        run = shared.run(rid)
+        # the levels' throughput (the run's summary, the costliest result on this page) counts
+        # only where a price turns it into a cost: a run without one shows no level figure
+        priced = acost.cost_basis(acost.cost_spec(run)) is not None
+        c = acost.run_cost(
+            run, shared.requests(rid), shared.summary(rid)["levels"] if priced else []
+        )
         rated = [lv for lv in c["levels"] if lv.get("usd_per_mtok_output") is not None]
         best = max(rated, key=lambda lv: lv["output_tokens_per_s"] or 0.0, default=None)
         be = c["break_even"]
