@@ -297,6 +297,7 @@ def level_summary(
     vals = _Values(df, ch, slos)
     level_col = df["level"].to_numpy()
     region_col = df["region"].to_numpy()
+    in_region = {r: region_col == r for r in set(region_col)}  # once, not once per level
     levels_out = []
     for level in _level_rows(levels_df, df):
         rows = level_col == int(level["level"])
@@ -310,7 +311,7 @@ def level_summary(
         everyone = np.ones(len(df), dtype=bool)
         entry.update(_block(vals, rows, everyone, level, f"{lv}|all"))
         entry["regions"] = {
-            str(r): _block(vals, rows & (region_col == r), region_col == r, level, f"{lv}|{r}")
+            str(r): _block(vals, rows & in_region[r], in_region[r], level, f"{lv}|{r}")
             for r in sorted(set(region_col[rows]))
         }
         entry["flags"] = load_flags(level, df, rows, spec)
