@@ -113,6 +113,16 @@ class Committer:
                 self._schedule_retry()
                 raise Lost from e
             raise Rejected(str(e)) from e
+        except Exception as e:
+            if not raised_by_the_driver(e):
+                raise
+            # the driver lost track of the wire (seen: a pooler answering a COPY's end with
+            # more than one result while its database restarted): the connection is unusable
+            # and the batch's outcome unknown
+            self.stats.last_error = f"driver: {e!r}"[:300]
+            self.drop()
+            self._schedule_retry()
+            raise Lost from e
         finally:
             watchdog.cancel()
         inserted, ticks_inserted = counts
@@ -121,3 +131,13 @@ class Committer:
         self.stats.rows_duplicate += enc.n_records - inserted
         self.stats.ticks_inserted += ticks_inserted
         return True
+
+
+def raised_by_the_driver(e: BaseException) -> bool:
+    """Whether `e` (not a psycopg.Error) was raised inside psycopg's own code: the innermost
+    frame of its traceback is one of psycopg's modules."""
+    tb, module = e.__traceback__, ""
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        tb = tb.tb_next
+    return module == "psycopg" or module.startswith("psycopg.")

@@ -11,6 +11,7 @@ behind and replaying in order after; a full spool fails the run.
 from __future__ import annotations
 
 import collections
+import logging
 import queue
 import threading
 import time
@@ -23,6 +24,8 @@ from workers.store import committer, copyenc, embedded
 from workers.store.connect import redact_url
 from workers.store.spool import EncodedBatch, Spool
 from workers.store.writer_stats import LagWindow, WriterStats
+
+log = logging.getLogger(__name__)
 
 APPLICATION_NAME = "peakload-writer"
 
@@ -224,7 +227,8 @@ class StoreWriter:
                 self._replay()
                 if len(self.spool):
                     time.sleep(min(self._db.backoff, max(0.0, deadline - time.perf_counter())))
-        except BaseException as e:  # surfaced by close()
+        except BaseException as e:  # surfaced by close(); where it came from, logged here
+            log.exception("store writer of run %s crashed", self.run_id)
             self._fail(StoreError(f"store writer crashed: {e!r}"))
         finally:
             self._drop_conn()
