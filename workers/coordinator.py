@@ -28,7 +28,7 @@ from workers.app import TASK_RUN_SHARD, region_queue, shard_time_limits
 from workers.clocks import reference_now_ns
 from workers.planner import plan_run, with_fraction_offsets
 from workers.server_metrics import with_metrics_scraper
-from workers.shard_exec import planned_duration_s
+from workers.shard_exec import DB_RETRY_S, planned_duration_s
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,9 @@ READY_TIMEOUT_S = 60.0  # every shard must check in within this long of dispatch
 START_LEAD_S = 2.0  # the start is set this far after the last check-in
 PRECHECK_S = 1.0  # readiness is checked again this long before the start
 POLL_S = 0.1
+# how long a wait for a run's end rides through an unreachable store: as long as the shards,
+# spooling meanwhile, retry their final bookkeeping
+STORE_OUTAGE_S = DB_RETRY_S
 
 
 @dataclass(slots=True)
@@ -276,19 +279,55 @@ class Coordinator:
         poll_s: float = 0.5,
         timeout_s: float | None = None,
     ) -> str:
-        """Block until the run ends; reap dead shards as it goes. Returns the final status."""
+        """Block until the run ends; reap dead shards as it goes. Returns the final status.
+
+        The store may go away meanwhile (restarted, a pooler refusing logins while it was
+        down): the shards spool and replay, and the wait reconnects and goes on, unless it
+        stays unreachable for STORE_OUTAGE_S."""
         end = None if timeout_s is None else time.perf_counter_ns() + int(timeout_s * 1e9)
-        with self._conn() as conn:
+        conn: psycopg.Connection[Any] | None = None
+        lost_since: float | None = None
+        try:
             while True:
-                leases.reap_expired(conn, run_id)
-                status = runctl.finalize_run(conn, run_id)
-                if on_progress is not None:
-                    on_progress(region_progress(conn, run_id))
-                if status is not None:
-                    return status
+                try:
+                    if conn is None:
+                        conn = self._conn()
+                    leases.reap_expired(conn, run_id)
+                    status = runctl.finalize_run(conn, run_id)
+                    progress = region_progress(conn, run_id) if on_progress is not None else None
+                except psycopg.OperationalError as exc:
+                    lost_since = self._store_lost(run_id, exc, lost_since)
+                    if conn is not None:
+                        conn.close()
+                        conn = None
+                else:
+                    if lost_since is not None:
+                        log.warning("run %s: the store answers again", run_id)
+                        lost_since = None
+                    if on_progress is not None and progress is not None:
+                        on_progress(progress)
+                    if status is not None:
+                        return status
                 if end is not None and time.perf_counter_ns() > end:
                     raise CoordinationError(f"run {run_id} still running after {timeout_s:g} s")
                 time.sleep(poll_s)
+        finally:
+            if conn is not None:
+                conn.close()
+
+    @staticmethod
+    def _store_lost(run_id: str, exc: psycopg.OperationalError, since: float | None) -> float:
+        """When the store was first found unreachable (monotonic s); raises once that is
+        longer ago than STORE_OUTAGE_S."""
+        now = time.monotonic()
+        if since is None:
+            log.warning("run %s: the store is unreachable (%s); waiting for it", run_id, exc)
+            return now
+        if now - since > STORE_OUTAGE_S:
+            raise CoordinationError(
+                f"run {run_id}: the store has been unreachable for {STORE_OUTAGE_S:g} s ({exc})"
+            ) from exc
+        return since
 
 
 def abort_run(
