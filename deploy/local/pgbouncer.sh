@@ -72,6 +72,7 @@ max_db_connections = {pool}
 reserve_pool_size = 0
 max_client_conn = 10000
 server_reset_query =
+server_login_retry = 1
 ignore_startup_parameters = extra_float_digits
 logfile = {d}/pgbouncer.log
 pidfile = {d}/pgbouncer.pid
