@@ -35,6 +35,13 @@ class ShardControl(threading.Thread):
         self.start_at_ref_ns: int | None = None
         self.abort_reason: str | None = None
         self.fenced_out = False
+        self._finishing = threading.Event()
+
+    def finishing(self) -> None:
+        """The shard is writing its final state: from now on its lease ends with it, and a
+        renewal that finds it gone is that, not a fence (the lease keeps being renewed until
+        then, through a store outage's retries)."""
+        self._finishing.set()
 
     def bind_abort(self, loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
         """Attach the runner's abort event; set at once if the abort came first."""
@@ -61,7 +68,7 @@ class ShardControl(threading.Thread):
             if self.abort_reason is None:
                 self.abort_reason = reason
                 log.warning("shard %s: stopping: %s", self._lease.shard_id, reason)
-            if self._loop is not None and self._abort is not None:
+            if self._loop is not None and self._abort is not None and not self._loop.is_closed():
                 self._loop.call_soon_threadsafe(self._abort.set)
         self._start_ev.set()
 
@@ -75,7 +82,10 @@ class ShardControl(threading.Thread):
                     conn = pg_connect(self._url, autocommit=True, connect_timeout=5)
                 now = time.perf_counter_ns()
                 if now - last_renew >= renew_every_ns:
-                    if not leases.renew_lease(conn, self._lease, self._ttl_s):
+                    renewed = leases.renew_lease(conn, self._lease, self._ttl_s)
+                    if not renewed and self._finishing.is_set():
+                        break  # the final state is written: the lease went with it
+                    if not renewed:
                         self.fenced_out = True
                         self._trigger_abort("fenced out: lease lost (the shard was reaped)")
                     last_renew = now

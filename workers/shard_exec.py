@@ -187,7 +187,7 @@ class _Job:
 
     def run(self) -> dict[str, Any]:
         spool = data_home() / "spool" / self.plan.run_id / self.plan.shard_id
-        sink: Any = StoreWriter(
+        writer = StoreWriter(
             self.settings.database_url,
             self.plan.run_id,
             WriterConfig(
@@ -195,6 +195,7 @@ class _Job:
                 store_content=self.plan.run_spec().store_content,
             ),
         )
+        sink: Any = writer
         self.live = process_metrics(self.settings.metrics_port, self.settings.metrics_host)
         if self.live is not None:  # fed the batches the store is, off the event loop
             sink = MetricsSink(sink, self.live)
@@ -213,7 +214,7 @@ class _Job:
                 self.status = "failed"
                 self.reason = f"store flush failed: {type(exc).__name__}: {exc}"[:500]
                 log.exception("shard %s: flush failed", self.plan.shard_id)
-        return self._finish()
+        return self._finish(writer.stats().counts())
 
     async def _main(self, sink: Any) -> None:
         plan, spec = self.plan, self.plan.run_spec()
@@ -369,12 +370,14 @@ class _Job:
         with redis.Redis.from_url(self.settings.redis_url, socket_timeout=5) as r:
             return measure_offset(r)
 
-    def _finish(self) -> dict[str, Any]:
+    def _finish(self, store: dict[str, int]) -> dict[str, Any]:
+        """The shard's final row; `store`: its writer's counts (spooled, replayed, lost)."""
         plan, res = self.plan, self.result
         # stopped before the runner returned (SoftTimeLimitExceeded): the search so far, which
         # the run's answer then names as stopped early (workers.store.searches)
         search = res.search if res else (self.shard.search if self.shard else None)
         written = self.db(lambda c: _count_rows(c, plan))
+        self.control.finishing()
         self.db(
             lambda c: leases.finish_shard(
                 c,
@@ -391,6 +394,7 @@ class _Job:
                     "health": dict(res.health) if res else {},
                     "levels": [level_row(lv) for lv in (res.levels if res else [])],
                     "search": search,
+                    "store": store,
                 },
                 start_skew_ns=self.skew_ns,
             )

@@ -9,6 +9,13 @@
 # on the local socket (inside the root / cluster) for this script's own admin commands. The
 # password is generated once and kept in $PEAKLOAD_STATE/timescaledb.password (mode 0600).
 # When the server already answers with the password, the script only prints the URL (< 1 s).
+#
+# A server of a test's own, beside the shared one (same binaries, configuration and password),
+# which the test may stop and start as it likes (a real restart under load):
+#   timescaledb.sh instance start NAME PORT   create it once (initdb), start it, print its URL
+#   timescaledb.sh instance halt NAME         stop it (fast shutdown), keep its data
+#   timescaledb.sh instance remove NAME       stop it and delete its data
+# Run the plain form once first: it builds what the instances run on.
 set -euo pipefail
 
 STATE=${PEAKLOAD_STATE:-/var/lib/peakload}
@@ -39,7 +46,7 @@ ready() {
 
 command -v psql >/dev/null || { apt-get install -y postgresql-client >&2 \
     || die "psql is missing and apt-get install postgresql-client failed"; }
-if ready; then
+if [ "${1:-}" != instance ] && ready; then
     echo "$URL"
     exit 0
 fi
@@ -58,6 +65,68 @@ HBA_BODY="# written by peakload deploy/local/timescaledb.sh: peer on the socket,
 local   all   all                     peer
 host    all   all   127.0.0.1/32      scram-sha-256
 "
+
+# ---------------------------------------------------------------- a test's own instance
+instance() {  # start NAME PORT | halt NAME | remove NAME
+    local verb=${1:-} name=${2:-} port=${3:-}
+    [[ "$name" =~ ^[a-z0-9_-]+$ ]] || die "instance: a NAME of a-z, 0-9, _ or - is needed"
+    local dir=/var/lib/postgresql/peakload-instances/$name run=()
+    if [ "$DEBIAN_MAJOR" -ge 13 ] 2>/dev/null; then
+        run=(su postgres -c)
+    elif [ "$DEBIAN_MAJOR" = 12 ]; then
+        [ -x "$ROOT$PGBIN/initdb" ] || die "instance: no Debian 13 root at $ROOT: run $0 once first"
+        mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc" \
+            || die "mount -t proc proc $ROOT/proc failed"
+        run=(chroot "$ROOT" su postgres -c)
+    else
+        die "unsupported system: /etc/debian_version says '$DEBIAN_MAJOR'"
+    fi
+    local pgctl="$PGBIN/pg_ctl -D $dir -l $dir/server.log"
+    case "$verb" in
+    start)
+        [[ "$port" =~ ^[0-9]+$ ]] || die "instance start: a PORT is needed"
+        if ! "${run[@]}" "test -f $dir/PG_VERSION"; then
+            local pw=/run/peakload-$name.pw pw_host=/run/peakload-$name.pw owner=(chown)
+            if [ "$DEBIAN_MAJOR" = 12 ]; then pw_host=$ROOT$pw; owner=(chroot "$ROOT" chown); fi
+            install -m 0600 "$PWFILE" "$pw_host" && "${owner[@]}" postgres "$pw" \
+                || die "cannot hand the password file to postgres"
+            "${run[@]}" "mkdir -p $dir && $PGBIN/initdb -D $dir -U postgres --pwfile=$pw \
+                --auth-local=peer --auth-host=scram-sha-256 -E UTF8 --no-sync >/dev/null" \
+                || { rm -f "$pw_host"; die "initdb of instance $name failed"; }
+            rm -f "$pw_host"
+            "${run[@]}" "printf '%s' \"$CONF_BODY\" | sed 's/^port = .*/port = $port/' \
+                >> $dir/postgresql.conf && printf '%s' \"$HBA_BODY\" > $dir/pg_hba.conf" \
+                || die "cannot configure instance $name"
+        fi
+        "${run[@]}" "$pgctl status" >/dev/null 2>&1 \
+            || "${run[@]}" "$pgctl -w -t 60 start" >&2 || die "instance $name did not start \
+(see $dir/server.log${ROOT:+ under $ROOT})"
+        "${run[@]}" "psql -p $port -Atq -d postgres -c \"SELECT 1 FROM pg_database \
+WHERE datname = '$DB'\" | grep -q 1 || createdb -p $port $DB" \
+            || die "CREATE DATABASE $DB failed in instance $name"
+        "${run[@]}" "PGOPTIONS=--client-min-messages=warning psql -p $port -Atq -d $DB \
+-c 'CREATE EXTENSION IF NOT EXISTS timescaledb'" >/dev/null \
+            || die "CREATE EXTENSION timescaledb failed in instance $name"
+        echo "postgresql://postgres:${PASSWORD}@127.0.0.1:${port}/${DB}"
+        ;;
+    halt)
+        "${run[@]}" "$pgctl status" >/dev/null 2>&1 || return 0
+        "${run[@]}" "$pgctl -m fast -w stop" >&2 || die "instance $name did not stop"
+        ;;
+    remove)
+        "${run[@]}" "test -d $dir" || return 0
+        "${run[@]}" "$pgctl status" >/dev/null 2>&1 && { "${run[@]}" "$pgctl -m immediate -w stop" >&2 \
+            || die "instance $name did not stop"; }
+        "${run[@]}" "rm -rf $dir" || die "cannot delete instance $name's data"
+        ;;
+    *) die "instance: start NAME PORT | halt NAME | remove NAME" ;;
+    esac
+}
+
+if [ "${1:-}" = instance ]; then
+    instance "${@:2}"
+    exit 0
+fi
 
 write_if_changed() {  # path content
     if [ ! -f "$1" ] || [ "$(cat "$1")" != "$2" ]; then

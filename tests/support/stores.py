@@ -44,7 +44,7 @@ def plain_server() -> Iterator[embedded.EmbeddedServer]:
         yield server
     finally:
         if server is not None:
-            _TEMPLATES.pop(server.url("postgres"), None)  # goes with the server's data dir
+            server_removed(server.url("postgres"))
         embedded.stop(datadir)
         shutil.rmtree(top, ignore_errors=True)
 
@@ -138,6 +138,11 @@ def _template(admin_url: str) -> str:
             (name,),
         )
     return name
+
+
+def server_removed(admin_url: str) -> None:
+    """A server the test made itself is gone, data and all: nothing of it to drop at the end."""
+    _TEMPLATES.pop(admin_url, None)
 
 
 def _drop_template(admin_url: str, name: str) -> None:

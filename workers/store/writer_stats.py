@@ -40,6 +40,11 @@ class WriterStats:
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
+    def counts(self) -> dict[str, int]:
+        """The counts alone, without lags or an error's text: what a shard keeps of its writer
+        (batches spooled while the store was unreachable, and replayed)."""
+        return {k: v for k, v in self.to_json().items() if type(v) is int}
+
 
 class LagWindow:
     """Record-weighted lag samples of recent commits, and the maximum since the start."""

@@ -1,13 +1,16 @@
 """A fleet on one machine: 64 shards in 10 regions (one prefork Celery worker per region, one
 process per shard), one TimescaleDB behind PgBouncer in transaction mode with a pool of 20
 (deploy/local/pgbouncer.sh), PgBouncer reaching the database through a TCP proxy the tests can
-cut. One fleet for the module, its runs one after another:
+cut; the database a TimescaleDB server of the module's own, which a test restarts. One fleet
+for the module, its runs one after another:
 - a clean run: every scheduled request stored exactly once, every shard's start skew stored,
   and the database never holding more than the pool's 20 connections (without a pooler the
   same run holds about three per shard: bench/fleet.py);
 - the store unreachable for 5 s mid-run: every shard spools and replays, the run completes
   whole, nothing twice;
 - Redis killed and restarted mid-run: every shard completes whole;
+- the fleet's TimescaleDB (a server of the module's own) stopped and started again mid-run:
+  every shard spools and replays, the run completes whole, and the shards say so;
 - a region's worker SIGKILLed mid-run: the run ends `partial` naming its shards, every row
   they wrote kept, the other 57 shards' ledgers exact.
 """
@@ -27,6 +30,7 @@ import pytest
 
 from loadgen.runspec.spec import RunSpec, spec_from_dict
 from tests.support.celery_workers import REPO, Cluster, RedisServer, SimServer
+from tests.support.own_timescale import OwnTimescale
 from tests.support.pgbouncer import BackendWatch, PgBouncer
 from tests.support.stores import (
     TIMESCALE_ENV,
@@ -62,6 +66,7 @@ class Fleet:
     cluster: Cluster
     coord: Coordinator
     sim: SimServer
+    server: OwnTimescale  # the fleet's TimescaleDB
     db: FreshDatabase
     db_proxy: TcpProxy  # between PgBouncer and the database
     redis_server: RedisServer
@@ -98,11 +103,11 @@ class Fleet:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    admin = os.environ.get(TIMESCALE_ENV, "").strip()
-    if not admin:
+    if not os.environ.get(TIMESCALE_ENV, "").strip():
         pytest.skip(f"{TIMESCALE_ENV} is not set: a fleet's store is TimescaleDB")
     workdir = tmp_path_factory.mktemp("fleet")
-    db = FreshDatabase(admin)
+    server = OwnTimescale("fleet")  # restarted by a test: never the server others share
+    db = FreshDatabase(server.start())
     redis_server = RedisServer(workdir)
     sim = SimServer("--preset", "fixed", "--ttft-ms", "20", "--itl-ms", "5")
     host, port = host_port(db.url)
@@ -124,7 +129,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             cluster.start(region, concurrency=n, wait=False)
         for w in cluster.workers:
             w.wait_ready(120)
-        yield Fleet(cluster, coordinator(env), sim, db, db_proxy, redis_server)
+        yield Fleet(cluster, coordinator(env), sim, server, db, db_proxy, redis_server)
     finally:
         if old is None:
             os.environ.pop("PEAKLOAD_ALLOW_PRIVATE_TARGETS", None)
@@ -136,6 +141,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         sim.stop()
         redis_server.stop()
         db.drop()
+        server.remove()
 
 
 def _value(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
@@ -190,6 +196,35 @@ def test_redis_killed_and_restarted_under_the_fleet(fleet: Fleet) -> None:
     assert fleet.coord.wait(run_id, timeout_s=180) == "completed"
     with fleet.conn() as conn:
         assert ledger(conn, run_id, ALL_SHARDS) == 512
+
+
+def test_timescaledb_restarted_under_the_fleet(fleet: Fleet) -> None:
+    run_id = fleet.submit(8)
+    with fleet.conn() as conn:
+        wait_for(
+            lambda: _value(conn, "SELECT count(*) >= 64 FROM requests WHERE run_id = %s", run_id),
+            30,
+            "the first rows",
+        )
+    fleet.server.halt()  # the server itself ends every session (PgBouncer's too), then is gone
+    time.sleep(3.0)
+    fleet.server.start()
+    status = fleet.coord.wait(run_id, timeout_s=180)
+    with fleet.conn() as conn:
+        assert status == "completed", (run_status(conn, run_id), {
+            s: (r["state"], r["state_reason"]) for s, r in shards(conn, run_id).items()
+            if r["state"] != "completed"
+        })
+    with fleet.conn() as conn:
+        assert ledger(conn, run_id, ALL_SHARDS) == 512
+        rows = shards(conn, run_id)
+    # what happened is named with the shards that met it: rows spooled while the store was
+    # gone, then replayed
+    stores = {s: r["extra"]["store"] for s, r in rows.items()}
+    met = {s: st for s, st in stores.items() if st["spooled_batches"]}
+    assert met, "no shard says it spooled while the database was down"
+    assert all(st["replayed_batches"] == st["spooled_batches"] for st in met.values()), met
+    assert all(st["records_lost"] == 0 for st in stores.values())
 
 
 def test_zz_a_killed_region_leaves_the_run_partial_with_its_rows_kept(fleet: Fleet) -> None:
