@@ -112,14 +112,19 @@ def mark_ready(
     return row is not None
 
 
-def mark_running(conn: psycopg.Connection[Any], lease: Lease, *, start_skew_ns: int) -> bool:
+def mark_running(
+    conn: psycopg.Connection[Any], lease: Lease, *, start_skew_ns: int, started_ref_ns: int
+) -> bool:
+    """`started_ref_ns`: when the shard started, on the run's reference clock (ns since the
+    epoch); the store may hear of it later."""
     row = conn.execute(
         """
-        UPDATE shards SET state = 'running', start_skew_ns = %s, started_at = now()
+        UPDATE shards SET state = 'running', start_skew_ns = %s,
+               started_at = to_timestamp(%s::float8 / 1e9)
          WHERE run_id = %s AND shard_id = %s AND fencing_token = %s AND state = 'ready'
         RETURNING 1
         """,
-        (start_skew_ns, lease.run_id, lease.shard_id, lease.token),
+        (start_skew_ns, started_ref_ns, lease.run_id, lease.shard_id, lease.token),
     ).fetchone()
     return row is not None
 

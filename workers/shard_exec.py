@@ -51,6 +51,9 @@ DB_RETRY_S = 300.0  # how long the final bookkeeping retries through a store out
 # the event loop's sleep may overshoot by a millisecond (epoll's timeout is in ms): it sleeps to
 # this long before the start, a blocking sleep the rest
 LOOP_SLEEP_MARGIN_NS = 3_000_000
+# how long after its start a shard tells the store it is running: past the instant at which
+# every shard of a host wakes, before its first tick
+MARK_RUNNING_AFTER_S = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,16 +309,16 @@ class _Job:
             while (left_ns := start_mono - time.perf_counter_ns()) > 0:
                 time.sleep(left_ns / 1e9)
             self.skew_ns = time.perf_counter_ns() - start_mono
-            skew = self.skew_ns
-            try:
-                await asyncio.to_thread(
-                    leases.mark_running, self.conn, self.lease, start_skew_ns=skew
-                )
-            except psycopg.Error as exc:  # the store is down (D3): recorded again at the end
-                log.warning("shard %s: could not mark running: %s", plan.shard_id, exc)
+            # noted, and nothing more at the instant: the store hears of the start a moment
+            # later (a database round trip per shard at one instant held the cores from the
+            # shards still waking), with the instant the shard noted as its started_at
+            marking = asyncio.create_task(
+                self._mark_running(self.skew_ns, start_ref + self.skew_ns)
+            )
             try:
                 self.result = await task
             finally:
+                await marking
                 if recorder is not None:
                     await recorder.stop()
                 if sample_pool is not None:
@@ -326,6 +329,19 @@ class _Job:
                 self.reason = self.control.abort_reason
         finally:
             await target.aclose()
+
+    async def _mark_running(self, skew_ns: int, started_ref_ns: int) -> None:
+        await asyncio.sleep(MARK_RUNNING_AFTER_S)
+        try:
+            await asyncio.to_thread(
+                leases.mark_running,
+                self.conn,
+                self.lease,
+                start_skew_ns=skew_ns,
+                started_ref_ns=started_ref_ns,
+            )
+        except psycopg.Error as exc:  # the store is down (D3): recorded again at the end
+            log.warning("shard %s: could not mark running: %s", self.plan.shard_id, exc)
 
     def _keep(self, shard: Shard) -> None:
         self.shard = shard

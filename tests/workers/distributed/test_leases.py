@@ -3,6 +3,7 @@ final run status; the clock offset against a real Redis."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 import time
@@ -78,7 +79,13 @@ def test_fenced_out_after_reap_and_final_status(store_url: str) -> None:
         assert not leases.renew_lease(conn, a)
         assert not leases.finish_shard(conn, a, "completed", records_written=5)
         assert leases.shard_state(conn, run_id, "r-0") == "interrupted"
-        assert leases.mark_running(conn, b, start_skew_ns=10)
+        started_ref_ns = 1_767_225_600_123_456_000  # 2026-01-01 00:00:00.123456 UTC
+        assert leases.mark_running(conn, b, start_skew_ns=10, started_ref_ns=started_ref_ns)
+        started = conn.execute(
+            "SELECT started_at FROM shards WHERE run_id = %s AND shard_id = 'r-1'", (run_id,)
+        ).fetchone()
+        assert started is not None  # the instant the shard noted, not when the store heard of it
+        assert started[0] == dt.datetime(2026, 1, 1, 0, 0, 0, 123456, tzinfo=dt.UTC)
         assert leases.finish_shard(conn, b, "completed", requests_scheduled=3, valid=True)
         assert runctl.finalize_run(conn, run_id) == "partial"
         row = conn.execute(
