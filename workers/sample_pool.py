@@ -26,6 +26,7 @@ closing shard's own samples are in again, and the closed set says who else was.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -131,6 +132,15 @@ class RedisPool:
 
             self._client = aioredis.Redis.from_url(self.url, socket_timeout=10)
         return self._client
+
+    async def connect(self, timeout_s: float) -> None:
+        """Open the connection now, before the run starts, rather than on the first pool: at
+        the end of the first level every shard of a host would otherwise connect at once.
+        Best effort: if Redis does not answer within `timeout_s`, the first pool retries."""
+        from redis import exceptions as redis_errors
+
+        with contextlib.suppress(TimeoutError, redis_errors.RedisError, OSError):
+            await asyncio.wait_for(self._redis().ping(), timeout_s)  # type: ignore[arg-type]
 
     async def aclose(self) -> None:
         if self._client is not None:

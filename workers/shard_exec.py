@@ -51,6 +51,7 @@ DB_RETRY_S = 300.0  # how long the final bookkeeping retries through a store out
 # the event loop's sleep may overshoot by a millisecond (epoll's timeout is in ms): it sleeps to
 # this long before the start, a blocking sleep the rest
 LOOP_SLEEP_MARGIN_NS = 3_000_000
+POOL_CONNECT_S = 1.0  # how long a shard waits for its sample pool's Redis before the start
 # how long after its start a shard tells the store it is running: past the instant at which
 # every shard of a host wakes, before its first tick
 MARK_RUNNING_AFTER_S = 0.25
@@ -283,6 +284,8 @@ class _Job:
             recorder = self._scraper(spec.target.metrics_url, clock)
             # the run's shards meet after each level (one search; levels that do not overlap)
             sample_pool = pool_for(plan, self.settings.redis_url, planned_duration_s(plan))
+            if sample_pool is not None:
+                await sample_pool.connect(POOL_CONNECT_S)
             task = asyncio.create_task(
                 run_shard(
                     plan,

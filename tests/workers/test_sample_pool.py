@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -263,3 +264,36 @@ def test_a_waiting_shard_wakes_when_the_pool_closes_not_at_a_poll(
         return time.monotonic() - t0
 
     assert asyncio.run(main()) < 30.0
+
+
+def test_a_pool_connects_before_the_run_and_a_dead_redis_costs_only_the_bound(
+    redis_url: str,
+) -> None:
+    """A shard opens its pool's connection before the start (at the first level's end every
+    shard of a host connecting at once took 0.4-0.6 s more of the first barrier: bench/fleet.py);
+    a Redis that does not answer costs at most the bound there, and the first pool retries."""
+
+    async def connected_clients(url: str) -> int:
+        pool = _pool(url, str(uuid.uuid4()))
+        try:
+            before = len(redis.Redis.from_url(redis_url).client_list())
+            await pool.connect(5.0)
+            return len(redis.Redis.from_url(redis_url).client_list()) - before
+        finally:
+            await pool.aclose()
+
+    assert asyncio.run(connected_clients(redis_url)) >= 1
+
+    async def dead() -> float:
+        with socket.socket() as s:  # a port nothing listens on
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        pool = _pool(f"redis://127.0.0.1:{port}/0", str(uuid.uuid4()))
+        t0 = time.monotonic()
+        try:
+            await pool.connect(1.0)
+        finally:
+            await pool.aclose()
+        return time.monotonic() - t0
+
+    assert asyncio.run(dead()) < 1.5
