@@ -211,13 +211,12 @@ def test_timescaledb_restarted_under_the_fleet(fleet: Fleet) -> None:
     fleet.server.start()
     status = fleet.coord.wait(run_id, timeout_s=180)
     with fleet.conn() as conn:
-        assert status == "completed", (run_status(conn, run_id), {
-            s: (r["state"], r["state_reason"]) for s, r in shards(conn, run_id).items()
-            if r["state"] != "completed"
-        })
-    with fleet.conn() as conn:
-        assert ledger(conn, run_id, ALL_SHARDS) == 512
         rows = shards(conn, run_id)
+        not_done = {
+            s: (r["state"], r["state_reason"]) for s, r in rows.items() if r["state"] != "completed"
+        }
+        assert status == "completed", (run_status(conn, run_id), not_done)
+        assert ledger(conn, run_id, ALL_SHARDS) == 512
     # what happened is named with the shards that met it: rows spooled while the store was
     # gone, then replayed
     stores = {s: r["extra"]["store"] for s, r in rows.items()}
