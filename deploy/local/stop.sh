@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Stop what deploy/local/ started: the TimescaleDB server (Debian 12: the one in the trixie root,
+# Stop what deploy/local/ started: any TimescaleDB server of a test's own that is left, the
+# TimescaleDB server (Debian 12: the one in the trixie root,
 # then unmount its /proc; Debian 13: cluster 17/peakload) and a Redis that redis.sh started
 # (one it found already running is left alone). Idempotent: stopping a stopped service is fine.
 set -euo pipefail
@@ -11,6 +12,14 @@ die() { echo "stop.sh: error: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "run as root"
 
 DEBIAN_MAJOR=$(cut -d. -f1 /etc/debian_version 2>/dev/null || echo unknown)
+# servers of a test's own (timescaledb.sh instance) that a killed test session left behind
+INSTANCES=/var/lib/postgresql/peakload-instances
+[ "$DEBIAN_MAJOR" = 12 ] && INSTANCES=$ROOT$INSTANCES
+for d in "$INSTANCES"/*/; do
+    [ -d "$d" ] || continue
+    bash "$(dirname "${BASH_SOURCE[0]}")/timescaledb.sh" instance remove "$(basename "$d")" \
+        || die "could not remove the test's TimescaleDB instance $(basename "$d")"
+done
 if [ "$DEBIAN_MAJOR" = 12 ]; then
     if [ -x "$ROOT$PGBIN/pg_ctl" ]; then
         PGCTL="$PGBIN/pg_ctl -D /var/lib/postgresql/17/main"
