@@ -14,8 +14,12 @@ import psycopg
 import pytest
 import redis
 
+from tests.support.stores import host_port, with_hostport
+from tests.support.tcpproxy import TcpProxy
 from workers import leases, runctl
+from workers.app import make_app
 from workers.clocks import measure_offset, reference_now_ns
+from workers.coordinator import Coordinator
 
 pytestmark = pytest.mark.integration
 
@@ -159,3 +163,39 @@ def test_a_slow_reference_path_marks_the_clock_suspect() -> None:
     assert est.rtt_ns >= 20_000_000
     assert est.suspect
     assert abs(est.offset_wall_ns) <= est.uncertainty_ns
+
+
+def test_a_wait_for_the_run_s_end_rides_through_a_store_outage(store_url: str) -> None:
+    """`submit`'s wait (Coordinator.wait) while the store is cut: it reconnects and returns the
+    run's end once the store is back, instead of failing while every shard goes on (the fleet
+    test's TimescaleDB restart found it failing on the first refused connection)."""
+    with psycopg.connect(store_url, autocommit=True) as conn:
+        run_id = _make_run(conn, ["r-0"])
+        lease = leases.claim_shard(conn, run_id, "r-0", "w", host="h", pid=1, ttl_s=60)
+        assert lease is not None
+    host, port = host_port(store_url)
+    out: list[object] = []
+    with TcpProxy(host, port) as proxy:
+        redis_url = "redis://127.0.0.1:1/0"  # the wait never uses it
+        coord = Coordinator(
+            with_hostport(store_url, "127.0.0.1", proxy.port), redis_url, make_app(redis_url)
+        )
+
+        def wait() -> None:
+            try:
+                out.append(coord.wait(run_id, poll_s=0.1, timeout_s=60))
+            except BaseException as exc:  # reported below
+                out.append(exc)
+
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        time.sleep(0.5)
+        proxy.pause()
+        proxy.reset_all()  # the wait's connection is cut, and a new one gets nowhere
+        time.sleep(1.5)
+        assert not out, out  # still waiting, not failed
+        with psycopg.connect(store_url, autocommit=True) as conn:  # the shard ends meanwhile
+            assert leases.finish_shard(conn, lease, "completed", requests_scheduled=0)
+        proxy.resume()
+        waiter.join(30)
+    assert out == ["completed"]
