@@ -97,6 +97,19 @@ class Fleet:
         assert launch.started, launch.reason
         return launch.run_id
 
+    def submit_with_rows(self, duration_s: float) -> str:
+        """Submit, and return once the run's first 64 rows are stored."""
+        run_id = self.submit(duration_s)
+        with self.conn() as conn:
+            wait_for(
+                lambda: _value(
+                    conn, "SELECT count(*) >= 64 FROM requests WHERE run_id = %s", run_id
+                ),
+                30,
+                "the first rows",
+            )
+        return run_id
+
     def conn(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self.db.url, autocommit=True)
 
@@ -170,13 +183,7 @@ def test_64_shards_in_10_regions_through_a_pool_of_20(fleet: Fleet) -> None:
 
 
 def test_the_store_unreachable_under_the_fleet_is_spooled_and_replayed(fleet: Fleet) -> None:
-    run_id = fleet.submit(8)
-    with fleet.conn() as conn:
-        wait_for(
-            lambda: _value(conn, "SELECT count(*) >= 64 FROM requests WHERE run_id = %s", run_id),
-            30,
-            "the first rows",
-        )
+    run_id = fleet.submit_with_rows(8)
     fleet.db_proxy.pause()
     fleet.db_proxy.reset_all()  # every server connection PgBouncer holds is cut
     time.sleep(5.0)
@@ -199,13 +206,7 @@ def test_redis_killed_and_restarted_under_the_fleet(fleet: Fleet) -> None:
 
 
 def test_timescaledb_restarted_under_the_fleet(fleet: Fleet) -> None:
-    run_id = fleet.submit(8)
-    with fleet.conn() as conn:
-        wait_for(
-            lambda: _value(conn, "SELECT count(*) >= 64 FROM requests WHERE run_id = %s", run_id),
-            30,
-            "the first rows",
-        )
+    run_id = fleet.submit_with_rows(8)
     fleet.server.halt()  # the server itself ends every session (PgBouncer's too), then is gone
     time.sleep(3.0)
     fleet.server.start()
