@@ -130,6 +130,7 @@ def finalize_run(conn: psycopg.Connection[Any], run_id: str) -> str | None:
                 (run_id,),
             ).fetchall()
         )
+        reasons.extend(_store_outage(conn, run_id))
         invalid: list[str] = []
         for r in rows:
             invalid.extend(f"{r[0]}: {x}" for x in (r[5] or []))
@@ -152,6 +153,28 @@ def finalize_run(conn: psycopg.Connection[Any], run_id: str) -> str | None:
         )
     log.info("run %s finished: %s", run_id, status)
     return status
+
+
+def _store_outage(conn: psycopg.Connection[Any], run_id: str) -> list[str]:
+    """One line if any shard's writer spooled while the store was unreachable (its counts in
+    shards.extra.store): how many shards, batches spooled and replayed, records lost."""
+    row = conn.execute(
+        """
+        SELECT count(*), sum((extra->'store'->>'spooled_batches')::bigint),
+               sum((extra->'store'->>'replayed_batches')::bigint),
+               sum((extra->'store'->>'records_lost')::bigint)
+          FROM shards
+         WHERE run_id = %s AND (extra->'store'->>'spooled_batches')::bigint > 0
+        """,
+        (run_id,),
+    ).fetchone()
+    if row is None or not row[0]:
+        return []
+    shards, spooled, replayed, lost = (int(x or 0) for x in row)
+    return [
+        f"the store was unreachable mid-run: {shards} shard(s) spooled {spooled} batch(es) "
+        f"and replayed {replayed}" + (f"; {lost} records lost" if lost else "")
+    ]
 
 
 def _merge_levels(conn: psycopg.Connection[Any], run_id: str) -> None:

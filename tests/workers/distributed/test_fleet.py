@@ -225,6 +225,13 @@ def test_timescaledb_restarted_under_the_fleet(fleet: Fleet) -> None:
     assert met, "no shard says it spooled while the database was down"
     assert all(st["replayed_batches"] == st["spooled_batches"] for st in met.values()), met
     assert all(st["records_lost"] == 0 for st in stores.values())
+    with fleet.conn() as conn:
+        _, reason = run_status(conn, run_id)
+    spooled = sum(st["spooled_batches"] for st in met.values())
+    assert reason == (  # the run's own row says what it rode through
+        f"the store was unreachable mid-run: {len(met)} shard(s) spooled {spooled} batch(es) "
+        f"and replayed {spooled}"
+    )
 
 
 def test_zz_a_killed_region_leaves_the_run_partial_with_its_rows_kept(fleet: Fleet) -> None:
