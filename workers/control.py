@@ -82,10 +82,9 @@ class ShardControl(threading.Thread):
                     conn = pg_connect(self._url, autocommit=True, connect_timeout=5)
                 now = time.perf_counter_ns()
                 if now - last_renew >= renew_every_ns:
-                    renewed = leases.renew_lease(conn, self._lease, self._ttl_s)
-                    if not renewed and self._finishing.is_set():
-                        break  # the final state is written: the lease went with it
-                    if not renewed:
+                    if not leases.renew_lease(conn, self._lease, self._ttl_s):
+                        if self._finishing.is_set():
+                            break  # the final state is written: the lease went with it
                         self.fenced_out = True
                         self._trigger_abort("fenced out: lease lost (the shard was reaped)")
                     last_renew = now

@@ -70,10 +70,11 @@ host    all   all   127.0.0.1/32      scram-sha-256
 instance() {  # start NAME PORT | halt NAME | remove NAME
     local verb=${1:-} name=${2:-} port=${3:-}
     [[ "$name" =~ ^[a-z0-9_-]+$ ]] || die "instance: a NAME of a-z, 0-9, _ or - is needed"
-    local dir=/var/lib/postgresql/peakload-instances/$name run=()
+    local dir=/var/lib/postgresql/peakload-instances/$name run=() under=""
     if [ "$DEBIAN_MAJOR" -ge 13 ] 2>/dev/null; then
         run=(su postgres -c)
     elif [ "$DEBIAN_MAJOR" = 12 ]; then
+        under=" under $ROOT"
         [ -x "$ROOT$PGBIN/initdb" ] || die "instance: no Debian 13 root at $ROOT: run $0 once first"
         mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc" \
             || die "mount -t proc proc $ROOT/proc failed"
@@ -100,7 +101,7 @@ instance() {  # start NAME PORT | halt NAME | remove NAME
         fi
         "${run[@]}" "$pgctl status" >/dev/null 2>&1 \
             || "${run[@]}" "$pgctl -w -t 60 start" >&2 || die "instance $name did not start \
-(see $dir/server.log${ROOT:+ under $ROOT})"
+(see $dir/server.log$under)"
         "${run[@]}" "psql -p $port -Atq -d postgres -c \"SELECT 1 FROM pg_database \
 WHERE datname = '$DB'\" | grep -q 1 || createdb -p $port $DB" \
             || die "CREATE DATABASE $DB failed in instance $name"

@@ -70,6 +70,12 @@ class Committer:
         self.next_connect = time.perf_counter() + self.backoff
         self.backoff = min(BACKOFF_MAX_S, self.backoff * 2)
 
+    def _lost(self) -> Lost:
+        """The connection is given up and a new one scheduled; the batch's outcome unknown."""
+        self.drop()
+        self._schedule_retry()
+        return Lost()
+
     def drop(self) -> None:
         if self.conn is not None:
             try:
@@ -106,12 +112,9 @@ class Committer:
             if counts is None:
                 counts = write(staged=True)
         except psycopg.Error as e:
-            broken = conn.closed or conn.broken or isinstance(e, psycopg.OperationalError)
             self.stats.last_error = str(e).strip()[:300]
-            if broken:
-                self.drop()
-                self._schedule_retry()
-                raise Lost from e
+            if conn.closed or conn.broken or isinstance(e, psycopg.OperationalError):
+                raise self._lost() from e
             raise Rejected(str(e)) from e
         except Exception as e:
             if not raised_by_the_driver(e):
@@ -120,9 +123,7 @@ class Committer:
             # more than one result while its database restarted): the connection is unusable
             # and the batch's outcome unknown
             self.stats.last_error = f"driver: {e!r}"[:300]
-            self.drop()
-            self._schedule_retry()
-            raise Lost from e
+            raise self._lost() from e
         finally:
             watchdog.cancel()
         inserted, ticks_inserted = counts
