@@ -31,11 +31,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special
 
 from analysis import metrics as m
 from analysis.stats import percentiles as pc
 from analysis.stats.cluster import cluster_percentile_draws
+from analysis.stats.rank_test import mann_whitney_p
 from analysis.stats.ranks import bootstrap_ranks
 from analysis.verdicts import family
 
@@ -124,7 +125,7 @@ def z_pvalues(delta: float, se: float) -> tuple[float, float]:
     if not (math.isfinite(delta) and math.isfinite(se)) or se <= 0:
         return math.nan, math.nan
     z = delta / se
-    return float(stats.norm.sf(z)), float(stats.norm.cdf(z))
+    return float(special.ndtr(-z)), float(special.ndtr(z))
 
 
 def compare_samples(
@@ -190,7 +191,7 @@ def compare_samples(
             if testable[i]:
                 p_w, p_b = z_pvalues(delta, float(se[i]))
                 if p == 50.0 and b.clusters is None:  # the median of a per-request metric
-                    p_w, p_b = _mwu(b.values, c.values)
+                    p_w, p_b = mann_whitney_p(c.values, b.values)  # requests as the units
                     row["test"] = "Mann-Whitney U"
                 row.update(
                     ci_lower=float(lo[i]),
@@ -257,13 +258,6 @@ def label_differences(
         if bl.get(key) != cl.get(key):
             diffs[f"labels.{key}"] = (bl.get(key), cl.get(key))
     return diffs
-
-
-def _mwu(b: np.ndarray, c: np.ndarray) -> tuple[float, float]:
-    """One-sided Mann-Whitney U p-values (candidate larger, smaller), requests as the units."""
-    worse = float(stats.mannwhitneyu(c, b, alternative="greater").pvalue)
-    better = float(stats.mannwhitneyu(c, b, alternative="less").pvalue)
-    return worse, better
 
 
 def _num(x: float) -> float | None:
