@@ -19,6 +19,11 @@ The rule, each step one Lua script (atomic):
 Every shard, a late one included, then pools exactly the closed set's samples in shard-id order,
 and starts its next level at one instant after the close (`Pooled.closed_at_ref_ns`: Redis's
 clock is the run's reference clock, workers/clocks.py), not when it happened to see it.
+- A shard that stops early and knows it (Celery's soft time limit, an abort, a deadline, an
+  error its loop survived) leaves: it is listed in the run's `…:left` set, which counts as handed
+  in for every pool from then on, and the pool it would have joined next closes at once if the
+  rest are in. The others go on without waiting the bound for it (a shard killed outright
+  cannot leave: that one is waited for once, as above).
 A lost connection (Redis restarting) is retried up to the bound; if Redis lost the keys, the
 closing shard's own samples are in again, and the closed set says who else was.
 """
@@ -56,23 +61,33 @@ TTL_MARGIN_S = 3600.0  # keys outlive the run's planned duration by this much
 # bound.
 WAKE_S = 1.0
 
-# KEYS: members, data, closed, previous closed, go. ARGV: shard id, ttl s, planned ids (JSON),
-# force ("1": close now, with whoever is in), then metric name / packed samples pairs. Returns
-# the closed set (JSON list) or false while it stays open.
+# KEYS: members, data, closed, previous closed, go, left (the run's). ARGV: shard id, ttl s,
+# planned ids (JSON), mode ("0": hand in; "1": hand in and close now, with whoever is in; "2":
+# leave), then metric name / packed samples pairs. Returns the closed set (JSON list) or false
+# while it stays open.
 _JOIN = """
+if ARGV[4] == '2' then
+  redis.call('SADD', KEYS[6], ARGV[1])
+  redis.call('EXPIRE', KEYS[6], ARGV[2])
+end
 local closed = redis.call('GET', KEYS[3])
 if closed then return closed end
-for i = 5, #ARGV, 2 do
-  redis.call('HSET', KEYS[2], ARGV[1] .. '\\n' .. ARGV[i], ARGV[i + 1])
+if ARGV[4] == '2' then
+  if redis.call('SCARD', KEYS[1]) == 0 then return false end
+else
+  for i = 5, #ARGV, 2 do
+    redis.call('HSET', KEYS[2], ARGV[1] .. '\\n' .. ARGV[i], ARGV[i + 1])
+  end
+  redis.call('SADD', KEYS[1], ARGV[1])
+  redis.call('EXPIRE', KEYS[1], ARGV[2])
+  redis.call('EXPIRE', KEYS[2], ARGV[2])
 end
-redis.call('SADD', KEYS[1], ARGV[1])
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-redis.call('EXPIRE', KEYS[2], ARGV[2])
 if ARGV[4] ~= '1' then
   local prev = redis.call('GET', KEYS[4])
   local expected = prev and cjson.decode(prev)['members'] or cjson.decode(ARGV[3])
   for _, sid in ipairs(expected) do
-    if redis.call('SISMEMBER', KEYS[1], sid) == 0 then return false end
+    if redis.call('SISMEMBER', KEYS[1], sid) == 0 and redis.call('SISMEMBER', KEYS[6], sid) == 0
+    then return false end
   end
 end
 local m = redis.call('SMEMBERS', KEYS[1])
@@ -122,6 +137,7 @@ class RedisPool:
         self.shard_ids = sorted(shard_ids)
         self.wait_s, self.ttl_s = wait_s, max(1, int(ttl_s))
         self._client: aioredis.Redis | None = None
+        self._next_run = 0  # the level run this shard would hand in next
 
     def key(self, run: int, part: str) -> str:
         return f"{PREFIX}:{self.run_id}:{run}:{part}"
@@ -147,21 +163,42 @@ class RedisPool:
             await self._client.aclose()
             self._client = None
 
+    def _keys(self, run: int) -> list[str]:
+        """The script's KEYS for level run `run` (see _JOIN)."""
+        here = [self.key(run, p) for p in ("members", "data", "closed")]
+        return [*here, self.key(run - 1, "closed"), self.key(run, "go"), self._left_key()]
+
+    def _left_key(self) -> str:
+        return f"{PREFIX}:{self.run_id}:left"
+
+    async def leave(self, shard_id: str, timeout_s: float) -> None:
+        """This shard hands in no more: the others stop waiting for it (the pool it would have
+        joined next closes now if everyone else is in). Best effort within `timeout_s`: if Redis
+        does not answer, the others wait the bound, as for a shard that died."""
+        from redis import exceptions as redis_errors
+
+        args: list[Any] = [shard_id, self.ttl_s, json.dumps(self.shard_ids), "2"]
+        keys = self._keys(self._next_run)
+        try:
+            await asyncio.wait_for(self._redis().eval(_JOIN, 6, *keys, *args), timeout_s)
+        except (TimeoutError, redis_errors.RedisError, OSError) as exc:
+            log.warning("sample pool: could not leave run %s's pool (%s)", self.run_id, exc)
+
     async def pool(self, run: int, shard_id: str, samples: dict[str, list[float]]) -> Pooled:
-        members, data, closed_key = (self.key(run, p) for p in ("members", "data", "closed"))
-        go = self.key(run, "go")
-        keys = [members, data, closed_key, self.key(run - 1, "closed"), go]
+        self._next_run = run + 1
+        keys = self._keys(run)
+        _, data, closed_key, _, go, _ = keys
         args: list[Any] = [shard_id, self.ttl_s, json.dumps(self.shard_ids), "0"]
         for name, raw in pack(samples):
             args += [name, raw]
         end = time.monotonic() + self.wait_s
-        closed = await self._retry(lambda r: r.eval(_JOIN, 5, *keys, *args), end)
+        closed = await self._retry(lambda r: r.eval(_JOIN, 6, *keys, *args), end)
         while not closed and (left := end - time.monotonic()) > 0:
             await self._retry(partial(_wake, go=go, timeout_s=min(WAKE_S, max(left, 0.01))), end)
             closed = await self._retry(lambda r: r.get(closed_key), end)
         if not closed:  # the bound: close with whoever is in (this shard too, if Redis forgot)
             args[3] = "1"
-            closed = await self._retry(lambda r: r.eval(_JOIN, 5, *keys, *args), None)
+            closed = await self._retry(lambda r: r.eval(_JOIN, 6, *keys, *args), None)
         closing = json.loads(closed)
         listed = closing["members"]
         present = [str(x) for x in listed] if isinstance(listed, list) else []  # {} = empty

@@ -52,6 +52,7 @@ DB_RETRY_S = 300.0  # how long the final bookkeeping retries through a store out
 # this long before the start, a blocking sleep the rest
 LOOP_SLEEP_MARGIN_NS = 3_000_000
 POOL_CONNECT_S = 1.0  # how long a shard waits for its sample pool's Redis before the start
+POOL_LEAVE_S = 2.0  # how long a shard that stopped early tries to tell its sample pool so
 # how long after its start a shard tells the store it is running: past the instant at which
 # every shard of a host wakes, before its first tick
 MARK_RUNNING_AFTER_S = 0.25
@@ -325,6 +326,10 @@ class _Job:
                 if recorder is not None:
                     await recorder.stop()
                 if sample_pool is not None:
+                    if self.result is None or self.result.status != "completed":
+                        # stopped early (a soft time limit, an abort, a deadline): the other
+                        # shards need not wait the pool's bound for this one
+                        await sample_pool.leave(plan.shard_id, POOL_LEAVE_S)
                     await sample_pool.aclose()
             self.status = _STATUS.get(self.result.status, "failed")
             self.reason = None if self.status == "completed" else f"runner: {self.result.status}"

@@ -131,10 +131,13 @@ def test_prometheus_scrapes_a_run_and_holds_the_stores_counts(
     )
     db = fresh_database(plain_url)
     spec = tmp_path / "spec.toml"
-    spec.write_text(spec_text(sim.base_url))
+    # in flight shows from the first tick (1 s) to the run's end: 3 s of it, scraped every 0.5 s
+    # with as long to answer (in CI a 0.2-s timeout lost every mid-run scrape on the loaded
+    # host: 6 scrapes, 2 answered, both after the run)
+    spec.write_text(spec_text(sim.base_url).replace("duration_s = 3", "duration_s = 4"))
     port = free_port()
     out = tmp_path / "summary.json"
-    with start_prometheus([f"127.0.0.1:{port}"], interval_s=0.2) as prom:
+    with start_prometheus([f"127.0.0.1:{port}"], interval_s=0.5) as prom:
         proc = peakload(
             [
                 "run", str(spec), "--json", str(out), "--no-probe", "--quiet",

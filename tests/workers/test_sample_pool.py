@@ -297,3 +297,43 @@ def test_a_pool_connects_before_the_run_and_a_dead_redis_costs_only_the_bound(
         return time.monotonic() - t0
 
     assert asyncio.run(dead()) < 1.5
+
+
+def test_a_shard_that_leaves_is_not_waited_for_now_or_later(redis_url: str) -> None:
+    """us-1 stops early and says so (workers/shard_exec.py on a soft time limit): the two
+    waiting in level run 0 close at once without it, not after the 30-s bound, and level run 1
+    does not wait for it either; a shard that left before anyone handed in is skipped too."""
+    run_id = str(uuid.uuid4())
+
+    async def scenario() -> tuple[list[Pooled], float, Pooled, float]:
+        waiting = asyncio.ensure_future(_hand_in(redis_url, run_id, 0, ["eu-0", "us-0"], 30.0))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        leaver = _pool(redis_url, run_id)
+        t0 = time.monotonic()
+        await leaver.leave("us-1", timeout_s=2.0)
+        await leaver.aclose()
+        first = await waiting
+        closed_after = time.monotonic() - t0
+        t1 = time.monotonic()
+        second = await _hand_in(redis_url, run_id, 1, ["eu-0", "us-0"], 30.0)
+        return first, closed_after, second[0], time.monotonic() - t1
+
+    first, closed_after, second, second_s = asyncio.run(scenario())
+    assert closed_after < 5.0 and second_s < 5.0  # the bound is 30 s
+    for p in (*first, second):
+        assert p.shards == ("eu-0", "us-0") and p.missing == ("us-1",)
+    assert first[0].samples == first[1].samples  # one answer
+
+    early = str(uuid.uuid4())  # left before anyone handed in at level run 0
+
+    async def before() -> list[Pooled]:
+        leaver = _pool(redis_url, early)
+        await leaver.leave("eu-0", timeout_s=2.0)
+        await leaver.aclose()
+        return await _hand_in(redis_url, early, 0, ["us-0", "us-1"], 30.0)
+
+    t2 = time.monotonic()
+    got = asyncio.run(before())
+    assert time.monotonic() - t2 < 5.0
+    assert all(p.shards == ("us-0", "us-1") and p.missing == ("eu-0",) for p in got)

@@ -8,6 +8,7 @@ hands in nothing: test_search_pool's dead shard shows it named too.)"""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import psycopg
@@ -20,6 +21,7 @@ from tests.support.celery_workers import Cluster, SimServer
 from tests.workers.distributed.helpers import coordinator, run_status, shards
 from workers.app import TASK_RUN_SHARD, region_queue, shard_time_limits
 from workers.coordinator import SubmitOptions
+from workers.sample_pool import WAIT_MARGIN_S
 from workers.shard_exec import planned_duration_s
 
 # serial: a soft time limit must land while the search runs; the loaded parallel phase moved it
@@ -102,5 +104,13 @@ def test_a_shard_stopped_by_celery_s_soft_limit_is_named_in_the_answer(
         assert stored["tried"] == full and stored["pooled"] is True
         assert stored["stopped_early"] == ["b-0"]
         assert stored["pool_complete"] is False and stored["missing_shards"] == ["b-0"]
+        # b-0 left the pool as it stopped: a-0 did not wait the pool's bound for it (before,
+        # one gap between levels was the whole bound, about 21 s)
+        spans = conn.execute(
+            "SELECT started_at, ended_at FROM run_levels WHERE run_id = %s ORDER BY started_at",
+            (run_id,),
+        ).fetchall()
+        gaps = [(b[0] - a[1]).total_seconds() for a, b in pairwise(spans)]
+        assert gaps and max(gaps) < WAIT_MARGIN_S, gaps
         line = search_line(summarize_run(conn, run_id))
     assert line is not None and "b-0 stopped before the search ended" in line
