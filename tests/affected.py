@@ -11,6 +11,10 @@ a few seconds:
   (`"-m", "ui"`: a test that runs the CLI in a subprocess reaches all of it), or a file beside
   the module (`st.Page("views/runs.py")`);
 - a test module reaches every `conftest.py` above it.
+The CLI's command table (`COMMANDS` in ui/cli.py) names every command's module, but a command
+runs only when asked for by name: the path from a command's module up through ui/cli.py counts
+only for the modules on the way up (the test or a helper it uses) that name that command as a
+string (`"run"`), or import the table itself (a test over every command).
 A changed file that is not Python counts as a change to every module in its folder (or the
 nearest folder up that has modules: a preset's TOML) and to every test that names the file
 (README.md's exit-code table, docs/HOSTILE_INPUT.md); prose outside the packages changes
@@ -22,9 +26,10 @@ from __future__ import annotations
 
 import ast
 import subprocess
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from functools import cache
+from itertools import pairwise
 from pathlib import Path
 
 PACKAGES = ("loadgen", "workers", "analysis", "ui", "tests", "bench")
@@ -76,10 +81,8 @@ def _file_near(root: Path, path: Path, text: str) -> Path | None:
 def _parsed(path: Path, mtime_ns: int) -> tuple[frozenset[tuple[int, str]], frozenset[str]]:
     """A file's imports, as (level, dotted name) with `from a import b` giving both `a` and
     `a.b`, and its string constants; cached by modification time (one parse per file)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     imports: set[tuple[int, str]] = set()
-    strings: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(_tree(path, mtime_ns)):
         if isinstance(node, ast.Import):
             imports.update((0, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -88,9 +91,38 @@ def _parsed(path: Path, mtime_ns: int) -> tuple[frozenset[tuple[int, str]], froz
             imports.update(
                 (node.level, f"{base}.{alias.name}" if base else alias.name) for alias in node.names
             )
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            strings.add(node.value)
-    return frozenset(imports), frozenset(strings)
+    return frozenset(imports), frozenset(_strings(path, mtime_ns))
+
+
+@cache
+def _tree(path: Path, mtime_ns: int) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+@cache
+def _strings(path: Path, mtime_ns: int) -> Counter[str]:
+    """How often each string constant occurs in a file."""
+    return Counter(
+        node.value
+        for node in ast.walk(_tree(path, mtime_ns))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    )
+
+
+@cache
+def _words(path: Path, mtime_ns: int) -> frozenset[str]:
+    """The string constants of a file that are not only the module of a `-m` (`"-m", "ui"`
+    names the package; the `ui` after it names the command)."""
+    after_m: Counter[str] = Counter()
+    for node in ast.walk(_tree(path, mtime_ns)):
+        items = node.elts if isinstance(node, ast.List | ast.Tuple) else None
+        if items is None and isinstance(node, ast.Call):
+            items = node.args
+        for flag, value in pairwise(items or ()):
+            named = isinstance(value, ast.Constant) and isinstance(value.value, str)
+            if named and isinstance(flag, ast.Constant) and flag.value == "-m":
+                after_m[str(value.value)] += 1
+    return frozenset(w for w, n in _strings(path, mtime_ns).items() if n > after_m[w])
 
 
 def imports_of(root: Path, module: str, path: Path, modules: dict[str, Path]) -> set[str]:
@@ -129,16 +161,88 @@ def _conftests_above(root: Path, path: Path, modules: dict[str, Path]) -> set[st
     return found
 
 
+@cache
+def _fixture_facts(path: Path, mtime_ns: int) -> tuple[frozenset[str], frozenset[str], bool]:
+    """A module's fixtures (names), the names its code uses (arguments, names, strings: the
+    fixtures it may request) and whether it applies to every test (a `pytest_*` hook or an
+    autouse fixture)."""
+    tree = _tree(path, mtime_ns)
+    fixtures: set[str] = set()
+    used: set[str] = set()
+    everywhere = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            marks = " ".join(ast.unparse(d) for d in node.decorator_list)
+            if "fixture" in marks:
+                fixtures.add(node.name)
+                everywhere |= "autouse=True" in marks
+            everywhere |= node.name.startswith("pytest_")
+        elif isinstance(node, ast.arg):
+            used.add(node.arg)
+        elif isinstance(node, ast.Name):
+            used.add(node.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            used.add(node.value)
+    return frozenset(fixtures), frozenset(used), everywhere
+
+
+def _facts(path: Path) -> tuple[frozenset[str], frozenset[str], bool]:
+    return _fixture_facts(path, path.stat().st_mtime_ns)
+
+
+def _plugins_of(path: Path, modules: dict[str, Path]) -> list[str]:
+    """The project modules a conftest loads through `pytest_plugins`."""
+    for node in _tree(path, path.stat().st_mtime_ns).body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "pytest_plugins" for t in node.targets)
+            and isinstance(node.value, ast.List | ast.Tuple)
+        ):
+            names = (e.value for e in node.value.elts if isinstance(e, ast.Constant))
+            return [n for n in names if isinstance(n, str) and n in modules]
+    return []
+
+
+def _plugins_needed(used: frozenset[str], plugins: list[str], modules: dict[str, Path]) -> set[str]:
+    """The plugin modules a test needs: those that apply to every test, and those whose
+    fixtures it (or a fixture it needs, through any plugin) may request by name."""
+    needed = {p for p in plugins if _facts(modules[p])[2]}
+    names = set(used)
+    grew = True
+    while grew:
+        grew = False
+        for p in plugins:
+            if p not in needed and _facts(modules[p])[0] & names:
+                needed.add(p)
+                grew = True
+        for p in needed:
+            if not _facts(modules[p])[1] <= names:
+                names |= _facts(modules[p])[1]
+                grew = True
+    return needed
+
+
 def dependents(modules: dict[str, Path], root: Path) -> dict[str, set[str]]:
     """For each module, the modules that reach it directly (the reversed graph); a module in
-    `modules` whose file is gone (a deletion) is a name others may still import."""
+    `modules` whose file is gone (a deletion) is a name others may still import. A conftest's
+    `pytest_plugins` count for a test only where it needs them (`_plugins_needed`): a plugin's
+    fixtures serve the tests that ask for them."""
     reverse: dict[str, set[str]] = defaultdict(set)
+    plugins_of = {
+        name: _plugins_of(path, modules)
+        for name, path in modules.items()
+        if path.name == "conftest.py" and path.exists()
+    }
     for name, path in modules.items():
         if not path.exists():
             continue
-        reached = imports_of(root, name, path, modules)
+        reached = imports_of(root, name, path, modules) - set(plugins_of.get(name, ()))
         if path.name.startswith("test_"):
-            reached |= _conftests_above(root, path, modules)
+            above = _conftests_above(root, path, modules)
+            reached |= above
+            used = _facts(path)[1].union(*(_facts(modules[c])[1] for c in above))
+            plugins = [p for c in sorted(above) for p in plugins_of.get(c, ())]
+            reached |= _plugins_needed(used, plugins, modules)
         for target in reached:
             reverse[target].add(name)
     return reverse
@@ -167,6 +271,37 @@ def changed_modules(root: Path, files: Iterable[str], modules: dict[str, Path]) 
     return touched
 
 
+CLI = "ui.cli"  # the module whose COMMANDS table names each command's module by string
+
+
+def command_table(root: Path) -> dict[str, frozenset[str]]:
+    """Each command module of ui/cli.py's `COMMANDS` and the command names that load it."""
+    path = root / "ui" / "cli.py"
+    if not path.is_file():
+        return {}
+    names: dict[str, set[str]] = defaultdict(set)
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        value = getattr(node, "value", None)
+        if not (isinstance(target, ast.Name) and target.id == "COMMANDS"):
+            continue
+        if isinstance(value, ast.Dict):
+            for key, entry in zip(value.keys, value.values, strict=True):
+                first = entry.elts[0] if isinstance(entry, ast.Tuple) and entry.elts else None
+                if isinstance(key, ast.Constant) and isinstance(first, ast.Constant):
+                    names[str(first.value)].add(str(key.value))
+    return {module: frozenset(cmds) for module, cmds in names.items()}
+
+
+def _names_command(path: Path, commands: frozenset[str]) -> bool:
+    """Whether a module names one of `commands` as a string, or imports the table itself."""
+    mtime = path.stat().st_mtime_ns
+    imports = _parsed(path, mtime)[0]
+    return bool(_words(path, mtime) & commands) or (0, f"{CLI}.COMMANDS") in imports
+
+
 def affected_tests(root: Path, files: Iterable[str]) -> list[str] | None:
     """The test files (relative paths, sorted) that reach a changed file; None: every test."""
     files = list(files)
@@ -177,17 +312,39 @@ def affected_tests(root: Path, files: Iterable[str]) -> list[str] | None:
     gone = {m: root / f for f in files if f.endswith(".py") and (m := module_name(root, root / f))}
     modules.update({m: p for m, p in gone.items() if m not in modules and m in start})
     reverse = dependents(modules, root)
-    seen = set(start)
-    todo = list(start)
+    table = command_table(root)
+    direct = set()  # what ui/cli.py imports outright (not through its table)
+    if CLI in modules and modules[CLI].exists():
+        direct = {
+            r
+            for _, name in _parsed(modules[CLI], modules[CLI].stat().st_mtime_ns)[0]
+            if (r := _resolve(name, modules)) is not None
+        }
+    # (module, the commands a path up from it still needs named; None: none)
+    State = tuple[str, frozenset[str] | None]
+    seen: set[State] = {(name, None) for name in start}
+    todo = list(seen)
     while todo:
-        for importer in reverse.get(todo.pop(), ()):
-            if importer not in seen:
-                seen.add(importer)
-                todo.append(importer)
+        name, needs = todo.pop()
+        for importer in reverse.get(name, ()):
+            wanted = needs
+            if importer == CLI and name in table and name not in direct:
+                wanted = table[name] if needs is None else needs
+            path = modules.get(importer)
+            # (the table itself names every command: that is not asking for one)
+            if wanted is not None and importer != CLI and path is not None and path.exists():
+                wanted = None if _names_command(path, wanted) else wanted
+            state = (importer, wanted)
+            if state not in seen:
+                seen.add(state)
+                todo.append(state)
     tests = {
         str(modules[name].relative_to(root))
-        for name in seen
-        if name in modules and modules[name].name.startswith("test_") and modules[name].exists()
+        for name, needs in seen
+        if needs is None
+        and name in modules
+        and modules[name].name.startswith("test_")
+        and modules[name].exists()
     }
     return sorted(tests)
 

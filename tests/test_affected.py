@@ -25,7 +25,11 @@ FILES = {
     "loadgen/sim/__main__.py": "import loadgen.leaf\n",
     "ui/__init__.py": "",
     "ui/__main__.py": "from ui.cli import main\n",
-    "ui/cli.py": 'COMMANDS = {"run": ("ui.commands.run", "run_command")}\n',
+    "ui/cli.py": (
+        'COMMANDS = {"run": ("ui.commands.run", "run_command"),'
+        ' "report": ("ui.commands.report", "report_command")}\n'
+    ),
+    "ui/commands/report.py": "X = 0\n",
     "ui/commands/__init__.py": "",
     "ui/commands/run.py": "from pathlib import Path\nAPP = Path(__file__).parents[1] / 'app.py'\n",
     "ui/app.py": 'PAGES = ["views/runs.py"]\n',
@@ -33,12 +37,17 @@ FILES = {
     "tests/__init__.py": "",
     "tests/conftest.py": 'pytest_plugins = ["tests.support.sim"]\n',
     "tests/support/__init__.py": "",
-    "tests/support/sim.py": 'ARGS = ["-m", "loadgen.sim"]\n',
+    "tests/support/sim.py": (
+        'import pytest\nARGS = ["-m", "loadgen.sim"]\n\n\n'
+        "@pytest.fixture\ndef sim():\n    return ARGS\n"
+    ),
     "tests/unit/__init__.py": "",
     "tests/unit/test_mid.py": "from loadgen import mid\n",
     "tests/unit/test_cli.py": 'CMD = ["python", "-m", "ui", "run"]\n',
     "tests/unit/test_readme.py": 'TABLE = "README.md"\n',
     "tests/unit/test_alone.py": "import json\n",
+    "tests/unit/test_sim.py": "def test_it(sim):\n    assert sim\n",
+    "tests/unit/test_report_cli.py": 'CMD = ["python", "-m", "ui", "report"]\n',
 }
 
 
@@ -58,17 +67,33 @@ def chosen(project: Path, *files: str) -> list[str] | None:
 def test_a_module_s_importers_and_their_tests_are_chosen(project: Path) -> None:
     # base <- mid <- test_mid; base <- rel (relative import) <- views/runs.py <- app.py (a file
     # named in a string) <- ui/commands/run.py <- ui/cli.py (the lazy table) <- ui/__main__
-    # (`-m ui`) <- test_cli; the sim (-m loadgen.sim) reaches only leaf
+    # (`-m ui`) <- test_cli, which asks for `run`; test_report_cli runs the CLI too, but asks
+    # for `report` only; the sim (-m loadgen.sim) reaches only leaf
     assert chosen(project, "loadgen/base.py") == ["test_cli.py", "test_mid.py"]
+    assert chosen(project, "ui/commands/report.py") == ["test_report_cli.py"]
+    assert chosen(project, "ui/cli.py") == ["test_cli.py", "test_report_cli.py"]
 
 
-def test_a_module_a_test_reaches_through_conftest_selects_every_test_under_it(
+def test_a_conftest_s_plugin_counts_for_the_tests_that_use_its_fixtures(
     project: Path,
 ) -> None:
-    # leaf <- loadgen/sim/__main__ ("-m", "loadgen.sim" in tests/support/sim.py) <- conftest
-    everything = ["test_alone.py", "test_cli.py", "test_mid.py", "test_readme.py"]
-    assert chosen(project, "loadgen/leaf.py") == everything
+    # leaf <- loadgen/sim/__main__ ("-m", "loadgen.sim" in tests/support/sim.py, a plugin of
+    # the conftest) <- test_sim, the one test asking for its fixture `sim`
+    assert chosen(project, "loadgen/leaf.py") == ["test_sim.py"]
+    everything = [
+        "test_alone.py",
+        "test_cli.py",
+        "test_mid.py",
+        "test_readme.py",
+        "test_report_cli.py",
+        "test_sim.py",
+    ]
     assert chosen(project, "tests/conftest.py") == everything
+    # a plugin with a hook applies to every test
+    (project / "tests/support/sim.py").write_text(
+        FILES["tests/support/sim.py"] + "\n\ndef pytest_runtest_setup(item):\n    pass\n"
+    )
+    assert chosen(project, "loadgen/leaf.py") == everything
 
 
 def test_a_test_with_nothing_changed_under_it_is_left_out(project: Path) -> None:
@@ -79,10 +104,9 @@ def test_a_test_with_nothing_changed_under_it_is_left_out(project: Path) -> None
 def test_data_files_count_for_their_folder_and_the_tests_that_name_them(project: Path) -> None:
     # a preset's TOML: no module beside it, so the package above (loadgen/__init__) counts
     assert chosen(project, "loadgen/presets/hosted.toml") == [
-        "test_alone.py",
         "test_cli.py",
         "test_mid.py",
-        "test_readme.py",
+        "test_sim.py",
     ]
     assert chosen(project, "README.md") == ["test_readme.py"]
 
@@ -134,6 +158,13 @@ def test_on_this_project_a_page_and_a_formula_reach_their_tests() -> None:
     assert page is not None and "tests/ui/test_browser.py" in page
     assert cost is not None and "tests/analysis/test_cost.py" in cost
     assert "tests/ui/test_browser.py" not in (affected_tests(ROOT, ["tests/test_phases.py"]) or [])
+    # a Redis helper of the distributed shards: not every test through the conftest's plugins
+    pool = affected_tests(ROOT, ["workers/sample_pool.py"]) or []
+    assert "tests/workers/test_sample_pool.py" in pool and "tests/cli/test_run_command.py" in pool
+    assert "tests/analysis/test_metrics.py" not in pool
+    # a page of the app: its tests, not every test that runs some command of the CLI
+    view = affected_tests(ROOT, ["ui/views/run.py"]) or []
+    assert "tests/ui/test_pages.py" in view and "tests/cli/test_run_command.py" not in view
 
 
 def test_an_unknown_base_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
