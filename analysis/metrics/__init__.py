@@ -25,7 +25,12 @@ from analysis.metrics.chunks import (
     max_itl_ms,
     per_token_values,
 )
-from analysis.metrics.failures import error_rates, failure_kind, token_agreement
+from analysis.metrics.failures import (
+    TOKEN_AGREEMENT_COLUMNS,
+    error_rates,
+    failure_kind,
+    token_agreement,
+)
 from analysis.metrics.latency import (
     e2e_ms,
     e2e_sched_ms,
@@ -55,6 +60,7 @@ from analysis.metrics.rates import (
     tokens_arrived,
 )
 from analysis.metrics.server import (
+    CONNECTION_COLUMNS,
     client_vs_server,
     connect_ms,
     connection_recorded,
@@ -65,8 +71,10 @@ from analysis.metrics.server import (
 )
 
 __all__ = [
+    "CONNECTION_COLUMNS",
     "PERCENTILE_METHOD",
     "SLO_METRICS",
+    "TOKEN_AGREEMENT_COLUMNS",
     "Arrivals",
     "BoolArray",
     "ChunkArrays",

@@ -37,6 +37,10 @@ def error_rates(df: pd.DataFrame) -> dict[str, dict[str, float]]:
     return {str(k): {"count": int(c), "rate": c / n} for k, c in counts.items()}
 
 
+TOKEN_AGREEMENT_COLUMNS = ("usage_completion_tokens", "client_tokens")
+"""The request columns `token_agreement` reads."""
+
+
 def token_agreement(df: pd.DataFrame) -> dict[str, float | int | None]:
     """Server usage vs client count, over requests with `usage_completion_tokens`: n, fraction
     exactly equal, mean and max |usage - client_tokens| and the mean relative difference

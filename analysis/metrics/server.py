@@ -22,6 +22,11 @@ def _opt(df: pd.DataFrame, name: str) -> FloatArray:
     return float_column(df, name) if name in df.columns else np.full(len(df), np.nan)
 
 
+CONNECTION_COLUMNS = ("sent_ns", "resent", "connect_ns")
+"""The request columns the connection metrics below read (`connect_ms`, `connection_recorded`,
+`new_connection_share`, `resent_total`)."""
+
+
 def connect_ms(df: pd.DataFrame) -> FloatArray:
     """Connection set-up inside a request: connect_ns / 1e6 (TCP and TLS, ms on the measuring
     host's monotonic clock); NaN where an idle kept-alive connection was reused."""

@@ -89,6 +89,11 @@ class _Values:
         self, df: pd.DataFrame, chunks: m.ChunkArrays, slos: Sequence[Mapping[str, Any]]
     ) -> None:
         self.df = df
+        # what a block's token agreement and connections read: a block masks these few columns,
+        # not the whole frame (16 blocks of 100k rows: 0.2 s of copying)
+        self.block_columns = df[
+            [c for c in (*m.TOKEN_AGREEMENT_COLUMNS, *m.CONNECTION_COLUMNS) if c in df.columns]
+        ]
         self.chunks = chunks
         self.ok = (df["outcome"] == "ok").to_numpy()
         self.steady = (df["phase"] == "steady").to_numpy()
@@ -147,7 +152,7 @@ def _block(
     df = v.df
     win = m.level_window(level, df, rows)
     window = win.seconds
-    sub = df[rows]
+    sub = v.block_columns[rows]
     lat = rows & v.ok & v.steady
     out: dict[str, Any] = {
         "requests_ok": int((rows & v.ok).sum()),

@@ -203,11 +203,12 @@ def client_ttft_series(df: pd.DataFrame, bucket_s: float) -> pd.DataFrame:
     cols = ["bucket", "ttft_p50_ms", "ttft_p90_ms"]
     if df.empty:
         return pd.DataFrame(columns=cols)
-    ok = df[(df["outcome"] == "ok") & df["first_token_ns"].notna()]
-    if ok.empty:
+    keep = np.asarray((df["outcome"] == "ok") & df["first_token_ns"].notna(), dtype=bool)
+    if not keep.any():
         return pd.DataFrame(columns=cols)
-    arrived = ok["scheduled_at"] + pd.to_timedelta(ok["first_token_ns"].astype("float64"), "ns")
-    t = pd.DataFrame({"bucket": bucket_of(arrived, bucket_s), "ttft": m.ttft_ms(ok)})
+    first = df["first_token_ns"][keep].astype("float64")
+    arrived = df["scheduled_at"][keep] + pd.to_timedelta(first, "ns")
+    t = pd.DataFrame({"bucket": bucket_of(arrived, bucket_s), "ttft": m.ttft_ms(df)[keep]})
     g = t.groupby("bucket")["ttft"]
     out = pd.DataFrame({"ttft_p50_ms": g.quantile(0.5), "ttft_p90_ms": g.quantile(0.9)})
     return out.reset_index()[cols]

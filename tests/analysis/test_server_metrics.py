@@ -350,3 +350,55 @@ def test_bucket_timings_are_each_buckets_own_account() -> None:
         assert list(got) == list(want) and got == want
         if bucket_s == 1.0:  # whole seconds from T0: the first two hold no timed request
             assert min(got) >= T0 + pd.Timedelta(seconds=2)
+
+
+def test_level_timings_are_each_levels_own_account() -> None:
+    """level_request_timings masks the columns' arrays per level; each level's account is still
+    _timings_of over its steady-phase ok requests, in frame order (means to the last bit), and a
+    level where none reported is absent."""
+    rng = np.random.default_rng(7)
+    n = 4_000
+    prefill, queue = rng.gamma(2.0, 30.0, n), rng.gamma(1.5, 10.0, n)
+    prefill[rng.random(n) < 0.2] = np.nan
+    queue[rng.random(n) < 0.4] = np.nan
+    level = rng.integers(0, 5, n)
+    prefill[level == 3] = queue[level == 3] = np.nan  # level 3 reported nothing
+    df = pd.DataFrame(
+        {
+            "level": level,
+            "outcome": np.where(rng.random(n) < 0.05, "error", "ok"),
+            "phase": np.where(rng.random(n) < 0.2, "warmup", "steady"),
+            "server_queue_ms": queue,
+            "server_prefill_ms": prefill,
+        }
+    )
+    ok = df[(df["outcome"] == "ok") & (df["phase"] == "steady")]
+    want = {int(lv): t for lv, sub in ok.groupby("level") if (t := server_split._timings_of(sub))}
+    got = server_split.level_request_timings(df)
+    assert list(got) == [0, 1, 2, 4] == list(want) and got == want
+
+
+def test_client_ttft_series_is_the_ok_requests_by_first_token_bucket() -> None:
+    """client_ttft_series masks arrays, not the frame: the same table as grouping the ok
+    requests with a first token by the bucket their first token arrived in."""
+    rng = np.random.default_rng(11)
+    n = 3_000
+    sent = rng.integers(0, 5_000_000, n).astype("float64")
+    first = sent + rng.gamma(2.0, 40e6, n)
+    first[rng.random(n) < 0.1] = np.nan  # no first token
+    df = pd.DataFrame(
+        {
+            "outcome": np.where(rng.random(n) < 0.05, "error", "ok"),
+            "scheduled_at": T0 + pd.to_timedelta(rng.integers(0, 30_000_000_000, n), "ns"),
+            "sent_ns": sent,
+            "first_token_ns": first,
+        }
+    )
+    ok = df[(df["outcome"] == "ok") & df["first_token_ns"].notna()]
+    arrived = ok["scheduled_at"] + pd.to_timedelta(ok["first_token_ns"], "ns")
+    ttft = (ok["first_token_ns"] - ok["sent_ns"]) / 1e6
+    g = ttft.groupby(server_split.bucket_of(arrived, 2.0))
+    want = pd.DataFrame({"ttft_p50_ms": g.quantile(0.5), "ttft_p90_ms": g.quantile(0.9)})
+    want = want.rename_axis("bucket").reset_index()
+    got = sm.client_ttft_series(df, 2.0)
+    pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-12)
