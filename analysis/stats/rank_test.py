@@ -1,7 +1,7 @@
-"""The one-sided Mann-Whitney U test, both directions from one ranking: scipy's
+"""The one-sided Mann-Whitney U test, both directions from one pass: scipy's
 `mannwhitneyu(x, y, alternative="greater")` and `alternative="less"` p-values, equal to scipy's
-to rounding, at half its cost and without importing scipy.stats (about 0.4 s) where the samples
-are large.
+to rounding, at about a third of its cost and without importing scipy.stats (about 0.4 s) where
+the samples are large.
 
 scipy chooses its method by size: the normal approximation (tie-corrected variance, continuity
 correction of 0.5) when both samples have more than 8 values or there are ties, the exact
@@ -25,24 +25,24 @@ def mann_whitney_p(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     n1, n2 = len(x), len(y)
-    both = np.concatenate([x, y])
-    if n1 <= EXACT_MAX or n2 <= EXACT_MAX or np.isnan(both).any():
+    if n1 <= EXACT_MAX or n2 <= EXACT_MAX or np.isnan(x).any() or np.isnan(y).any():
         from scipy import stats
 
         greater = float(stats.mannwhitneyu(x, y, alternative="greater").pvalue)
         less = float(stats.mannwhitneyu(x, y, alternative="less").pvalue)
         return greater, less
     n = n1 + n2
-    order = np.argsort(both, kind="stable")
-    ordered = both[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    ends = np.r_[starts[1:], n]
-    counts = (ends - starts).astype(np.float64)
-    midranks = (starts + ends + 1) / 2.0  # the mean of ranks start+1 .. end (1-based)
-    ranks = np.empty(n, dtype=np.float64)
-    ranks[order] = np.repeat(midranks, ends - starts)
-    u1 = float(ranks[:n1].sum()) - n1 * (n1 + 1) / 2.0
+    # U of x = pairs with x above y + half the tied pairs (the rank-sum form, exactly), from
+    # the two samples sorted apart; the ties of the pooled sample from their merge (a stable
+    # sort of two sorted runs is one merge pass)
+    xs, ys = np.sort(x), np.sort(y)
+    below = np.searchsorted(ys, xs, side="left")
+    tied = np.searchsorted(ys, xs, side="right") - below
+    u1 = float(below.sum()) + 0.5 * float(tied.sum())
     u2 = n1 * n2 - u1
+    pooled = np.sort(np.concatenate([xs, ys]), kind="stable")
+    starts = np.flatnonzero(np.r_[True, pooled[1:] != pooled[:-1]])
+    counts = np.diff(np.r_[starts, n]).astype(np.float64)
     ties = float(np.sum(counts**3 - counts))
     sd = math.sqrt(n1 * n2 / 12.0 * ((n + 1) - ties / (n * (n - 1))))
     mean = n1 * n2 / 2.0
