@@ -2,7 +2,9 @@
 runs) to render: cold (empty Streamlit caches and analysis cache), a new server process whose
 runs are in analysis.store.cache's files already, and cached (a new session in the same server),
 with streamlit.testing.v1.AppTest: the time the page script takes on the server, which is what a
-person waits for before the browser draws.
+person waits for before the browser draws. Streamlit's scan of the installed components, which a
+server makes once at its start and each new AppTest on its first run, is made once (before
+2026-12-05 every figure here held it: about 0.5 s).
 
     python bench/ui_render.py [--requests 100000] [--chunks 64] [--runs 5]
 
@@ -47,11 +49,28 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+_COMPONENTS: list[object] = []
+
+
+def _components() -> object:
+    """Streamlit's registry of installed custom components, scanned once per bench process: a
+    server scans the installed packages once, when it starts (Runtime.__init__), while each new
+    AppTest scans them again on its first run (about 0.5 s here), which no page view waits for."""
+    if not _COMPONENTS:
+        from streamlit.components.v2.component_manager import BidiComponentManager
+
+        manager = BidiComponentManager()
+        manager.discover_and_register_components(start_file_watching=False)
+        _COMPONENTS.append(manager)
+    return _COMPONENTS[0]
+
+
 def render(page: str, **params: str) -> float:
     """Seconds for one AppTest run of `page` (a new session), failing on any exception."""
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(APP), default_timeout=600)
+    at._bidi_component_manager = _components()  # as a running server has it (see _components)
     for k, v in params.items():
         at.query_params[k] = v
     at.switch_page(f"views/{page}.py")
