@@ -30,7 +30,12 @@ TIGHT = "[validity]\nmax_dispatch_delay_p99_ms = 1e-9\n"
 def test_every_command_exits_by_the_one_table(
     sim: SimProcess, sim_factory: Callable[[list[str]], SimProcess], store_url: str, tmp_path: Path
 ) -> None:
-    flaky = sim_factory(["--preset", "fixed", "--fault", "http_429=0.5", "--seed", "3"])
+    # faults by arrival number: with seed 3 the first request (the run's preflight) is answered
+    # and about half of the rest get a 429; drawn by request id (random per run), all five
+    # preflight attempts got a 429 one time in 32 (a CI failure, 2026-12-05)
+    flaky = sim_factory(
+        ["--preset", "fixed", "--fault", "http_429=0.5", "--seed", "3", "--fault-draw", "arrival"]
+    )
 
     def run(
         name: str, base_url: str, extra: str, duration_s: float = 1.5
