@@ -8,9 +8,12 @@ a few seconds:
 - `import x` and `from x import y` (relative ones resolved), y counted as a module when it is one;
 - a string that names a project module (`"ui.commands.run"` in the CLI's lazy table, a
   `pytest_plugins` entry, `"-m", "loadgen.sim"`), a package with a `__main__.py`
-  (`"-m", "ui"`: a test that runs the CLI in a subprocess reaches all of it), or a file beside
-  the module (`st.Page("views/runs.py")`);
-- a test module reaches every `conftest.py` above it.
+  (`"-m", "ui"`: a test that runs the CLI in a subprocess reaches it, and the commands it names,
+  below), or a file beside the module (`st.Page("views/runs.py")`);
+- a test module reaches every `conftest.py` above it, and of the modules a conftest loads as
+  `pytest_plugins` those whose fixtures it asks for (by parameter name, `usefixtures`, or
+  through another plugin's fixture), and those with a hook or an autouse fixture, which apply
+  to every test.
 The CLI's command table (`COMMANDS` in ui/cli.py) names every command's module, but a command
 runs only when asked for by name: the path from a command's module up through ui/cli.py counts
 only for the modules on the way up (the test or a helper it uses) that name that command as a
