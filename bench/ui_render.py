@@ -18,6 +18,7 @@ page, from PEAKLOAD_BENCH_URL's own database (bench/soak.py's run).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import shutil
@@ -49,20 +50,16 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-_COMPONENTS: list[object] = []
-
-
+@functools.cache
 def _components() -> object:
     """Streamlit's registry of installed custom components, scanned once per bench process: a
     server scans the installed packages once, when it starts (Runtime.__init__), while each new
     AppTest scans them again on its first run (about 0.5 s here), which no page view waits for."""
-    if not _COMPONENTS:
-        from streamlit.components.v2.component_manager import BidiComponentManager
+    from streamlit.components.v2.component_manager import BidiComponentManager
 
-        manager = BidiComponentManager()
-        manager.discover_and_register_components(start_file_watching=False)
-        _COMPONENTS.append(manager)
-    return _COMPONENTS[0]
+    manager = BidiComponentManager()
+    manager.discover_and_register_components(start_file_watching=False)
+    return manager
 
 
 def render(page: str, **params: str) -> float:

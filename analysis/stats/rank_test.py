@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy import special
 
 EXACT_MAX = 8
 """scipy's rule: with a sample of this many values or fewer (and no ties) it uses the exact
@@ -50,12 +51,6 @@ def mann_whitney_p(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 
 def _upper_tail(numerator: float, sd: float) -> float:
-    """P(Z > numerator / sd) for a standard normal Z, clipped to [0, 1] as scipy does (a zero
-    sd: every value tied, z = -inf, p = 1)."""
-    if sd == 0.0:
-        z = math.copysign(math.inf, numerator) if numerator != 0 else math.nan
-    else:
-        z = numerator / sd
-    if math.isnan(z):
-        return math.nan
-    return min(1.0, max(0.0, 0.5 * math.erfc(z / math.sqrt(2.0))))
+    """P(Z > numerator / sd) for a standard normal Z, as scipy computes it (`ndtr(-z)`). A zero
+    sd means every value is tied: the numerator is then -0.5, z = -inf and p = 1, as scipy's."""
+    return 1.0 if sd == 0.0 else float(special.ndtr(-numerator / sd))

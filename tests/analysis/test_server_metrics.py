@@ -318,14 +318,20 @@ def test_the_series_split_comes_from_per_request_timings_where_they_exist() -> N
     assert f"server prefill + first step ({server_split.FROM_REQUESTS})" in names
 
 
+def _reported_timings(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-request server prefill and queue times (ms), a fifth and two fifths unreported."""
+    prefill, queue = rng.gamma(2.0, 30.0, n), rng.gamma(1.5, 10.0, n)
+    prefill[rng.random(n) < 0.2] = np.nan
+    queue[rng.random(n) < 0.4] = np.nan
+    return prefill, queue
+
+
 def test_bucket_timings_are_each_buckets_own_account() -> None:
     """bucket_request_timings groups with numpy; each bucket's account is still _timings_of over
     the ok requests whose first token arrived in it, in frame order (means to the last bit)."""
     rng = np.random.default_rng(5)
     n = 3_000
-    prefill, queue = rng.gamma(2.0, 30.0, n), rng.gamma(1.5, 10.0, n)
-    prefill[rng.random(n) < 0.2] = np.nan
-    queue[rng.random(n) < 0.4] = np.nan
+    prefill, queue = _reported_timings(rng, n)
     scheduled = rng.integers(0, 20_000_000_000, n)
     untimed = scheduled < 2_000_000_000  # the first 2 s: no timings at all
     prefill[untimed] = queue[untimed] = np.nan
@@ -358,9 +364,7 @@ def test_level_timings_are_each_levels_own_account() -> None:
     level where none reported is absent."""
     rng = np.random.default_rng(7)
     n = 4_000
-    prefill, queue = rng.gamma(2.0, 30.0, n), rng.gamma(1.5, 10.0, n)
-    prefill[rng.random(n) < 0.2] = np.nan
-    queue[rng.random(n) < 0.4] = np.nan
+    prefill, queue = _reported_timings(rng, n)
     level = rng.integers(0, 5, n)
     prefill[level == 3] = queue[level == 3] = np.nan  # level 3 reported nothing
     df = pd.DataFrame(
