@@ -52,8 +52,10 @@ services: $(BIN)/python
 	bash deploy/local/pgbouncer.sh install
 	bash deploy/local/env.sh >/dev/null
 
-## The whole suite, on the embedded store and on TimescaleDB, with real services: in parallel
-## (TEST_WORKERS), then the `serial` tests (timing, accuracy) alone (tests/phases.py).
+## The whole suite, on the embedded store and on TimescaleDB, with real services: the `serial`
+## tests (timing, accuracy) at normal priority, beside them the rest under pytest-xdist
+## (TEST_WORKERS) at idle priority, on the CPU the serial tests leave (tests/phases.py;
+## PYTEST_ARGS=--sequential runs the serial ones alone, after the rest).
 test: $(TEST_STAMP) services bytecode
 	set -a; eval "$$(bash deploy/local/env.sh)"; set +a; $(WRITE_BYTECODE) \
 	$(BIN)/python -m tests.phases --workers $(TEST_WORKERS) $(PYTEST_ARGS)

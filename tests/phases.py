@@ -1,10 +1,15 @@
 """`make test`'s runner: the suite in two pytest phases, the parallel one (pytest-xdist, `-n N`)
-and then the `serial` tests (timing and accuracy) alone on the machine; one exit code for both,
-and the 25 slowest tests of the whole run printed at the end, then the 25 that used the most CPU
-(tests/support/cputime.py: on 2 cores the parallel phase's wall time follows their sum).
+and the `serial` tests (timing and accuracy), run side by side: the serial phase at normal
+priority with its output live, the parallel phase under SCHED_IDLE (Linux: it runs only on CPU
+time the serial phase leaves; a waking serial test preempts it at once), its output kept in a
+file and printed when both have ended. The serial tests wait on servers most of the time (0.6 of
+a core on average), so the parallel phase's CPU-bound work fills their idle time instead of
+coming before them. `--sequential` runs the phases one after the other as before, the serial
+one alone on the machine. One exit code for both, the 25 slowest tests of the whole run printed
+at the end, then the 25 that used the most CPU (tests/support/cputime.py).
 
     python -m tests.phases [--workers N] [--select EXPR] [--affected [--since REV]]
-                           [--reports DIR] [pytest args...]
+                           [--sequential] [--reports DIR] [pytest args...]
 
 `--select` is a marker expression both phases are narrowed by (`make test-fast`: "not slow").
 `--affected` narrows both to the test modules a change can break (tests/affected.py): the
@@ -17,9 +22,11 @@ when neither phase ran a test. Otherwise the exit code is the first failing phas
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -95,12 +102,83 @@ def affected_paths(since: str | None) -> list[str] | None:
     return tests
 
 
+def idle_priority() -> None:
+    """In the parallel phase's process before it runs pytest (and so in every process it
+    starts: xdist workers, servers, browsers): SCHED_IDLE, the Linux policy whose tasks run only
+    when no other task wants the CPU and are preempted by any that wakes; nice 19 elsewhere."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        os.nice(19)
+
+
+def run_one_after_the_other(
+    commands: list[list[str]], workers: int
+) -> tuple[list[int], list[float]]:
+    codes: list[int] = []
+    walls: list[float] = []
+    for name, cmd in zip((f"parallel (-n {workers})", "serial"), commands, strict=True):
+        print(f"\n=== phase: {name} ===", flush=True)
+        t0 = time.monotonic()
+        codes.append(subprocess.run(cmd, check=False).returncode)
+        walls.append(time.monotonic() - t0)
+    return codes, walls
+
+
+def run_side_by_side(
+    commands: list[list[str]], workers: int, log: Path
+) -> tuple[list[int], list[float]]:
+    """The parallel phase at idle priority with its output in `log`, the serial one live beside
+    it; the log printed once both have ended. Each phase's wall time from the common start."""
+    parallel_cmd, serial_cmd = commands
+    print(
+        f"\n=== phase: parallel (-n {workers}), at idle priority beside the serial phase; "
+        f"its output goes to {log} and is printed when both have ended ===",
+        flush=True,
+    )
+    ended: list[float] = []
+    t0 = time.monotonic()
+    with log.open("wb") as out:
+        parallel = subprocess.Popen(
+            parallel_cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=idle_priority
+        )
+
+        def note_its_end() -> None:
+            parallel.wait()
+            ended.append(time.monotonic() - t0)
+
+        watcher = threading.Thread(target=note_its_end, daemon=True)
+        watcher.start()
+        try:
+            print("\n=== phase: serial ===", flush=True)
+            serial_code = subprocess.run(serial_cmd, check=False).returncode
+            serial_wall = time.monotonic() - t0
+            if parallel.poll() is None:
+                print("\n=== serial phase done; waiting for the parallel phase ===", flush=True)
+            parallel.wait()
+            watcher.join()
+        finally:
+            if parallel.poll() is None:  # interrupted: stop it with us
+                parallel.terminate()
+                parallel.wait()
+    print(f"\n=== phase: parallel (-n {workers}): its output ===", flush=True)
+    with log.open("rb") as saved:
+        sys.stdout.buffer.write(saved.read())
+    sys.stdout.flush()
+    return [parallel.returncode, serial_code], [ended[0], serial_wall]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--workers", "-n", type=int, default=DEFAULT_WORKERS)
     parser.add_argument("--select", default=None, help="a marker expression for both phases")
     parser.add_argument("--affected", action="store_true", help="only tests a change can break")
     parser.add_argument("--since", default=None, metavar="REV", help="with --affected: the base")
+    parser.add_argument(
+        "--sequential",
+        action="store_true",
+        help="the serial phase after the parallel one, alone on the machine",
+    )
     parser.add_argument(
         "--reports", default=None, metavar="DIR", help="keep the phases' JUnit reports in DIR"
     )
@@ -117,19 +195,20 @@ def main(argv: list[str] | None = None) -> int:
             print("nothing a test reaches has changed: no test to run (make test runs them all)")
             return 0
         extra = [*extra, *(paths or [])]
-    codes: list[int] = []
-    walls: list[float] = []
     with tempfile.TemporaryDirectory(prefix="peakload-phases-") as tmp:
         reports = Path(args.reports or tmp)
         reports.mkdir(parents=True, exist_ok=True)
         junits = [reports / "parallel.xml", reports / "serial.xml"]
-        for serial, junit in zip((False, True), junits, strict=True):
-            name = "serial" if serial else f"parallel (-n {args.workers})"
-            print(f"\n=== phase: {name} ===", flush=True)
-            t0 = time.monotonic()
-            cmd = phase_command(args.workers, args.select, serial, junit, extra)
-            codes.append(subprocess.run(cmd, check=False).returncode)
-            walls.append(time.monotonic() - t0)
+        commands = [
+            phase_command(args.workers, args.select, serial, junit, extra)
+            for serial, junit in zip((False, True), junits, strict=True)
+        ]
+        started = time.monotonic()
+        if args.sequential:
+            codes, walls = run_one_after_the_other(commands, args.workers)
+        else:
+            codes, walls = run_side_by_side(commands, args.workers, reports / "parallel.log")
+        total = time.monotonic() - started
         print(f"\n=== the {SLOWEST} slowest tests of the whole run (setup+call+teardown) ===")
         for seconds, test in slowest(junits):
             print(f"{seconds:8.2f}s {test}")
@@ -142,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     names = ("parallel", "serial")
     done = zip(names, walls, codes, strict=True)
     phases = ", ".join(f"{n} {w:.0f} s exit {c}" for n, w, c in done)
-    print(f"\n=== {phases}; total {sum(walls):.0f} s; exit {rc} ===")
+    print(f"\n=== {phases}; total {total:.0f} s; exit {rc} ===")
     return rc
 
 

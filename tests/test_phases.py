@@ -3,12 +3,20 @@ marker expressions each phase runs, and the slowest tests read back from both JU
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.phases import NO_TESTS_RAN, hungriest, phase_command, run_exit_code, slowest
+from tests.phases import (
+    NO_TESTS_RAN,
+    hungriest,
+    phase_command,
+    run_exit_code,
+    run_side_by_side,
+    slowest,
+)
 
 
 def test_a_phase_that_selects_nothing_is_not_a_failure_but_a_run_that_ran_nothing_is() -> None:
@@ -87,3 +95,24 @@ def test_each_test_records_the_cpu_it_used_in_its_junit_report(
     used = {t.split("::")[-1]: s for s, t in hungriest([junit])}
     assert used["test_spins"] >= 0.3 - 0.02
     assert used["test_sleeps"] < 0.2
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_side_by_side_the_parallel_phase_runs_at_idle_priority_and_its_output_comes_after(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Both phases start together; the parallel one (and what it starts) under SCHED_IDLE, its
+    output held in the log and printed once both have ended; each phase's own exit code."""
+    policy = "import os, sys; print('policy', os.sched_getscheduler(0)); sys.exit({})"
+    grandchild = [sys.executable, "-c", policy.format(3)]  # what the phase starts inherits it
+    child = f"import subprocess, sys; sys.exit(subprocess.call({grandchild!r}))"
+    parallel = [sys.executable, "-c", child]
+    serial = [sys.executable, "-c", "import os; print('serial', os.sched_getscheduler(0))"]
+    codes, walls = run_side_by_side([parallel, serial], 4, tmp_path / "parallel.log")
+    assert codes == [3, 0]
+    assert all(w >= 0 for w in walls)
+    out = capfd.readouterr().out
+    assert f"policy {os.SCHED_IDLE}" in out
+    assert f"serial {os.sched_getscheduler(0)}" in out
+    assert out.index("serial ") < out.index("its output ===") < out.index("policy ")
+    assert (tmp_path / "parallel.log").read_text().strip() == f"policy {os.SCHED_IDLE}"
