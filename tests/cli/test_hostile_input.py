@@ -349,6 +349,7 @@ def test_worker_target_override_is_checked_against_the_policy(
     )
 
 
+@pytest.mark.slow  # 15-35 s in the loaded parallel phase: two runs, then five commands as typed
 def test_runs_and_report_fit_their_content_when_piped(
     sim: SimProcess, one_store: str, tmp_path: Path
 ) -> None:
