@@ -1,6 +1,8 @@
 """Benchmark: time for the Streamlit Run page (one run of N requests) and Compare page (five
 runs) to render: cold (empty Streamlit caches and analysis cache), a new server process whose
 runs are in analysis.store.cache's files already, and cached (a new session in the same server),
+each with the runs' summaries kept in the store (as `peakload run` and `submit` leave them at a
+run's end: analysis.store.summaries) and without (a run stored before them, or imported),
 with streamlit.testing.v1.AppTest: the time the page script takes on the server, which is what a
 person waits for before the browser draws. Streamlit's scan of the installed components, which a
 server makes once at its start and each new AppTest on its first run, is made once (before
@@ -89,6 +91,12 @@ def clear_caches(cache_dir: Path | None) -> None:
         shutil.rmtree(cache_dir, ignore_errors=True)
 
 
+def forget_summaries(url: str, ids: list[str]) -> None:
+    """Delete the runs' kept summaries (analysis.store.summaries): the page computes them."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DELETE FROM run_summaries WHERE run_id = ANY(%s::uuid[])", (ids,))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=100_000, help="requests per run")
@@ -132,17 +140,27 @@ def main() -> None:
         pages = {"Run page, 1 run": ("run", {"run": ids[0]})}
         if not args.run:
             pages[f"Compare page, {args.runs} runs"] = ("compare", {"runs": ",".join(ids)})
+        from ui.results import summarize_run
+
+        for rid in ids:  # what `peakload run` and `submit` do at a run's end
+            summarize_run(rid, url)
         for label, (page, params) in pages.items():
-            cold, disk, cached = [], [], []
-            for _ in range(args.repeat):
-                clear_caches(cache_dir)
-                cold.append(render(page, **params))
-                cached.append(render(page, **params))
-                clear_caches(None)  # a restarted server: the runs' files are on disk already
-                disk.append(render(page, **params))
-            results[f"{label}: cold (nothing cached)"] = cold
-            results[f"{label}: new server, runs on disk (analysis.store.cache)"] = disk
-            results[f"{label}: cached (second visit)"] = cached
+            for kept in (True, False):
+                cold, disk, cached = [], [], []
+                for _ in range(args.repeat):
+                    if not kept:  # a run from before analysis.store.summaries, or imported
+                        forget_summaries(url, ids)
+                    clear_caches(cache_dir)
+                    cold.append(render(page, **params))
+                    cached.append(render(page, **params))
+                    if not kept:
+                        forget_summaries(url, ids)
+                    clear_caches(None)  # a restarted server: the runs' files are on disk already
+                    disk.append(render(page, **params))
+                how = "summary kept with the run" if kept else "no kept summary"
+                results[f"{label}: cold (nothing cached), {how}"] = cold
+                results[f"{label}: new server, runs on disk (analysis.store.cache), {how}"] = disk
+                results[f"{label}: cached (second visit), {how}"] = cached
         print(
             "\nui_render: "
             + (

@@ -17,6 +17,7 @@ from analysis.stats.cost import run_cost
 from analysis.stats.server_metrics import server_section
 from analysis.store.fastload import load_requests_fast
 from analysis.store.load import load_levels, load_run
+from analysis.store.summaries import store_summary
 from analysis.verdicts import sla
 from analysis.verdicts.exitcodes import Exit
 from analysis.verdicts.verdict import judge_run
@@ -34,6 +35,9 @@ def summarize_run(run_id: str, database_url: str | None = None) -> dict[str, Any
         requests, chunks = load_requests_fast(conn, run_id)
         levels = load_levels(conn, run_id)
         summary = level_summary(requests, levels, run, chunks=chunks)
+        # kept for the pages and reports that read it later (analysis.store.summaries): a
+        # finished run's is then one row, not a pass over every request
+        store_summary(conn, run, summary)
         # where the time went (the server's own metrics, when scraped) and what it cost
         server = server_section(conn, run, requests, summary["levels"], 1.0)
     summary["diagnosis"] = server["diagnosis"]

@@ -93,6 +93,34 @@ def test_run_page_of_a_sweep(app_page: Page, app_env: UiStore) -> None:
     assert at.get("download_button")
 
 
+def test_run_page_keeps_the_summary_it_computed_and_reads_it_back(
+    app_page: Page, app_env: UiStore
+) -> None:
+    """A finished run's summary is computed on its first view and kept in the store
+    (analysis.store.summaries); the next server reads that row instead of the requests: a
+    doctored count in it shows on the page."""
+    import streamlit as st
+
+    rid = app_env.ids["regions"]
+    app_page("run", run=rid)
+    query = "SELECT summary FROM run_summaries WHERE run_id = %s"
+    with psycopg.connect(app_env.url, autocommit=True) as conn:
+        row = conn.execute(query, (rid,)).fetchone()
+        assert row is not None, "the Run page did not keep the summary it computed"
+        doctored = json.loads(row[0])
+        doctored["levels"][0]["requests_ok"] = 987_654
+        conn.execute(
+            "UPDATE run_summaries SET summary = %s WHERE run_id = %s", (json.dumps(doctored), rid)
+        )
+        try:
+            st.cache_data.clear()  # a new server: nothing computed in this process counts
+            at = app_page("run", run=rid)
+            assert at.dataframe[0].value["ok"].iloc[0] == 987_654
+        finally:
+            conn.execute("DELETE FROM run_summaries WHERE run_id = %s", (rid,))
+            st.cache_data.clear()
+
+
 def test_run_page_puts_server_metrics_beside_client_series(
     app_page: Page, app_env: UiStore
 ) -> None:

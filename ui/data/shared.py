@@ -7,6 +7,7 @@ run's version, so no page copies them per rerun. Page modules (ui/data/<page>.py
 from __future__ import annotations
 
 import io
+import logging
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -22,7 +23,9 @@ from analysis import metrics as m
 from analysis.reports.summary import level_summary
 from analysis.store import cache as acache
 from analysis.store import load as al
+from analysis.store.summaries import load_summary, run_version, store_summary
 
+_log = logging.getLogger(__name__)
 RUNS_TTL_S = 5
 
 
@@ -147,10 +150,9 @@ def runs_for(run_ids: Sequence[str]) -> pd.DataFrame:
 
 
 def version(run_id: str) -> str:
-    """What identifies a run's current content: status, end and row count (a running run's
-    results are recomputed as it grows; a finished run's never change)."""
-    r = run(run_id)
-    return f"{r['status']}|{r['ended_at']}|{r['requests']}"
+    """What identifies a run's current content (analysis.store.summaries.run_version: status,
+    end and row count; a running run's results are recomputed as it grows)."""
+    return run_version(run(run_id))
 
 
 def versions(run_ids: Sequence[str]) -> tuple[str, ...]:
@@ -188,7 +190,20 @@ def summary(run_id: str) -> dict[str, Any]:
 
 @st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
 def _summary(run_id: str, version: str) -> dict[str, Any]:
-    return level_summary(requests(run_id), levels(run_id), run(run_id), chunks=chunks(run_id))
+    """The stored summary of a finished run (analysis.store.summaries), else computed from its
+    requests and then stored for the next reader (a failed write costs only that)."""
+    row = run(run_id)
+    with store().conn() as c:
+        kept = load_summary(c, row)
+    if kept is not None:
+        return kept
+    summary = level_summary(requests(run_id), levels(run_id), row, chunks=chunks(run_id))
+    try:
+        with store().conn() as c:
+            store_summary(c, row, summary)
+    except psycopg.Error as exc:
+        _log.warning("run %s: its summary was not stored (%s)", run_id, exc)
+    return summary
 
 
 def csv_bytes(df: pd.DataFrame) -> bytes:
