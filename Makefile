@@ -54,8 +54,9 @@ services: $(BIN)/python
 
 ## The whole suite, on the embedded store and on TimescaleDB, with real services: the `serial`
 ## tests (timing, accuracy) at normal priority, beside them the rest under pytest-xdist
-## (TEST_WORKERS) at idle priority, on the CPU the serial tests leave (tests/phases.py;
-## PYTEST_ARGS=--sequential runs the serial ones alone, after the rest).
+## (TEST_WORKERS) at idle priority, on the CPU the serial tests leave; then the `alone` tests,
+## which fill both cores, with nothing beside them (tests/phases.py; PYTEST_ARGS=--sequential
+## runs the three one after the other).
 test: $(TEST_STAMP) services bytecode
 	set -a; eval "$$(bash deploy/local/env.sh)"; set +a; $(WRITE_BYTECODE) \
 	$(BIN)/python -m tests.phases --workers $(TEST_WORKERS) $(PYTEST_ARGS)

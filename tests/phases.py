@@ -1,22 +1,24 @@
-"""`make test`'s runner: the suite in two pytest phases, the parallel one (pytest-xdist, `-n N`)
-and the `serial` tests (timing and accuracy), run side by side: the serial phase at normal
-priority with its output live, the parallel phase under SCHED_IDLE (Linux: it runs only on CPU
-time the serial phase leaves; a waking serial test preempts it at once), its output kept in a
-file and printed when both have ended. The serial tests wait on servers most of the time (0.6 of
-a core on average), so the parallel phase's CPU-bound work fills their idle time instead of
-coming before them. `--sequential` runs the phases one after the other as before, the serial
-one alone on the machine. One exit code for both, the 25 slowest tests of the whole run printed
-at the end, then the 25 that used the most CPU (tests/support/cputime.py).
+"""`make test`'s runner: the suite in three pytest phases. First two side by side: the `serial`
+tests (timing and accuracy) at normal priority with their output live, and beside them every
+other test under pytest-xdist (`-n N`) under SCHED_IDLE (Linux: it runs only on CPU time the
+serial tests leave, and a waking serial test preempts it at once), its output kept in a file and
+printed when both have ended. The serial tests wait on servers most of the time, so the parallel
+phase's CPU-bound work fills their waits instead of coming before them. Then the `alone` tests,
+serial ones that keep both cores busy (a sim at 1,000 streams, the 74-process fleet, a CPU hog),
+with nothing beside them: next to them the idle-priority phase would get no CPU for seconds and
+its tests' own deadlines would pass. `--sequential` runs the three one after the other, each
+alone on the machine. One exit code for all, the 25 slowest tests of the whole run printed at
+the end, then the 25 that used the most CPU (tests/support/cputime.py).
 
     python -m tests.phases [--workers N] [--select EXPR] [--affected [--since REV]]
                            [--sequential] [--reports DIR] [pytest args...]
 
-`--select` is a marker expression both phases are narrowed by (`make test-fast`: "not slow").
-`--affected` narrows both to the test modules a change can break (tests/affected.py): the
+`--select` is a marker expression every phase is narrowed by (`make test-fast`: "not slow").
+`--affected` narrows each to the test modules a change can break (tests/affected.py): the
 working tree's changes, or the last commit's when it is clean, or every change since `REV`.
 When nothing a test reaches has changed, it says so and exits 0 without running pytest.
 A phase that selects nothing (pytest's exit 5) is not a failure; the run is one (exit 5) only
-when neither phase ran a test. Otherwise the exit code is the first failing phase's.
+when no phase ran a test. Otherwise the exit code is the first failing phase's.
 """
 
 from __future__ import annotations
@@ -42,13 +44,21 @@ SLOWEST = 25
 DEFAULT_WORKERS = 4
 
 
+PHASES = ("parallel", "serial", "alone")
+MARKERS = {
+    "parallel": "not serial and not alone",
+    "serial": "serial and not alone",
+    "alone": "alone",
+}
+
+
 def phase_command(
-    workers: int, select: str | None, serial: bool, junit: Path, extra: list[str]
+    workers: int, select: str | None, phase: str, junit: Path, extra: list[str]
 ) -> list[str]:
-    marker = "serial" if serial else "not serial"
-    expr = f"({select}) and {marker}" if select else marker
+    marker = MARKERS[phase]
+    expr = f"({select}) and ({marker})" if select else marker
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", expr]
-    if not serial:
+    if phase == "parallel":
         cmd += ["-n", str(workers)]
     return [*cmd, f"--junitxml={junit}", *extra]
 
@@ -112,17 +122,11 @@ def idle_priority() -> None:
         os.nice(19)
 
 
-def run_one_after_the_other(
-    commands: list[list[str]], workers: int
-) -> tuple[list[int], list[float]]:
-    codes: list[int] = []
-    walls: list[float] = []
-    for name, cmd in zip((f"parallel (-n {workers})", "serial"), commands, strict=True):
-        print(f"\n=== phase: {name} ===", flush=True)
-        t0 = time.monotonic()
-        codes.append(subprocess.run(cmd, check=False).returncode)
-        walls.append(time.monotonic() - t0)
-    return codes, walls
+def run_phase(name: str, cmd: list[str]) -> tuple[int, float]:
+    print(f"\n=== phase: {name} ===", flush=True)
+    t0 = time.monotonic()
+    code = subprocess.run(cmd, check=False).returncode
+    return code, time.monotonic() - t0
 
 
 def run_side_by_side(
@@ -150,9 +154,7 @@ def run_side_by_side(
         watcher = threading.Thread(target=note_its_end, daemon=True)
         watcher.start()
         try:
-            print("\n=== phase: serial ===", flush=True)
-            serial_code = subprocess.run(serial_cmd, check=False).returncode
-            serial_wall = time.monotonic() - t0
+            serial_code, serial_wall = run_phase("serial", serial_cmd)
             if parallel.poll() is None:
                 print("\n=== serial phase done; waiting for the parallel phase ===", flush=True)
             parallel.wait()
@@ -198,16 +200,19 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="peakload-phases-") as tmp:
         reports = Path(args.reports or tmp)
         reports.mkdir(parents=True, exist_ok=True)
-        junits = [reports / "parallel.xml", reports / "serial.xml"]
+        junits = [reports / f"{phase}.xml" for phase in PHASES]
         commands = [
-            phase_command(args.workers, args.select, serial, junit, extra)
-            for serial, junit in zip((False, True), junits, strict=True)
+            phase_command(args.workers, args.select, phase, junit, extra)
+            for phase, junit in zip(PHASES, junits, strict=True)
         ]
         started = time.monotonic()
         if args.sequential:
-            codes, walls = run_one_after_the_other(commands, args.workers)
+            done = [run_phase(name, cmd) for name, cmd in zip(PHASES, commands, strict=True)]
+            codes, walls = [c for c, _ in done], [w for _, w in done]
         else:
-            codes, walls = run_side_by_side(commands, args.workers, reports / "parallel.log")
+            codes, walls = run_side_by_side(commands[:2], args.workers, reports / "parallel.log")
+            alone_code, alone_wall = run_phase("alone (nothing beside it)", commands[2])
+            codes, walls = [*codes, alone_code], [*walls, alone_wall]
         total = time.monotonic() - started
         print(f"\n=== the {SLOWEST} slowest tests of the whole run (setup+call+teardown) ===")
         for seconds, test in slowest(junits):
@@ -218,9 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{seconds:8.2f}s {test}")
         print(f"CPU over all {len(used)} tests: {sum(s for s, _ in used):.0f} s")
     rc = run_exit_code(codes)
-    names = ("parallel", "serial")
-    done = zip(names, walls, codes, strict=True)
-    phases = ", ".join(f"{n} {w:.0f} s exit {c}" for n, w, c in done)
+    ran = zip(PHASES, walls, codes, strict=True)
+    phases = ", ".join(f"{n} {w:.0f} s exit {c}" for n, w, c in ran)
     print(f"\n=== {phases}; total {total:.0f} s; exit {rc} ===")
     return rc
 

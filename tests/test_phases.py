@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.phases import (
+    MARKERS,
     NO_TESTS_RAN,
     hungriest,
     phase_command,
@@ -30,16 +31,50 @@ def test_a_phase_that_selects_nothing_is_not_a_failure_but_a_run_that_ran_nothin
     assert run_exit_code([4, 1]) == 4
 
 
-def test_the_parallel_phase_has_workers_and_the_serial_one_runs_alone(tmp_path: Path) -> None:
+def test_the_parallel_phase_has_workers_and_the_serial_ones_run_without(tmp_path: Path) -> None:
     junit = tmp_path / "j.xml"
-    par = phase_command(3, "not slow", False, junit, ["-x"])
+    par = phase_command(3, "not slow", "parallel", junit, ["-x"])
     assert par[:3] == [sys.executable, "-m", "pytest"]
-    assert par[par.index("-m", 3) + 1] == "(not slow) and not serial"
+    assert par[par.index("-m", 3) + 1] == "(not slow) and (not serial and not alone)"
     assert par[par.index("-n") + 1] == "3"
     assert par[-2:] == [f"--junitxml={junit}", "-x"]
-    ser = phase_command(3, None, True, junit, [])
-    assert ser[ser.index("-m", 3) + 1] == "serial"
+    ser = phase_command(3, None, "serial", junit, [])
+    assert ser[ser.index("-m", 3) + 1] == "serial and not alone"
     assert "-n" not in ser
+    alone = phase_command(3, "not slow", "alone", junit, [])
+    assert alone[alone.index("-m", 3) + 1] == "(not slow) and (alone)"
+    assert "-n" not in alone
+
+
+def test_every_test_is_in_exactly_one_phase(pytester: pytest.Pytester) -> None:
+    """The three marker expressions split a suite without overlap or gap."""
+    pytester.makeini("[pytest]\nmarkers =\n    serial: s\n    alone: a\n")
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def test_plain(): pass
+
+        @pytest.mark.serial
+        def test_serial(): pass
+
+        @pytest.mark.serial
+        @pytest.mark.alone
+        def test_serial_alone(): pass
+
+        @pytest.mark.alone
+        def test_alone(): pass
+        """
+    )
+    chosen = {}
+    for phase, expr in MARKERS.items():
+        result = pytester.runpytest("-m", expr, "--collect-only", "-q", "-p", "no:cacheprovider")
+        chosen[phase] = {line.split("::")[-1] for line in result.outlines if "::" in line}
+    assert chosen == {
+        "parallel": {"test_plain"},
+        "serial": {"test_serial"},
+        "alone": {"test_serial_alone", "test_alone"},
+    }
 
 
 def test_the_slowest_tests_come_from_both_reports(tmp_path: Path) -> None:

@@ -88,6 +88,7 @@ def test_accurate_against_ground_truth_or_flagged_invalid(sim: SimProcess, strea
     )
 
 
+@pytest.mark.alone  # the generator and the sim (or a hog) fill both cores
 @pytest.mark.slow
 @pytest.mark.parametrize("streams", [256, 1024])
 def test_at_high_concurrency_accurate_or_flagged_invalid(sim_factory: Any, streams: int) -> None:
@@ -113,6 +114,7 @@ def test_at_high_concurrency_accurate_or_flagged_invalid(sim_factory: Any, strea
     )
 
 
+@pytest.mark.alone  # the generator and the sim (or a hog) fill both cores
 @pytest.mark.slow
 def test_with_a_cpu_hog_beside_it_accurate_or_flagged_invalid(sim: SimProcess) -> None:
     hogs = [
@@ -159,6 +161,7 @@ def test_poisson_200_per_s_sends_on_time(sim_factory: Any) -> None:
     assert np.percentile(drift_ms, 99) < 5.0 or not result.valid
 
 
+@pytest.mark.alone  # the generator and the sim (or a hog) fill both cores
 @pytest.mark.slow
 def test_memory_stays_flat_at_1000_streams(sim_factory: Any) -> None:
     """M9: a soak against a fast server; RSS after warm-up does not grow."""

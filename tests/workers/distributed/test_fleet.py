@@ -49,8 +49,8 @@ from tests.workers.distributed.helpers import (
 )
 from workers.coordinator import Coordinator, SubmitOptions
 
-# slow: 74 worker processes start; serial: start skew is a timing, measured with the cores alone
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial, pytest.mark.timescale]
+# slow: 74 worker processes start; alone: they fill both cores, and start skew is a timing
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.alone, pytest.mark.timescale]
 
 POOL = 20
 CONNECTION_BOUND = 40  # issue 28: at most this many client connections at any moment
