@@ -6,8 +6,10 @@ run marked itself invalid. A run that is valid and wrong fails the test."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -117,6 +119,7 @@ def test_at_high_concurrency_accurate_or_flagged_invalid(sim_factory: Any, strea
 @pytest.mark.alone  # the generator and the sim (or a hog) fill both cores
 @pytest.mark.slow
 def test_with_a_cpu_hog_beside_it_accurate_or_flagged_invalid(sim: SimProcess) -> None:
+    out_of_the_hogs_way(sim.proc.pid)
     hogs = [
         subprocess.Popen(
             [sys.executable, "-c", "import time\nt=time.time()+30\nwhile time.time()<t: pass"]
@@ -139,7 +142,21 @@ def test_with_a_cpu_hog_beside_it_accurate_or_flagged_invalid(sim: SimProcess) -
     accurate = (
         np.percentile(np.abs(ttft_err), 99) < 2.0 and np.percentile(np.abs(itl_err), 99) < 2.0
     )
-    assert accurate or not result.valid
+    errors = (np.percentile(np.abs(ttft_err), 99), np.percentile(np.abs(itl_err), 99))
+    assert accurate or not result.valid, f"valid, with p99 errors TTFT/ITL {errors} ms"
+
+
+def out_of_the_hogs_way(pid: int) -> None:
+    """The sim stands for a server on another machine, which a hog on the load machine does not
+    slow (and its truth log must stay the truth): each of its threads at nice -10 (as root; as
+    another user it is left as it is). Threads it starts later inherit it."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.setpriority(os.PRIO_PROCESS, int(task.name), -10)
+        except PermissionError:
+            return
+        except ProcessLookupError:
+            continue
 
 
 @pytest.mark.slow

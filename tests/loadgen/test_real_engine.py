@@ -28,8 +28,8 @@ from tests.support.engine import (
 from tests.support.httpproxy import HttpProxy
 from tests.support.stores import FreshDatabase, ledger_check
 
-# serial: client timings against the engine's own, on a pinned CPU: no other test beside them
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timescale, pytest.mark.serial]
+# alone: client timings against the engine's own, llama-server filling the CPU it is pinned to
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timescale, pytest.mark.alone]
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT_TOKENS = 48  # the server's per-token time spans n-1 gaps over n tokens: 2 % low at 48

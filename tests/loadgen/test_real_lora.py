@@ -30,8 +30,8 @@ from tests.support.engine import LlamaServer, engine_paths, split_cpus, start_ll
 from tests.support.lora import write_lora
 from tests.support.stores import FreshDatabase
 
-# serial: TTFT against the engine's own cache, on a pinned CPU: no other test beside them
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
+# alone: TTFT against the engine's own cache, llama-server filling the CPU it is pinned to
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.alone]
 
 LOOSE_VALIDITY = (
     "[validity]\nmax_loop_lag_p99_ms = 1e6\nmax_dispatch_delay_p99_ms = 1e6\n"

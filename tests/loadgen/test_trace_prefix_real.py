@@ -16,7 +16,8 @@ from tests.support.shards import make_spec, run_spec
 
 __all__ = ["llama"]  # the fixture, used by name
 
-pytestmark = [pytest.mark.integration, pytest.mark.serial]
+# alone: prefix-cache hits and TTFT on llama-server, which fills the CPU it is pinned to
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 BLOCK = 64  # trace_block_tokens: short blocks keep the prefill quick on a busy CPU
 

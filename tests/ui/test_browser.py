@@ -183,7 +183,9 @@ def test_every_page_in_a_browser(ui_store: UiStore, browser: object, tmp_path: P
         (f"run?run={ids['invalid']}", "Run: ui-invalid", ["INVALID run", "dispatch delay"]),
         (f"run?run={ids['regions']}", "Run: ui-regions", ["Requests"]),
         (f"compare?runs={ids['sweep']},{ids['failures']}", "Compare runs", ["ui-failures"]),
-        (f"sla?run={ids['sweep']}", "SLA verdicts", ["PASS", "p90 ttft_ms < 500"]),
+        # the verdict itself is the run's (measured here at idle priority, beside the serial
+        # tests: tests/phases.py); its words and numbers are tests/ui/test_pages.py's
+        (f"sla?run={ids['sweep']}", "SLA verdicts", ["p90 ttft_ms < 500", "samples at or above"]),
         ("nightly", "Nightly trends", ["nightly-sim", "Too few runs to decide"]),
         ("live", "Live", []),
         ("launch", "Launch a run", ["Mode: local"]),
