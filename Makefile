@@ -52,20 +52,21 @@ services: $(BIN)/python
 	bash deploy/local/pgbouncer.sh install
 	bash deploy/local/env.sh >/dev/null
 
-## The whole suite, on the embedded store and on TimescaleDB, with real services: the `serial`
-## tests (timing, accuracy) at normal priority, beside them the rest under pytest-xdist
-## (TEST_WORKERS) at idle priority, on the CPU the serial tests leave; then the `alone` tests,
-## which fill both cores, with nothing beside them (tests/phases.py; PYTEST_ARGS=--sequential
-## runs the three one after the other).
+## The whole suite, on the embedded store and on TimescaleDB, with real services, in three phases
+## one after the other (tests/phases.py): the tests not marked `serial` or `alone` under
+## pytest-xdist (TEST_WORKERS), then the `serial` tests (timing, accuracy) alone, then the
+## `alone` ones (they fill the cores).
 test: $(TEST_STAMP) services bytecode
 	set -a; eval "$$(bash deploy/local/env.sh)"; set +a; $(WRITE_BYTECODE) \
 	$(BIN)/python -m tests.phases --workers $(TEST_WORKERS) $(PYTEST_ARGS)
 
 ## The quick local loop: the tests your change can break (tests/affected.py: the working
-## tree's changes, else the last commit's; SINCE=REV for every change since REV), slow group out.
+## tree's changes, else the last commit's; SINCE=REV for every change since REV), slow group out,
+## the parallel phase at idle priority beside the serial one (tests/phases.py --overlap: faster,
+## but a timing test may fail there that passes in `make test`).
 test-fast: $(TEST_STAMP) services bytecode
 	set -a; eval "$$(bash deploy/local/env.sh)"; set +a; $(WRITE_BYTECODE) \
-	$(BIN)/python -m tests.phases --workers $(TEST_WORKERS) --select "not slow" \
+	$(BIN)/python -m tests.phases --workers $(TEST_WORKERS) --select "not slow" --overlap \
 		--affected $(if $(SINCE),--since $(SINCE)) $(PYTEST_ARGS)
 
 ## The project's own modules compiled once (into __pycache__/, git-ignored). Where the
