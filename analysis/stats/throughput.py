@@ -14,7 +14,12 @@ import pandas as pd
 
 from analysis import metrics as m
 
-MAX_CHUNKS = 2_000_000  # chunks expanded at once for the requests that cross a bucket's edge
+MAX_CHUNKS = 2_000_000  # chunks (and bucket cells) taken at once for requests crossing an edge
+# bisect a request's offsets at each bucket edge it crosses when edges are this much rarer than
+# its chunks and the part's running sum (a quarter of the work per chunk) is not too long: 1-s
+# buckets of 64-chunk requests, 179 -> 86 ms per 100k; else take every chunk (0.1-s buckets:
+# 186 ms chunk by chunk, 379 ms by bisection; 60-s buckets: 7 ms, 27 ms)
+BISECT_EDGES_PER_CHUNK = 8
 DENSE_CELLS = 1 << 20  # (group, bucket) cells counted in one array (8 MiB); more: by sorted keys
 
 
@@ -44,27 +49,94 @@ def tokens_by_group_bucket(
     whole = np.flatnonzero(sel & (first_b == last_b))
     cells.add(group[whole] * width + (first_b[whole] - k0), arr.total[whole])
     split = np.flatnonzero(sel & (first_b != last_b))
-    ptr = arr.chunks.ptr
-    lengths = ptr[split + 1] - ptr[split]
-    ends = np.cumsum(lengths)
-    last = int(ends[-1]) if ends.size else 0
-    cuts = np.searchsorted(ends, np.arange(MAX_CHUNKS, last, MAX_CHUNKS), side="right")
-    for part in np.split(np.arange(split.size), cuts):
-        if part.size == 0:
-            continue
-        reqs, n = split[part], lengths[part]
-        starts = np.repeat(ptr[reqs], n)
-        within = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
-        idx = starts + within
-        at = np.repeat(arr.times.sent_at[reqs], n) + arr.chunks.offsets_us[idx].astype(
-            np.int64
-        ) * np.int64(1000)
-        cells.add(
-            np.repeat(group[reqs] * width, n) + (at // bucket_ns - k0), arr.chunks.tokens[idx]
-        )
+    if split.size:  # in parts: their chunks (whole requests' between them too) and cells bounded
+        span = arr.chunks.ptr[split + 1] - arr.chunks.ptr[split[0]]
+        cost = span + np.cumsum(last_b[split] - first_b[split] + 1)
+        marks = np.arange(MAX_CHUNKS, int(cost[-1]) + 1, MAX_CHUNKS)
+        ptr = arr.chunks.ptr
+        for part in np.split(split, np.searchsorted(cost, marks, side="right")):
+            if part.size == 0:
+                continue
+            edges = int((last_b[part] - first_b[part]).sum())
+            span = int(ptr[part[-1] + 1] - ptr[part[0]])  # the running sum's length
+            own = int((ptr[part + 1] - ptr[part]).sum())  # the chunks taken one by one
+            if edges * BISECT_EDGES_PER_CHUNK + span // 4 < own:
+                _add_split(cells, arr, bucket_ns, part, group, first_b, last_b, k0, width)
+            else:
+                _add_by_chunk(cells, arr, bucket_ns, part, group, k0, width)
     keys, sums = cells.result()
     g, k = np.divmod(keys, width)
     return dict(zip(zip(g.tolist(), (k + k0).tolist(), strict=True), sums.tolist(), strict=True))
+
+
+def _add_split(
+    cells: _Cells,
+    arr: m.Arrivals,
+    bucket_ns: int,
+    reqs: m.IntArray,
+    group: m.IntArray,
+    first_b: m.IntArray,
+    last_b: m.IntArray,
+    k0: int,
+    width: int,
+) -> None:
+    """Add requests whose chunks arrived in more than one bucket, without a per-chunk pass: per
+    request, the first chunk at or after each inner bucket edge is found by bisection on its
+    offsets (sorted: chunks are stored in arrival order), and each bucket's tokens are a
+    difference of the part's running token sum. Integer arithmetic throughout: a chunk is in
+    bucket k when sent_at + offset_us * 1000 >= k * bucket_ns, i.e. offset_us >= ceil((k *
+    bucket_ns - sent_at) / 1000)."""
+    ptr, offsets = arr.chunks.ptr, arr.chunks.offsets_us
+    base = int(ptr[reqs[0]])
+    running = np.zeros(int(ptr[reqs[-1] + 1]) - base + 1, dtype=np.int64)
+    np.cumsum(arr.chunks.tokens[base : int(ptr[reqs[-1] + 1])], out=running[1:])
+    n_buckets = last_b[reqs] - first_b[reqs] + 1
+    edges = n_buckets - 1  # inner edges of each request (>= 1)
+    owner = np.repeat(reqs, edges)
+    nth = np.arange(int(edges.sum())) - np.repeat(np.cumsum(edges) - edges, edges)
+    edge_ns = (first_b[owner] + nth + 1) * bucket_ns
+    wanted = -((arr.times.sent_at[owner] - edge_ns) // 1000)  # ceil((edge - sent_at) / 1000)
+    lo, hi = ptr[owner].astype(np.int64), ptr[owner + 1].astype(np.int64)
+    while True:  # bisection, all edges at once: lo ends at the first offset >= wanted
+        open_ = lo < hi
+        if not open_.any():
+            break
+        mid = (lo + hi) // 2
+        below = open_ & (offsets[np.minimum(mid, offsets.size - 1)].astype(np.int64) < wanted)
+        lo = np.where(below, mid + 1, lo)
+        hi = np.where(open_ & ~below, mid, hi)
+    # bucket j of a request: chunks [start_j, end_j), its first from ptr, its last to ptr + 1
+    cell_req = np.repeat(reqs, n_buckets)
+    j = np.arange(int(n_buckets.sum())) - np.repeat(np.cumsum(n_buckets) - n_buckets, n_buckets)
+    first_edge = np.repeat(np.cumsum(edges) - edges, n_buckets)  # its edges' index in `lo`
+    last_j = np.repeat(n_buckets - 1, n_buckets)
+    start = np.where(j == 0, ptr[cell_req], lo[np.maximum(first_edge + j - 1, 0)])
+    end = np.where(j == last_j, ptr[cell_req + 1], lo[np.minimum(first_edge + j, lo.size - 1)])
+    touched = end > start  # a bucket reached by a chunk, even one without tokens
+    tokens = running[end[touched] - base] - running[start[touched] - base]
+    bucket = first_b[cell_req[touched]] + j[touched] - k0
+    cells.add(group[cell_req[touched]] * width + bucket, tokens)
+
+
+def _add_by_chunk(
+    cells: _Cells,
+    arr: m.Arrivals,
+    bucket_ns: int,
+    reqs: m.IntArray,
+    group: m.IntArray,
+    k0: int,
+    width: int,
+) -> None:
+    """Add requests whose chunks arrived in more than one bucket chunk by chunk: each chunk's
+    arrival, its bucket, its tokens. For buckets short against the requests, where most chunks
+    sit near an edge anyway."""
+    ptr = arr.chunks.ptr
+    n = ptr[reqs + 1] - ptr[reqs]
+    idx = np.repeat(ptr[reqs], n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+    at = np.repeat(arr.times.sent_at[reqs], n) + arr.chunks.offsets_us[idx].astype(
+        np.int64
+    ) * np.int64(1000)
+    cells.add(np.repeat(group[reqs] * width, n) + (at // bucket_ns - k0), arr.chunks.tokens[idx])
 
 
 class _Cells:

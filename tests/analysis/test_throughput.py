@@ -145,3 +145,43 @@ def test_each_group_counts_what_its_own_requests_alone_would(
             alone = throughput.tokens_by_bucket(arr, bucket_ns, some & (region == name))
             assert {k: t for (gg, k), t in got.items() if gg == g} == alone
     assert 0 in throughput.tokens_by_bucket(arr, 100_000_000, np.arange(len(df)) == 5).values()
+
+
+@pytest.mark.parametrize("max_chunks", [throughput.MAX_CHUNKS, 7])
+@pytest.mark.parametrize("way", ["by-chunk", "by-bisection"])
+def test_each_bucket_holds_the_tokens_of_the_chunks_that_arrived_in_it(
+    max_chunks: int, way: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against every chunk placed one by one, both ways of counting the requests that cross an
+    edge: buckets far shorter than a request (most of them empty inside it), chunks on a
+    bucket's very edge and 1 µs before one, requests without chunks or tokens, a run taken in
+    parts of a few chunks."""
+    monkeypatch.setattr(throughput, "MAX_CHUNKS", max_chunks)
+    # bisection is taken when edges * BISECT_EDGES_PER_CHUNK + span / 4 < chunks: never, always
+    factor = 10**9 if way == "by-chunk" else -(10**9)
+    monkeypatch.setattr(throughput, "BISECT_EDGES_PER_CHUNK", factor)
+    rng = np.random.default_rng(5)
+    offsets, tokens, sent = [], [], []
+    for i in range(300):
+        n = int(rng.integers(0, 12))
+        offs = rng.integers(0, 2_000_000, size=n)
+        if i % 5 < 2 and n:  # a chunk on an edge of 10 ms buckets, or 1 µs before one
+            offs[0] = 10_000 * int(rng.integers(1, 150)) - i % 5
+        offs = np.sort(offs)  # chunks are stored in arrival order
+        offsets.append(offs.tolist())
+        tokens.append((rng.integers(0, 3, size=n) * (i % 9 != 0)).tolist())
+        sent.append(int(rng.integers(0, 50)) * 10_000_000 + int(rng.integers(0, 4)) * 400)
+    chunks = m.ChunkArrays.from_lists(offsets, tokens)
+    sent_at = np.array(sent, dtype=np.int64)
+    everyone = np.ones(len(sent), dtype=bool)
+    arr = m.Arrivals.of(chunks, m.Timeline(sent_at, sent_at, everyone, everyone))
+    group = np.arange(len(sent), dtype=np.int64) % 3
+    rows = np.arange(len(sent)) % 4 != 1
+    for bucket_ns in (10_000_000, 37_000_000, 1_000_000_000):
+        want: dict[tuple[int, int], int] = {}
+        for r in np.flatnonzero(rows):
+            for off, tok in zip(offsets[r], tokens[r], strict=True):
+                key = (int(group[r]), (int(sent_at[r]) + off * 1000) // bucket_ns)
+                want[key] = want.get(key, 0) + tok
+        got = throughput.tokens_by_group_bucket(arr, bucket_ns, rows, group)
+        assert got == dict(sorted(want.items()))
