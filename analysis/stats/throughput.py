@@ -37,8 +37,9 @@ def tokens_by_group_bucket(
     """Output tokens that arrived in each bucket k (as `tokens_by_bucket`) per group g of the
     selected requests (`group`: a code >= 0 per request), by (g, k), sorted; a bucket that a
     chunk of the group arrived in is there even when its chunks carried no token. A request
-    whose chunks all arrived in one bucket counts whole there; the others are split chunk by
-    chunk, a bounded number of chunks at a time. Sums are of integers: exact."""
+    whose chunks all arrived in one bucket counts whole there; the others are split at each
+    bucket edge they cross (`_add_split`, by bisection) or chunk by chunk (`_add_by_chunk`),
+    a bounded number of chunks and cells at a time. Sums are of integers: exact."""
     sel = arr.has & rows
     if not sel.any():
         return {}
