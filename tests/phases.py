@@ -10,10 +10,11 @@ normal priority with their output live, the parallel phase under SCHED_IDLE (Lin
 on CPU time the serial tests leave, and a waking serial test preempts it), its output kept in a
 file and printed when both have ended; the `alone` tests after them. The serial tests wait on
 servers most of the time, so the whole suite takes about 680 s here instead of 1,100-1,180 s.
-It is not the default, because it is not free: on this kernel (PREEMPT_NONE) an idle-class task
-inside a system call keeps the CPU until it leaves it, which delayed a serial test's 2-ms proxy
-round trip to 8 ms, and when a serial test fills both cores the idle-class tests get no CPU for
-seconds and their own deadlines pass (5 failures in 5 whole runs, one run green, no test twice).
+It is not the default, because it is not as strict: when a serial test fills both cores the
+idle-class tests get no CPU for seconds and their own deadlines pass, and on a PREEMPT_NONE
+kernel (this one) an idle-class task inside a system call keeps the CPU until it leaves it, so
+a waking serial task may wait that long (5 failures in 5 whole runs here, no test twice; one
+of them, a proxy's round trip, later failed with the phases one after the other too).
 
     python -m tests.phases [--workers N] [--select EXPR] [--affected [--since REV]]
                            [--overlap] [--reports DIR] [pytest args...]
