@@ -51,10 +51,9 @@ def tokens_by_group_bucket(
     cells.add(group[whole] * width + (first_b[whole] - k0), arr.total[whole])
     split = np.flatnonzero(sel & (first_b != last_b))
     if split.size:  # in parts: their chunks (whole requests' between them too) and cells bounded
-        span = arr.chunks.ptr[split + 1] - arr.chunks.ptr[split[0]]
-        cost = span + np.cumsum(last_b[split] - first_b[split] + 1)
-        marks = np.arange(MAX_CHUNKS, int(cost[-1]) + 1, MAX_CHUNKS)
         ptr = arr.chunks.ptr
+        cost = (ptr[split + 1] - ptr[split[0]]) + np.cumsum(last_b[split] - first_b[split] + 1)
+        marks = np.arange(MAX_CHUNKS, int(cost[-1]) + 1, MAX_CHUNKS)
         for part in np.split(split, np.searchsorted(cost, marks, side="right")):
             if part.size == 0:
                 continue
@@ -94,7 +93,7 @@ def _add_split(
     n_buckets = last_b[reqs] - first_b[reqs] + 1
     edges = n_buckets - 1  # inner edges of each request (>= 1)
     owner = np.repeat(reqs, edges)
-    nth = np.arange(int(edges.sum())) - np.repeat(np.cumsum(edges) - edges, edges)
+    nth = _within(edges)
     edge_ns = (first_b[owner] + nth + 1) * bucket_ns
     wanted = -((arr.times.sent_at[owner] - edge_ns) // 1000)  # ceil((edge - sent_at) / 1000)
     lo, hi = ptr[owner].astype(np.int64), ptr[owner + 1].astype(np.int64)
@@ -108,7 +107,7 @@ def _add_split(
         hi = np.where(open_ & ~below, mid, hi)
     # bucket j of a request: chunks [start_j, end_j), its first from ptr, its last to ptr + 1
     cell_req = np.repeat(reqs, n_buckets)
-    j = np.arange(int(n_buckets.sum())) - np.repeat(np.cumsum(n_buckets) - n_buckets, n_buckets)
+    j = _within(n_buckets)
     first_edge = np.repeat(np.cumsum(edges) - edges, n_buckets)  # its edges' index in `lo`
     last_j = np.repeat(n_buckets - 1, n_buckets)
     start = np.where(j == 0, ptr[cell_req], lo[np.maximum(first_edge + j - 1, 0)])
@@ -133,11 +132,16 @@ def _add_by_chunk(
     sit near an edge anyway."""
     ptr = arr.chunks.ptr
     n = ptr[reqs + 1] - ptr[reqs]
-    idx = np.repeat(ptr[reqs], n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+    idx = np.repeat(ptr[reqs], n) + _within(n)
     at = np.repeat(arr.times.sent_at[reqs], n) + arr.chunks.offsets_us[idx].astype(
         np.int64
     ) * np.int64(1000)
     cells.add(np.repeat(group[reqs] * width, n) + (at // bucket_ns - k0), arr.chunks.tokens[idx])
+
+
+def _within(counts: m.IntArray) -> m.IntArray:
+    """0, 1, ..., c - 1 for each count c, concatenated: an item's place within its request."""
+    return np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
 
 
 class _Cells:

@@ -26,7 +26,7 @@ from analysis.store.connect import connect_reader
 
 CACHE_ENV = "PEAKLOAD_ANALYSIS_CACHE"
 FORMAT = 2  # 2: the frame has the connection and server timing columns (deploy/sql/0120)
-_ENDED = ("completed", "partial", "aborted", "failed")
+ENDED = ("completed", "partial", "aborted", "failed")  # a run in these never changes again
 
 
 def cache_dir() -> Path:
@@ -45,7 +45,7 @@ def fingerprint(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any] | 
         "WHERE r.run_id = %s::uuid",
         (run_id,),
     ).fetchone()
-    if row is None or row[0] not in _ENDED or row[1] is None:
+    if row is None or row[0] not in ENDED or row[1] is None:
         return None
     return {
         "format": FORMAT,

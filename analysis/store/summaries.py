@@ -23,6 +23,7 @@ import pandas as pd
 import psycopg
 
 import analysis
+from analysis.store.cache import ENDED
 from loadgen import results
 
 TERMINAL = frozenset({"completed", "partial", "failed", "aborted"})
@@ -49,7 +50,7 @@ def code_version() -> str:
 
 def summary_key(run: Mapping[str, Any]) -> str | None:
     """The key a summary of `run` is stored and found under; None for a run still changing."""
-    if run.get("status") not in TERMINAL:
+    if run.get("status") not in ENDED:
         return None
     return f"{run_version(run)}|{code_version()}"
 
