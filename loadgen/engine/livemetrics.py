@@ -23,8 +23,8 @@ import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import start_http_server
 
+from loadgen.engine import scrape_server
 from loadgen.engine.plan import Sink
 from loadgen.errors import MetricsError
 from loadgen.results import genai
@@ -34,24 +34,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_LINGER_S = 15.0  # Prometheus's default scrape interval: one final scrape fits
-
-
-class _ScrapeClock:
-    """A collector that yields nothing and notes when a scrape began (it is registered
-    first, so every value of that scrape was read after the note)."""
-
-    def __init__(self) -> None:
-        self.cond = threading.Condition()
-        self.last_ns = 0
-
-    def describe(self) -> list[Any]:
-        return []
-
-    def collect(self) -> list[Any]:
-        with self.cond:
-            self.last_ns = time.perf_counter_ns()
-            self.cond.notify_all()
-        return []
 
 
 class _Source:
@@ -83,8 +65,7 @@ class LiveMetrics:
         self._series: dict[str, set[tuple[Any, tuple[str, ...]]]] = {}  # run: (metric, labels)
         self._ended: list[str] = []  # oldest first
         self.registry = CollectorRegistry(auto_describe=False)  # what is served
-        self.scrapes = _ScrapeClock()
-        self.registry.register(self.scrapes)  # type: ignore[arg-type]
+        self.scrapes = scrape_server.ScrapeLog()
         self.counts = CollectorRegistry(auto_describe=False)  # this process's own
         self.source: Any = self.counts
         self.registry.register(_Source(self))  # type: ignore[arg-type]
@@ -120,7 +101,9 @@ class LiveMetrics:
         """Listen on `host:port` in a daemon thread; returns the port (the one picked for 0).
         Raises MetricsError naming the address when it cannot bind."""
         try:
-            self._server, self._thread = start_http_server(port, host, self.registry)
+            self._server, self._thread = scrape_server.serve(
+                self.registry, host, port, self.scrapes
+            )
         except (OSError, ValueError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc)
             raise MetricsError(
@@ -209,17 +192,10 @@ class LiveMetrics:
                     del self._shard_in_flight[key]
 
     def wait_for_scrape(self, linger_s: float) -> bool:
-        """Block (not on an event loop) until a scrape begins after now, at most `linger_s`;
-        True if one did: the scraper then holds the final values."""
-        mark = time.perf_counter_ns()
-        deadline = time.monotonic() + linger_s
-        with self.scrapes.cond:
-            while self.scrapes.last_ns <= mark:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self.scrapes.cond.wait(left)
-        return True
+        """Block (not on an event loop) until a scrape that begins after now is answered
+        within the time its scraper waits, at most `linger_s`; True if one was: the scraper
+        then holds the final values."""
+        return self.scrapes.wait_kept_after(time.perf_counter_ns(), linger_s)
 
 
 def _observe_many(child: Any, bounds: tuple[float, ...], values: Any) -> None:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import httpx
 import numpy as np
 import pytest
 
+from loadgen.engine import scrape_server
 from loadgen.engine.livemetrics import LiveMetrics, MetricsSink
 from loadgen.errors import MetricsError
 from loadgen.results import formulas, genai
@@ -205,3 +207,44 @@ def test_a_long_lived_process_keeps_the_series_of_its_last_runs() -> None:
         "peakload_requests_total", {"run_id": "run3", "region": "eu", "outcome": "ok"}
     )
     assert got == 1
+
+
+def test_a_scrape_answered_after_its_scrapers_timeout_is_not_the_final_one() -> None:
+    """Prometheus drops an answer that comes after the timeout it states with the scrape: the
+    run keeps waiting for one it keeps. A scraper that states no timeout keeps any answer."""
+    log = scrape_server.ScrapeLog()
+    mark = time.perf_counter_ns()
+    log.note(mark + 1, mark + 2_000_000_000, timeout_s=0.5)  # answered 2 s later: dropped
+    assert not log.wait_kept_after(mark, 0.05) and (log.answered, log.late) == (1, 1)
+    log.note(mark + 3, mark + 400_000_000, timeout_s=0.5)
+    assert log.wait_kept_after(mark, 0.05)
+    assert not log.wait_kept_after(mark + 3, 0.05)  # began before the new mark: not final
+    log.note(mark + 5, mark + 9_000_000_000, timeout_s=None)
+    assert log.wait_kept_after(mark + 3, 0.05)
+
+
+def test_the_scrapers_stated_timeout_is_read_from_its_header() -> None:
+    metrics = LiveMetrics()
+    metrics.start(0)
+    try:
+        headers = {"X-Prometheus-Scrape-Timeout-Seconds": "0.000001"}  # no answer is that fast
+        assert httpx.get(metrics.url, headers=headers).status_code == 200
+        answered(metrics, 1)  # the server notes it once the answer is written
+        assert metrics.scrapes.late == 1
+        assert not metrics.wait_for_scrape(0.1)
+        headers["X-Prometheus-Scrape-Timeout-Seconds"] = "10"
+        timer = threading.Timer(0.2, lambda: httpx.get(metrics.url, headers=headers))
+        timer.start()
+        assert metrics.wait_for_scrape(10)
+        timer.join()
+        answered(metrics, 2)
+        assert metrics.scrapes.late == 1
+    finally:
+        metrics.stop()
+
+
+def answered(metrics: LiveMetrics, n: int) -> None:
+    deadline = time.monotonic() + 10
+    while metrics.scrapes.answered < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert metrics.scrapes.answered == n
