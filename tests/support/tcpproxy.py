@@ -1,5 +1,7 @@
 """A user-space TCP proxy for fault tests (no netem here): latency per direction, pause/resume
 (new connections blackholed, open ones frozen, bytes and closes held in order), reset_all (RST).
+`exchanges` keeps, per HTTP/1 request passed through, its connection and the delay the proxy
+really added (its timers fire late on a busy host): the truth a measured round trip is held to.
 Its asyncio loop runs in a thread: `with TcpProxy(host, port) as p: ... p.pause(); p.resume()`.
 """
 
@@ -26,6 +28,8 @@ class _Pipe:
         self.c_reader, self.c_writer = client
         self.u_writer: asyncio.StreamWriter | None = None
         self.tasks: list[asyncio.Task[None]] = []
+        self.request: tuple[bytes, float] | None = None  # its first line, how long it was held
+        self.number = proxy.connections_total
 
     async def run(self) -> None:
         up: asyncio.Queue[tuple[float, bytes | None]] = asyncio.Queue()
@@ -81,6 +85,17 @@ class _Pipe:
                 for task in self.tasks:
                     task.cancel()
                 return
+            self._note_held(direction, data, time.monotonic() - t)
+
+    def _note_held(self, direction: str, data: bytes, held_s: float) -> None:
+        """What the proxy really added to an HTTP/1 exchange: the request's first chunk's
+        hold plus its answer's first chunk's, kept by the request line."""
+        if direction == "up" and data[:4] in (b"GET ", b"POST", b"HEAD"):
+            self.request = (data.split(b"\r\n", 1)[0], held_s)
+        elif direction == "down" and self.request is not None:
+            line, up_s = self.request
+            self.proxy.exchanges.append((self.number, line.decode("latin-1"), up_s + held_s))
+            self.request = None
 
     def close(self, reset: bool = False) -> None:
         for w in (self.c_writer, self.u_writer):
@@ -117,6 +132,8 @@ class TcpProxy(LoopServer):
         self._running = asyncio.Event()
         self._running.set()  # forwarding until `pause`
         self.connections_total = 0
+        # connection number, request line, seconds really added
+        self.exchanges: list[tuple[int, str, float]] = []
 
     # -- control (any thread) ---------------------------------------------------------------
 
