@@ -78,6 +78,9 @@ async def execute(
             if k is EventKind.CONTENT or k is EventKind.REASONING or k is EventKind.TOOL_CALL:
                 if rec.first_token_ns is None:
                     rec.first_token_ns = ev.t_ns - sched
+                    check.first_tokens += 1
+                    if ev.spread_ns > 0:
+                        check.first_merged += 1
                 if k is not EventKind.REASONING and rec.first_answer_ns is None:
                     rec.first_answer_ns = ev.t_ns - sched
                 if k is EventKind.REASONING:

@@ -38,9 +38,11 @@ class ScriptedTarget:
         fail: Callable[[int], Exception | None] | None = None,
         fail_after: int = 2,
         spread_ns: int = -1,
+        first_spread_ns: int | None = None,
     ) -> None:
         self.ttft_s, self.itl_s, self.tokens = ttft_s, itl_s, tokens
         self.spread_ns = spread_ns  # >= 0: stamps as if the kernel gave them (see StreamEvent)
+        self.first_spread_ns = spread_ns if first_spread_ns is None else first_spread_ns
         self.texts = texts
         self.usage = usage
         self.fail = fail
@@ -64,9 +66,8 @@ class ScriptedTarget:
             if exc is not None:
                 raise exc
             text = self.texts[i] if self.texts else f"w{i} "
-            yield StreamEvent(
-                EventKind.CONTENT, clock(), text=text, tokens=1, spread_ns=self.spread_ns
-            )
+            spread = self.spread_ns if i else self.first_spread_ns
+            yield StreamEvent(EventKind.CONTENT, clock(), text=text, tokens=1, spread_ns=spread)
         if self.usage is not None:
             yield StreamEvent(EventKind.USAGE, clock(), usage=Usage(10, self.usage))
         yield StreamEvent(EventKind.DONE, clock())
@@ -333,6 +334,20 @@ def test_tokens_read_together_after_a_stall_mark_the_run_invalid() -> None:
     assert any("read together with others" in why for why in result.invalid_reasons)
     assert result.health["tokens_read_together_share"] == 1.0
     assert result.health["loop_lag_over_bound_share"] > 0.01
+
+
+def test_first_tokens_read_together_after_a_stall_mark_the_run_invalid() -> None:
+    """TTFT is one value per request: when more than 1 % of first tokens came in one read with
+    later ones while the loop was late, the TTFT p99 may be off by an ITL, however few of all
+    tokens were read together (here 1 in 150)."""
+    result = _run_with_hog(
+        ScriptedTarget(itl_s=0.001, tokens=150, spread_ns=0, first_spread_ns=25_000_000)
+    )
+    assert not result.valid
+    assert any("first tokens were read together" in why for why in result.invalid_reasons)
+    assert not any("of tokens were read together" in why for why in result.invalid_reasons)
+    assert result.health["first_tokens_read_together_share"] == 1.0
+    assert result.health["tokens_read_together_share"] < 0.01
 
 
 def test_tokens_a_server_sends_together_do_not_invalidate_a_prompt_loop() -> None:
