@@ -85,6 +85,9 @@ def clear_caches(cache_dir: Path | None) -> None:
     """Empty Streamlit's caches and, with `cache_dir`, analysis.store.cache's files too."""
     import streamlit as st
 
+    from analysis.store.cache import wait_for_writes
+
+    wait_for_writes()  # a page's entries are written beside it: on disk before the next view
     st.cache_data.clear()
     st.cache_resource.clear()
     if cache_dir is not None:
@@ -140,27 +143,31 @@ def main() -> None:
         pages = {"Run page, 1 run": ("run", {"run": ids[0]})}
         if not args.run:
             pages[f"Compare page, {args.runs} runs"] = ("compare", {"runs": ",".join(ids)})
-        from ui.results import summarize_run
+        from ui.results import summarize_run  # what `peakload run` and `submit` do at its end
 
-        for rid in ids:  # what `peakload run` and `submit` do at a run's end
-            summarize_run(rid, url)
         for label, (page, params) in pages.items():
-            for kept in (True, False):
-                cold, disk, cached = [], [], []
-                for _ in range(args.repeat):
+            render(page, **params)  # the page's modules imported, as a running server has them
+            hows = {True: "summary kept with the run", False: "no kept summary"}
+            for _ in range(args.repeat):
+                for kept, how in hows.items():  # alternated: neither gets the warmer caches
                     if not kept:  # a run from before analysis.store.summaries, or imported
                         forget_summaries(url, ids)
+                    else:
+                        for rid in ids:
+                            summarize_run(rid, url)
                     clear_caches(cache_dir)
-                    cold.append(render(page, **params))
-                    cached.append(render(page, **params))
+                    cold = render(page, **params)
+                    cached = render(page, **params)
                     if not kept:
                         forget_summaries(url, ids)
                     clear_caches(None)  # a restarted server: the runs' files are on disk already
-                    disk.append(render(page, **params))
-                how = "summary kept with the run" if kept else "no kept summary"
-                results[f"{label}: cold (nothing cached), {how}"] = cold
-                results[f"{label}: new server, runs on disk (analysis.store.cache), {how}"] = disk
-                results[f"{label}: cached (second visit), {how}"] = cached
+                    disk = render(page, **params)
+                    for kind, dt in (
+                        ("cold (nothing cached)", cold),
+                        ("new server, runs on disk (analysis.store.cache)", disk),
+                        ("cached (second visit)", cached),
+                    ):
+                        results.setdefault(f"{label}: {kind}, {how}", []).append(dt)
         print(
             "\nui_render: "
             + (

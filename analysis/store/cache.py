@@ -5,14 +5,17 @@ instead of the store. Entries hold no prompt or response text (fastload never lo
 An entry is used only if the run's status, end time, row count and last scheduled time still
 match the store (a finished run's rows do not change; a replayed or repaired run does).
 Directory: `PEAKLOAD_ANALYSIS_CACHE`, else $XDG_CACHE_HOME (or ~/.cache)/peakload/analysis.
+An entry is written in a thread of its own while the caller goes on with the loaded run.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,8 @@ from analysis.store.connect import connect_reader
 CACHE_ENV = "PEAKLOAD_ANALYSIS_CACHE"
 FORMAT = 2  # 2: the frame has the connection and server timing columns (deploy/sql/0120)
 ENDED = ("completed", "partial", "aborted", "failed")  # a run in these never changes again
+
+_log = logging.getLogger(__name__)
 
 
 def cache_dir() -> Path:
@@ -57,41 +62,86 @@ def fingerprint(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any] | 
     }
 
 
+_WRITES: dict[Path, threading.Thread] = {}  # entries being written, by path
+_WRITES_LOCK = threading.Lock()
+
+
 def _save(path: Path, fp: dict[str, Any], df: pd.DataFrame, chunks: ChunkArrays) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+    """Write the entry in a thread of its own, so the caller (a page, a report) goes on with
+    the run it has in memory; the arrays are taken here, so later changes to `df`'s columns do
+    not reach the file. At most one write per entry at a time; `wait_for_writes` waits for
+    them (the interpreter does too at exit: the threads are not daemons)."""
+    files = _arrays(fp, df, chunks)
+    with _WRITES_LOCK:
+        if path in _WRITES:
+            return
+        thread = threading.Thread(
+            target=_write, args=(path, files), name=f"peakload-cache-{path.name}"
+        )
+        _WRITES[path] = thread
+    thread.start()
+
+
+def wait_for_writes(path: Path | None = None) -> None:
+    """Block until the entry at `path` (every entry, with None) being written is on disk."""
+    with _WRITES_LOCK:
+        threads = list(_WRITES.values()) if path is None else [_WRITES.get(path)]
+    for thread in threads:
+        if thread is not None:
+            thread.join()
+
+
+def _arrays(
+    fp: dict[str, Any], df: pd.DataFrame, chunks: ChunkArrays
+) -> dict[str, np.ndarray | bytes]:
+    """The entry's files: one array per column and per chunk array, and meta.json."""
+    meta: dict[str, Any] = {"fingerprint": fp, "columns": [], "categories": {}, "none": []}
+    files: dict[str, np.ndarray | bytes] = {}
+    for col in df.columns:
+        s = df[col]
+        if s.dtype == object:  # a coded column with no values at all (every row NULL)
+            if s.notna().any():
+                raise ValueError(f"cannot cache column {col!r} of Python objects")
+            meta["none"].append(col)
+            arr: np.ndarray = np.zeros(0)
+        elif isinstance(s.dtype, pd.CategoricalDtype):
+            meta["categories"][col] = [str(c) for c in s.cat.categories]
+            arr = s.cat.codes.to_numpy()
+        elif col == "scheduled_at":
+            arr = s.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy("datetime64[ns]")
+            arr = arr.view(np.int64)
+        else:
+            arr = s.to_numpy()
+        files[f"col_{len(meta['columns'])}.npy"] = arr
+        meta["columns"].append(col)
+    for name in ("offsets_us", "tokens", "ptr"):
+        files[f"{name}.npy"] = getattr(chunks, name)
+    files["meta.json"] = json.dumps(meta).encode("utf-8")
+    return files
+
+
+def _write(path: Path, files: dict[str, np.ndarray | bytes]) -> None:
+    """The files into a new folder beside `path`, then renamed to it; a failure leaves no
+    entry (the next reader loads from the store) and is logged."""
+    tmp: Path | None = None
     try:
-        meta: dict[str, Any] = {"fingerprint": fp, "columns": [], "categories": {}, "none": []}
-        for col in df.columns:
-            s = df[col]
-            if s.dtype == object:  # a coded column with no values at all (every row NULL)
-                if s.notna().any():
-                    raise ValueError(f"cannot cache column {col!r} of Python objects")
-                meta["none"].append(col)
-                arr: np.ndarray = np.zeros(0)
-            elif isinstance(s.dtype, pd.CategoricalDtype):
-                meta["categories"][col] = [str(c) for c in s.cat.categories]
-                arr = s.cat.codes.to_numpy()
-            elif col == "scheduled_at":
-                arr = (
-                    s.dt.tz_convert("UTC")
-                    .dt.tz_localize(None)
-                    .to_numpy("datetime64[ns]")
-                    .view(np.int64)
-                )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+        for name, data in files.items():
+            if isinstance(data, bytes):
+                (tmp / name).write_bytes(data)
             else:
-                arr = s.to_numpy()
-            np.save(tmp / f"col_{len(meta['columns'])}.npy", arr)
-            meta["columns"].append(col)
-        for name in ("offsets_us", "tokens", "ptr"):
-            np.save(tmp / f"{name}.npy", getattr(chunks, name))
-        (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+                np.save(tmp / name, data)
         if path.exists():
             shutil.rmtree(path)
         tmp.rename(path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    except OSError as exc:
+        _log.warning("analysis cache: %s not written (%s)", path, exc)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        with _WRITES_LOCK:
+            _WRITES.pop(path, None)
 
 
 def _load(path: Path, fp: dict[str, Any]) -> tuple[pd.DataFrame, ChunkArrays] | None:
@@ -134,6 +184,7 @@ def load_run_cached(
         fp = fingerprint(conn, run_id)
     path = (directory or cache_dir()) / run_id
     if fp is not None:
+        wait_for_writes(path)  # this process is writing it: it is on disk in a moment
         hit = _load(path, fp)
         if hit is not None:
             return hit[0], hit[1], True

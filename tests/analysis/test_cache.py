@@ -42,3 +42,34 @@ def test_hit_miss_and_invalidation(pg_conn: psycopg.Connection[Any], tmp_path: P
     _, _, hit4 = cache.load_run_cached(url, RID, directory=tmp_path)
     _, _, hit5 = cache.load_run_cached(url, RID, directory=tmp_path)
     assert not hit4 and not hit5
+
+
+@pytest.mark.integration
+def test_the_entry_is_written_beside_the_caller_and_holds_the_loaded_run(
+    pg_conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """The caller goes on with the run in memory while its entry is written in a thread; what
+    it does to its frame afterwards does not reach the entry, and a second reader in the same
+    process waits for the entry rather than loading the run again."""
+    insert_run(pg_conn, *synthetic_run(RID, regions=("eu",), fail_every=7, per_level=40))
+    url = pg_conn.peakload_url  # type: ignore[attr-defined]
+    df1, _, hit1 = cache.load_run_cached(url, RID, directory=tmp_path)
+    kept = df1.copy()
+    df1["sent_ns"] = -1  # a page replacing a column, after the load
+    df2, _, hit2 = cache.load_run_cached(url, RID, directory=tmp_path)
+    assert (hit1, hit2) == (False, True)
+    pd.testing.assert_frame_equal(df2, kept)
+    cache.wait_for_writes()
+    assert [p.name for p in tmp_path.iterdir()] == [RID]  # no half-written folder left
+
+
+def test_a_failed_write_leaves_no_entry(tmp_path: Path) -> None:
+    """A write that cannot finish (here: its folder's parent is a file) is logged, leaves
+    nothing, and the caller is not troubled."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    df = pd.DataFrame({"x": np.arange(3)})
+    chunks = cache.ChunkArrays(np.zeros(0, np.int32), np.zeros(0, np.int16), np.zeros(4, np.int64))
+    cache._save(blocker / "run", {"format": cache.FORMAT}, df, chunks)
+    cache.wait_for_writes()
+    assert [p.name for p in tmp_path.iterdir()] == ["not-a-folder"]
