@@ -19,6 +19,8 @@ from analysis.metrics.base import (
 from loadgen.results import formulas
 from loadgen.results.choices import grouped_order, has_choices
 
+SUM_BLOCK = 1 << 21  # chunks per block of a per-request sum (16 MB of int64 at a time)
+
 
 @dataclass(frozen=True, slots=True)
 class ChunkArrays:
@@ -33,6 +35,25 @@ class ChunkArrays:
     @property
     def n_requests(self) -> int:
         return int(self.ptr.size - 1)
+
+    def tokens_per_request(self) -> IntArray:
+        """Each request's tokens (the sum of its chunks'), int64. Summed a block of requests
+        at a time (about SUM_BLOCK chunks): a sum widened to int64 in one call converts every
+        chunk first, 8 bytes each, a gigabyte of fresh memory for a 1M x 128 run (1.8 s of
+        page faults against 0.16 s)."""
+        total = np.zeros(self.n_requests, dtype=np.int64)
+        nonempty = np.flatnonzero(np.diff(self.ptr) > 0)
+        if not nonempty.size:
+            return total
+        starts = self.ptr[:-1][nonempty]
+        out = np.empty(starts.size, dtype=np.int64)
+        step = max(1, int(starts.size * SUM_BLOCK // max(self.tokens.size, 1)))
+        for a in range(0, starts.size, step):
+            b = min(a + step, starts.size)
+            lo, hi = int(starts[a]), int(self.ptr[nonempty[b - 1] + 1])
+            out[a:b] = np.add.reduceat(self.tokens[lo:hi], starts[a:b] - lo, dtype=np.int64)
+        total[nonempty] = out
+        return total
 
     def take(self, rows: BoolArray) -> ChunkArrays:
         """The chunks of the selected requests (`rows`: one bool per request), in their order."""

@@ -148,12 +148,7 @@ class Arrivals:
             last = times.sent_at + chunks.offsets_us[hi].astype(np.int64) * 1000
         else:
             first = last = np.zeros(chunks.n_requests, dtype=np.int64)
-        total = np.zeros(chunks.n_requests, dtype=np.int64)
-        nonempty = np.flatnonzero(lengths > 0)
-        if nonempty.size:
-            sums = np.add.reduceat(chunks.tokens, chunks.ptr[:-1][nonempty], dtype=np.int64)
-            total[nonempty] = sums
-        return cls(chunks, times, total, first, last, has)
+        return cls(chunks, times, chunks.tokens_per_request(), first, last, has)
 
 
 def tokens_arrived(arr: Arrivals, window: Window, rows: BoolArray | None = None) -> int:
