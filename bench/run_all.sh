@@ -17,6 +17,7 @@ run() { echo "== $*" | tee -a "$log"; "$@" 2>&1 | tee -a "$log"; }
 run $PY bench/sim_capacity.py --streams 260 --itl-ms 10 --duration 8
 run $PY bench/transport_overhead.py --streams 1,256 --duration 8
 run $PY bench/generator_accuracy.py --levels 1,16,64,256,1024 --duration 8
+run $PY bench/validity_edge.py --streams 256 --runs 12 --hogs 1
 run $PY bench/ingest.py --minutes "${PEAKLOAD_BENCH_INGEST_MINUTES:-10}"
 run $PY bench/distributed.py
 run $PY bench/timer_lateness.py --rate 6 --count 120 --rounds 3
