@@ -86,15 +86,52 @@ class Summary:
 
 def samples(df: pd.DataFrame, metric: str, level: int, chunks: m.ChunkArrays | None) -> Sample:
     """Ok steady-phase samples of one level; token metrics carry their request labels."""
-    rows = (df["outcome"] == "ok") & (df["phase"] == "steady") & (df["level"] == level)
-    sel = rows.to_numpy()
-    if metric in TOKEN_METRICS:
-        ch = chunks if chunks is not None else m.ChunkArrays.from_frame(df)
-        v, lab = m.per_token_values(m.chunk_gaps(ch, sel))
-        keep = np.isfinite(v)
-        return Sample(np.asarray(v[keep], dtype=np.float64), np.asarray(lab[keep]))
-    v = m.per_request_values(df, metric)[sel]
-    return Sample(np.asarray(v[np.isfinite(v)], dtype=np.float64))
+    return _Side(df, chunks).sample(metric, level)
+
+
+class _Side:
+    """One run as a side of comparisons: its samples per (metric, level) and their bootstrap
+    summaries, each made once however many runs it is compared with (a baseline against four
+    candidates was sampled and resampled four times)."""
+
+    def __init__(self, df: pd.DataFrame, chunks: m.ChunkArrays | None = None) -> None:
+        self.df, self._chunks = df, chunks
+        self._usable = ((df["outcome"] == "ok") & (df["phase"] == "steady")).to_numpy()
+        self._level = df["level"].to_numpy()
+        self._per_request: dict[str, np.ndarray] = {}
+        self._samples: dict[tuple[str, int], Sample] = {}
+        self._summaries: dict[tuple[str, int, tuple[float, ...], int, int], Summary] = {}
+
+    @property
+    def levels(self) -> set[int]:
+        return set(self.df["level"].tolist())
+
+    def sample(self, metric: str, level: int) -> Sample:
+        key = (metric, int(level))
+        if key not in self._samples:
+            sel = self._usable & (self._level == level)
+            if metric in TOKEN_METRICS:
+                if self._chunks is None:
+                    self._chunks = m.ChunkArrays.from_frame(self.df)
+                v, lab = m.per_token_values(m.chunk_gaps(self._chunks, sel))
+                keep = np.isfinite(v)
+                out = Sample(np.asarray(v[keep], dtype=np.float64), np.asarray(lab[keep]))
+            else:
+                if metric not in self._per_request:
+                    self._per_request[metric] = m.per_request_values(self.df, metric)
+                v = self._per_request[metric][sel]
+                out = Sample(np.asarray(v[np.isfinite(v)], dtype=np.float64))
+            self._samples[key] = out
+        return self._samples[key]
+
+    def summary(
+        self, metric: str, level: int, q: Sequence[float], resamples: int, seed: int
+    ) -> Summary:
+        key = (metric, int(level), tuple(float(x) for x in q), resamples, seed)
+        if key not in self._summaries:
+            qs = np.asarray(q, dtype=np.float64)
+            self._summaries[key] = summarize(self.sample(metric, level), qs, resamples, seed)
+        return self._summaries[key]
 
 
 def summarize(s: Sample, q: np.ndarray, resamples: int, seed: int) -> Summary:
@@ -137,14 +174,17 @@ def compare_samples(
     confidence: float = 0.95,
     resamples: int = 1000,
     seed: int = 0,
+    base_summary: Summary | None = None,
 ) -> list[dict[str, Any]]:
     """One row per percentile (module docstring): baseline, candidate, delta, delta_pct,
     ci_lower/ci_upper of the difference, se, p_worse, p_better, n_base/n_cand (requests),
     tokens_base/tokens_cand, unit; regression/improvement decided over these rows alone (Holm,
-    analysis.verdicts.family; a caller with more rows decides again over all of them)."""
+    analysis.verdicts.family; a caller with more rows decides again over all of them).
+    `base_summary`: the baseline's `summarize(base, percentiles, resamples, seed)`, when the
+    caller has it already."""
     b, c = Sample.of(base), Sample.of(cand)
     q = np.asarray(percentiles, dtype=np.float64)
-    sb = summarize(b, q, resamples, seed)
+    sb = base_summary if base_summary is not None else summarize(b, q, resamples, seed)
     sc = summarize(c, q, resamples, seed + 1)
     alpha = 1.0 - confidence
     testable = [_testable(b, float(p)) and _testable(c, float(p)) for p in q]
@@ -221,27 +261,55 @@ def compare_runs(
     family is every row of the table: regression flags are decided over all of them (Holm;
     columns p_adjusted, correction, family_size). Levels are matched by index (check the
     labels and configured values separately)."""
-    tok = any(x in TOKEN_METRICS for x in metrics)
-    bch = m.ChunkArrays.from_frame(base_df) if tok else None
-    cch = m.ChunkArrays.from_frame(cand_df) if tok else None
-    levels = sorted(set(base_df["level"].tolist()) & set(cand_df["level"].tolist()))
-    rows = []
-    for metric in metrics:
-        for level in levels:
-            b = samples(base_df, metric, level, bch)
-            c = samples(cand_df, metric, level, cch)
-            for r in compare_samples(
-                b,
-                c,
-                percentiles,
-                threshold_pct=threshold_pct,
-                confidence=confidence,
-                resamples=resamples,
-                seed=seed,
-            ):
-                rows.append({"metric": metric, "level": int(level), **r})
-    family.decide(rows, confidence, primary)
-    return pd.DataFrame(rows)
+    return compare_many(
+        base_df,
+        [cand_df],
+        metrics=metrics,
+        percentiles=percentiles,
+        threshold_pct=threshold_pct,
+        confidence=confidence,
+        resamples=resamples,
+        seed=seed,
+        primary=primary,
+    )[0]
+
+
+def compare_many(
+    base_df: pd.DataFrame,
+    cand_dfs: Sequence[pd.DataFrame],
+    *,
+    metrics: Sequence[str] = COMPARE_METRICS,
+    percentiles: Sequence[float] = COMPARE_PERCENTILES,
+    threshold_pct: float = 5.0,
+    confidence: float = 0.95,
+    resamples: int = 1000,
+    seed: int = 0,
+    primary: family.Primary | None = None,
+) -> list[pd.DataFrame]:
+    """`compare_runs(base_df, c)` for each candidate `c`, each its own family, with the
+    baseline's samples and bootstrap replicates made once (the same seed: the same rows)."""
+    base = _Side(base_df)
+    out = []
+    for cand_df in cand_dfs:
+        cand = _Side(cand_df)
+        rows = []
+        for metric in metrics:
+            for level in sorted(base.levels & cand.levels):
+                b, c = base.sample(metric, level), cand.sample(metric, level)
+                for r in compare_samples(
+                    b,
+                    c,
+                    percentiles,
+                    threshold_pct=threshold_pct,
+                    confidence=confidence,
+                    resamples=resamples,
+                    seed=seed,
+                    base_summary=base.summary(metric, level, percentiles, resamples, seed),
+                ):
+                    rows.append({"metric": metric, "level": int(level), **r})
+        family.decide(rows, confidence, primary)
+        out.append(pd.DataFrame(rows))
+    return out
 
 
 def label_differences(

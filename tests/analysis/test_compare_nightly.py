@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import psycopg
 import pytest
 
@@ -65,6 +66,38 @@ def test_compare_runs_by_level() -> None:
     assert compare.label_differences(
         {"model": "a", "labels": {"engine": "vllm"}}, {"model": "a", "labels": {"engine": "sglang"}}
     ) == {"labels.engine": ("vllm", "sglang")}
+
+
+def test_several_candidates_at_once_give_each_ones_own_table() -> None:
+    """compare_many samples and resamples the baseline once for all candidates: every table
+    equals the one compare_runs makes for that candidate alone, row for row, p for p."""
+
+    def run(run_id: str, scale: float, seed: int) -> Any:
+        rng = np.random.default_rng(seed)
+        return frame(
+            [
+                streamed(
+                    run_id,
+                    i,
+                    sent_ns=0,
+                    offsets_us=[int(scale * rng.gamma(9, 10_000)), 900_000, 950_000],
+                    tokens=[1, 2, 1],
+                )
+                for i in range(400)
+            ]
+        )
+
+    base = run("b", 1.0, 1)
+    cands = [run("c1", 1.0, 2), run("c2", 1.3, 3), run("c3", 0.9, 4)]
+    metrics = ("ttft_ms", "itl_ms", "e2e_ms")
+    many = compare.compare_many(base, cands, metrics=metrics, resamples=200)
+    assert len(many) == len(cands)
+    for cand, got in zip(cands, many, strict=True):
+        alone = compare.compare_runs(base, cand, metrics=metrics, resamples=200)
+        pd.testing.assert_frame_equal(got, alone)
+    slower = many[1][(many[1]["metric"] == "ttft_ms") & (many[1]["percentile"] < 99)]
+    assert len(slower) == 2 and slower["regression"].all()  # p99: 4 requests beyond, untested
+    assert not many[0]["regression"].any()
 
 
 @pytest.mark.parametrize(

@@ -133,11 +133,10 @@ def changes(
     from analysis.verdicts import compare as acmp
 
     metrics = acmp.COMPARE_METRICS if metrics is None else metrics
-    parts = []
-    for rid, df in frames.items():
-        if rid == baseline:
-            continue
-        t = acmp.compare_runs(frames[baseline], df, metrics=metrics, resamples=RESAMPLES)
+    others = [rid for rid in frames if rid != baseline]
+    tables = acmp.compare_many(
+        frames[baseline], [frames[r] for r in others], metrics=metrics, resamples=RESAMPLES
+    )
+    for rid, t in zip(others, tables, strict=True):
         t.insert(0, "run", names.get(rid, rid))
-        parts.append(t)
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
