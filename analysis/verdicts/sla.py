@@ -257,8 +257,10 @@ def _selected(df: pd.DataFrame, claim: Claim) -> tuple[np.ndarray, int]:
 def stopped_rows(df: pd.DataFrame) -> np.ndarray:
     """Cancelled or not sent because peakload stopped
     (loadgen.results.reasons.STOPPED_BY_PEAKLOAD)."""
-    out = df["outcome"].isin(("cancelled", "not_sent")).to_numpy()
-    return out & df["error_phase"].isin(tuple(STOPPED_BY_PEAKLOAD)).to_numpy()
+    out = df["outcome"].isin(("cancelled", "not_sent")).to_numpy(copy=True)
+    rows = np.flatnonzero(out)  # few: error_phase (Python strings) is read for them alone
+    out[rows] = df["error_phase"].iloc[rows].isin(tuple(STOPPED_BY_PEAKLOAD)).to_numpy()
+    return out
 
 
 def claim_stopped(df: pd.DataFrame, claim: Claim) -> int:

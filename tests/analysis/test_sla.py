@@ -164,3 +164,28 @@ def test_bad_claims_name_file_and_field(tmp_path: Path, text: str, where: str) -
 def test_missing_claims_file(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="file not found"):
         sla.load_claims(tmp_path / "none.toml")
+
+
+def test_requests_peakload_stopped_are_only_its_own_cancellations_and_unsent() -> None:
+    """stopped_rows: cancelled or not sent *because peakload stopped* (its reasons), never a
+    failed request whatever its phase, nor one cancelled for another reason."""
+    from loadgen.results import reasons
+
+    cases = [
+        ("ok", None, False),
+        ("cancelled", reasons.ABORTED, True),
+        ("not_sent", reasons.RUN_ENDED, True),
+        ("cancelled", reasons.TIMED_OUT, True),
+        ("cancelled", "client_disconnect", False),
+        ("not_sent", None, False),
+        ("http_error", reasons.ABORTED, False),  # a failure, whatever its phase says
+        ("timeout", reasons.TIMED_OUT, False),
+    ]
+    rows = []
+    for i, (outcome, phase, _) in enumerate(cases * 3):
+        r = request_row("00000000-0000-0000-0000-0000000005ee", i, outcome=outcome)
+        r["error_phase"] = phase
+        rows.append(r)
+    got = sla.stopped_rows(frame(rows))
+    assert got.tolist() == [want for _, _, want in cases * 3]
+    assert got.flags.writeable  # the caller's own array
