@@ -21,8 +21,6 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 TIMEOUT_HEADER = "HTTP_X_PROMETHEUS_SCRAPE_TIMEOUT_SECONDS"  # the WSGI name of the header
-
-
 ACCEPTED_KEY = "peakload.accepted_ns"  # environ: when the server accepted the connection
 IN_TIME_SHARE = 0.9  # of the stated timeout: the answer's trip back and the scraper's clock
 
@@ -109,13 +107,19 @@ class _Server(ThreadingMixIn, WSGIServer):
         self.accepted[id(request)] = time.perf_counter_ns()
         super().process_request(request, client_address)
 
+    def shutdown_request(self, request: Any) -> None:
+        """Every connection ends here, answered or not (a bare connect, a malformed
+        request): its note goes with it, so a worker serving for its life keeps none."""
+        self.accepted.pop(id(request), None)
+        super().shutdown_request(request)
+
 
 class _QuietHandler(WSGIRequestHandler):
     server: _Server
 
     def get_environ(self) -> dict[str, Any]:
         environ = super().get_environ()
-        environ[ACCEPTED_KEY] = self.server.accepted.pop(id(self.request), None)
+        environ[ACCEPTED_KEY] = self.server.accepted.get(id(self.request))
         return environ
 
     def log_message(self, format: str, *args: Any) -> None:
