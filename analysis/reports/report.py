@@ -6,6 +6,7 @@ Rendering lives in analysis/reports/render.py.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -23,12 +24,14 @@ from analysis.stats import percentiles as pc
 from analysis.stats import prefix_counters, throughput
 from analysis.stats import regions as rg
 from analysis.stats import server_metrics as srv
-from analysis.store import fastload, load
+from analysis.store import derived, fastload, load
 from analysis.store.imports import load_import
 from analysis.store.probe import load_probe
+from analysis.store.summaries import load_summary, store_summary
 from analysis.verdicts import sla, verdict
 
 REPORT_VERSION = 1
+_log = logging.getLogger(__name__)
 TIMELINE_SAMPLE = 40
 
 
@@ -143,6 +146,68 @@ def validity_flags(run: Mapping[str, Any], shards: pd.DataFrame) -> dict[str, An
     return flags
 
 
+def kept_summary(
+    conn: psycopg.Connection[Any],
+    run: Mapping[str, Any],
+    df: pd.DataFrame,
+    levels: pd.DataFrame,
+    chunks: m.ChunkArrays,
+) -> dict[str, Any]:
+    """The run's level summary as stored for an ended run (analysis.store.summaries), else
+    computed and stored for the next reader (a store that refuses the write costs only that)."""
+    stored = load_summary(conn, run)
+    if stored is not None:
+        return stored
+    summary = level_summary(df, levels, run, chunks=chunks)
+    try:
+        store_summary(conn, run, summary)
+    except psycopg.Error as exc:
+        _log.warning("run %s: its summary was not stored (%s)", run["run_id"], exc)
+    return summary
+
+
+def kept_curves(
+    kept: derived.RunResults,
+    df: pd.DataFrame,
+    chunks: m.ChunkArrays | None,
+    metrics: tuple[str, ...],
+    resamples: int,
+    seed: int,
+) -> pd.DataFrame:
+    """analysis.stats.percentiles.percentile_curves of the run, kept under these parameters."""
+    return kept.get(
+        "percentile_curves",
+        {"metrics": metrics, "resamples": resamples, "seed": seed},
+        lambda: pc.percentile_curves(df, chunks, metrics=metrics, resamples=resamples, seed=seed),
+    )
+
+
+def kept_frontier(
+    kept: derived.RunResults,
+    df: pd.DataFrame,
+    levels: pd.DataFrame,
+    chunks: m.ChunkArrays | None,
+    metric: str,
+    percentile: float,
+    resamples: int,
+    seed: int,
+) -> pd.DataFrame:
+    """analysis.stats.frontier.frontier_points of the run, kept under these parameters."""
+    return kept.get(
+        "frontier_points",
+        {"metric": metric, "percentile": percentile, "resamples": resamples, "seed": seed},
+        lambda: fr.frontier_points(
+            df,
+            levels,
+            metric=metric,
+            percentile=percentile,
+            chunks=chunks,
+            resamples=resamples,
+            seed=seed,
+        ),
+    )
+
+
 def build_report(
     conn: psycopg.Connection[Any],
     run_id: str,
@@ -160,20 +225,15 @@ def build_report(
     df, chunks = fastload.load_requests_fast(conn, run_id)
     levels = load.load_levels(conn, run_id)
     shards = load.load_shards(conn, run_id)
-    summary = level_summary(df, levels, run, chunks=chunks)
+    summary = kept_summary(conn, run, df, levels, chunks)
     # a speech run's curves include its time to first audio byte and real-time factor
     spoken = ("ttfab_ms", "audio_rtf") if has_audio(df) else ()
-    curves = pc.percentile_curves(
-        df, chunks, metrics=(*pc.DEFAULT_CURVES, *spoken), resamples=resamples, seed=seed
-    )
-    points = fr.frontier_points(
-        df,
-        levels,
-        metric=frontier_metric,
-        percentile=frontier_percentile,
-        chunks=chunks,
-        resamples=resamples,
-        seed=seed,
+    # an ended run's curves and frontier are kept on local disk (analysis.store.derived): a
+    # second report of the run reads them instead of computing them again
+    kept = derived.RunResults.of(conn, run_id)
+    curves = kept_curves(kept, df, chunks, (*pc.DEFAULT_CURVES, *spoken), resamples, seed)
+    points = kept_frontier(
+        kept, df, levels, chunks, frontier_metric, frontier_percentile, resamples, seed
     )
     knee_i = fr.knee(points["output_tokens_per_s"], points["latency"]) if len(points) else None
     slos = list((run.get("spec") or {}).get("slos") or [])
