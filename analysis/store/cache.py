@@ -3,13 +3,17 @@ have ended, so a second report, comparison or UI page on a large run reads memor
 instead of the store. Entries hold no prompt or response text (fastload never loads it).
 
 An entry is used only if the run's status, end time, row count and last scheduled time still
-match the store (a finished run's rows do not change; a replayed or repaired run does).
-Directory: `PEAKLOAD_ANALYSIS_CACHE`, else $XDG_CACHE_HOME (or ~/.cache)/peakload/analysis.
-An entry is written in a thread of its own while the caller goes on with the loaded run.
+match the store (a finished run's rows do not change; a replayed or repaired run does). Entries
+are kept per store (host, port, database; a folder named by their hash): two databases may
+hold runs of the same id. Directory: `PEAKLOAD_ANALYSIS_CACHE`, else $XDG_CACHE_HOME (or
+~/.cache)/peakload/analysis. An entry is written in a thread of its own while the caller goes on
+with the loaded run; an entry that cannot be read whole (removed or rewritten under the reader
+by another process) is a miss.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -42,6 +46,18 @@ def cache_dir() -> Path:
     return Path(base) / "peakload" / "analysis"
 
 
+def store_of(conn: psycopg.Connection[Any]) -> str:
+    """Which store a connection reads: host, port and database."""
+    info = conn.info
+    return f"{info.host}:{info.port}/{info.dbname}"
+
+
+def entry_path(fp: dict[str, Any], directory: Path | None = None) -> Path:
+    """Where the entry of a run with fingerprint `fp` is kept: a folder per store."""
+    store = hashlib.sha256(str(fp["store"]).encode("utf-8")).hexdigest()[:12]
+    return (directory or cache_dir()) / store / str(fp["run_id"])
+
+
 def fingerprint(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any] | None:
     """What must match for an entry to be used; None if the run has not ended (no caching)."""
     row = conn.execute(
@@ -54,6 +70,7 @@ def fingerprint(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any] | 
         return None
     return {
         "format": FORMAT,
+        "store": store_of(conn),
         "run_id": run_id,
         "status": row[0],
         "ended_at": row[1].isoformat(),
@@ -145,9 +162,18 @@ def _write(path: Path, files: dict[str, np.ndarray | bytes]) -> None:
 
 
 def _load(path: Path, fp: dict[str, Any]) -> tuple[pd.DataFrame, ChunkArrays] | None:
+    """The entry at `path` if it is whole and matches `fp`, else None (a miss)."""
+    try:
+        return _read(path, fp)
+    except (OSError, ValueError, KeyError) as exc:  # gone, or rewritten, under this reader
+        _log.warning("analysis cache: %s unreadable (%s), loaded from the store", path, exc)
+        return None
+
+
+def _read(path: Path, fp: dict[str, Any]) -> tuple[pd.DataFrame, ChunkArrays] | None:
     try:
         meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return None
     if meta.get("fingerprint") != fp:
         return None
@@ -175,20 +201,39 @@ def _load(path: Path, fp: dict[str, Any]) -> tuple[pd.DataFrame, ChunkArrays] | 
 
 
 def load_run_cached(
-    url: str, run_id: str, *, parallel: int = 2, directory: Path | None = None
+    source: str | psycopg.Connection[Any],
+    run_id: str,
+    *,
+    parallel: int = 2,
+    directory: Path | None = None,
 ) -> tuple[pd.DataFrame, ChunkArrays, bool]:
-    """(frame, chunks, hit): from the cache when it matches the store, else loaded with
-    analysis.store.fastload (and cached if the run has ended). Chunk arrays of a hit are
-    memory-mapped, read-only."""
-    with connect_reader(url) as conn:
-        fp = fingerprint(conn, run_id)
-    path = (directory or cache_dir()) / run_id
+    """(frame, chunks, hit): from the cache when it matches the store (`source`: its URL or a
+    connection to it), else loaded with analysis.store.fastload (and cached if the run has
+    ended). Chunk arrays of a hit are memory-mapped, read-only."""
+    if isinstance(source, str):
+        with connect_reader(source) as conn:
+            fp = fingerprint(conn, run_id)
+    else:
+        fp = fingerprint(source, run_id)
+    return load_fingerprinted(source, run_id, fp, parallel=parallel, directory=directory)
+
+
+def load_fingerprinted(
+    source: str | psycopg.Connection[Any],
+    run_id: str,
+    fp: dict[str, Any] | None,
+    *,
+    parallel: int = 2,
+    directory: Path | None = None,
+) -> tuple[pd.DataFrame, ChunkArrays, bool]:
+    """`load_run_cached` for a caller that has read the run's `fingerprint` already."""
     if fp is not None:
+        path = entry_path(fp, directory)
         wait_for_writes(path)  # this process is writing it: it is on disk in a moment
         hit = _load(path, fp)
         if hit is not None:
             return hit[0], hit[1], True
-    df, chunks = fastload.load_requests_fast(url, run_id, parallel=parallel)
+    df, chunks = fastload.load_requests_fast(source, run_id, parallel=parallel)
     if fp is not None:
-        _save(path, fp, df, chunks)
+        _save(entry_path(fp, directory), fp, df, chunks)
     return df, chunks, False

@@ -3,13 +3,13 @@ beside the run's cache entry (analysis.store.cache) so that the next report, pag
 asking for the same result with the same parameters reads a small file instead of recomputing
 it from a million rows.
 
-A result is used only under the key it was computed with: the store it was read from (host,
-port, database: two databases may hold runs of the same id), the run's fingerprint
-(analysis.store.cache.fingerprint: status, end, row count, last scheduled time), the analysis
-code and numeric libraries (analysis.store.summaries.code_version), the result's name and its
-parameters. A run that has not ended is never remembered. Frames are Parquet files (pandas
-and pyarrow keep their dtypes and `attrs`), written to a temporary name and renamed, so a
-reader sees a whole file or none; a file that cannot be read is computed again; a result that
+A result is used only under the key it was computed with: the run's fingerprint
+(analysis.store.cache.fingerprint: the store it was read from, the run's status, end, row count
+and last scheduled time), the analysis code and numeric libraries
+(analysis.store.summaries.code_version), the result's name and its parameters. A run that
+has not ended is never remembered. Frames are Parquet files (pandas and pyarrow keep their
+dtypes and `attrs`), written to a temporary name and renamed, so a reader sees a whole file
+or none; a file that cannot be read is computed again; a result that
 cannot be written is only logged. Files under another key (an older fingerprint or code) are
 removed when a new one is written. No prompt or response is in any of them.
 """
@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 import psycopg
 
-from analysis.store.cache import cache_dir, fingerprint
+from analysis.store.cache import cache_dir, entry_path, fingerprint
 from analysis.store.summaries import code_version
 
 SUFFIX = ".parquet"
@@ -46,25 +46,23 @@ class RunResults:
     for that name and those parameters, or computes, stores and returns it."""
 
     def __init__(
-        self,
-        run_id: str,
-        fp: Mapping[str, Any] | None,
-        store: str,
-        directory: Path | None = None,
+        self, run_id: str, fp: Mapping[str, Any] | None, directory: Path | None = None
     ) -> None:
         self.run_id = run_id
-        self.folder = (directory or cache_dir()) / f"{run_id}.results"
         # None: the run has not ended, nothing is remembered
-        self.prefix = None if fp is None else _digest([store, dict(fp), code_version()])
+        self.prefix = None if fp is None else _digest([dict(fp), code_version()])
+        self.folder = (
+            (directory or cache_dir()) / "running" / run_id
+            if fp is None
+            else entry_path(dict(fp), directory).with_suffix(".results")
+        )
 
     @classmethod
     def of(
         cls, conn: psycopg.Connection[Any], run_id: str, directory: Path | None = None
     ) -> RunResults:
         """The results of `run_id` as read over `conn`."""
-        info = conn.info
-        store = f"{info.host}:{info.port}/{info.dbname}"
-        return cls(run_id, fingerprint(conn, run_id), store, directory)
+        return cls(run_id, fingerprint(conn, run_id), directory)
 
     def path(self, name: str, params: Mapping[str, Any]) -> Path | None:
         if self.prefix is None:

@@ -60,7 +60,7 @@ def test_the_entry_is_written_beside_the_caller_and_holds_the_loaded_run(
     assert (hit1, hit2) == (False, True)
     pd.testing.assert_frame_equal(df2, kept)
     cache.wait_for_writes()
-    assert [p.name for p in tmp_path.iterdir()] == [RID]  # no half-written folder left
+    assert [p.name for p in tmp_path.glob("*/*")] == [RID]  # no half-written folder left
 
 
 def test_a_failed_write_leaves_no_entry(tmp_path: Path) -> None:
@@ -73,3 +73,37 @@ def test_a_failed_write_leaves_no_entry(tmp_path: Path) -> None:
     cache._save(blocker / "run", {"format": cache.FORMAT}, df, chunks)
     cache.wait_for_writes()
     assert [p.name for p in tmp_path.iterdir()] == ["not-a-folder"]
+
+
+@pytest.mark.integration
+def test_two_databases_with_the_same_run_id_keep_their_own_entries(
+    store_admin_url: str, fresh_database: Any, tmp_path: Path
+) -> None:
+    """A run id is unique in one store, not across stores: each store's run is its own entry
+    (before, the second database's run was read from the first one's entry)."""
+    loaded = []
+    for fail_every in (5, 3):
+        db = fresh_database(store_admin_url)
+        with psycopg.connect(db.url, autocommit=True) as conn:
+            insert_run(conn, *synthetic_run(RID, regions=("eu",), fail_every=fail_every))
+        for _ in range(2):
+            df, _, hit = cache.load_run_cached(db.url, RID, directory=tmp_path)
+            cache.wait_for_writes()
+            loaded.append((hit, int((df["outcome"] != "ok").sum())))
+    assert [hit for hit, _ in loaded] == [False, True, False, True]
+    assert loaded[0][1] == loaded[1][1] != loaded[2][1] == loaded[3][1]
+    assert len(list(tmp_path.glob("*/*"))) == 2
+
+
+@pytest.mark.integration
+def test_an_entry_removed_under_its_reader_is_a_miss(
+    pg_conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    insert_run(pg_conn, *synthetic_run(RID, regions=("eu",), fail_every=4, per_level=20))
+    df1, _, _ = cache.load_run_cached(pg_conn, RID, directory=tmp_path)
+    cache.wait_for_writes()
+    (entry,) = tmp_path.glob("*/*")
+    (entry / "tokens.npy").unlink()  # another process rewriting the entry, say
+    df2, _, hit = cache.load_run_cached(pg_conn, RID, directory=tmp_path)
+    assert not hit
+    pd.testing.assert_frame_equal(df2, df1)

@@ -98,17 +98,26 @@ def test_kept_under_the_run_the_parameters_and_the_code(
     assert compute.calls == 6
 
 
+FP = {
+    "store": "127.0.0.1:5432/a",
+    "run_id": RID,
+    "status": "completed",
+    "ended_at": "2026-12-05T00:00:00",
+    "rows": 3,
+    "last": None,
+}
+
+
 def test_another_database_holding_the_same_run_id_is_another_key(tmp_path: Path) -> None:
-    fp = {"status": "completed", "ended_at": "2026-12-05T00:00:00", "rows": 3, "last": None}
-    here = derived.RunResults(RID, fp, "127.0.0.1:5432/a", tmp_path)
-    there = derived.RunResults(RID, fp, "127.0.0.1:5432/b", tmp_path)
+    here = derived.RunResults(RID, FP, tmp_path)
+    there = derived.RunResults(RID, {**FP, "store": "127.0.0.1:5432/b"}, tmp_path)
     assert here.path("x", {}) != there.path("x", {})
-    assert derived.RunResults(RID, None, "127.0.0.1:5432/a", tmp_path).path("x", {}) is None
+    assert here.folder != there.folder
+    assert derived.RunResults(RID, None, tmp_path).path("x", {}) is None
 
 
 def test_a_damaged_file_is_computed_again(tmp_path: Path) -> None:
-    fp = {"status": "completed", "ended_at": "2026-12-05T00:00:00", "rows": 3, "last": None}
-    kept = derived.RunResults(RID, fp, "store", tmp_path)
+    kept = derived.RunResults(RID, FP, tmp_path)
     compute = Counted()
     kept.get("points", {}, compute)
     path = kept.path("points", {})
@@ -121,8 +130,7 @@ def test_a_damaged_file_is_computed_again(tmp_path: Path) -> None:
 
 
 def test_a_frame_parquet_cannot_hold_is_returned_and_not_kept(tmp_path: Path) -> None:
-    fp = {"status": "completed", "ended_at": "2026-12-05T00:00:00", "rows": 3, "last": None}
-    kept = derived.RunResults(RID, fp, "store", tmp_path)
+    kept = derived.RunResults(RID, FP, tmp_path)
     mixed = pd.DataFrame({"value": [1, "two", 3.0]})  # mixed types: pyarrow refuses
     out = kept.get("mixed", {}, lambda: mixed)
     assert out is mixed

@@ -152,6 +152,26 @@ def _drop_template(admin_url: str, name: str) -> None:
         )
 
 
+ANALYSIS_CACHE_ENV = "PEAKLOAD_ANALYSIS_CACHE"
+_ANALYSIS_CACHE: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The analysis cache (analysis.store.cache, .derived) of this test process and of every
+    command it starts: a folder of its own, not the user's ~/.cache, removed at the end."""
+    folder = tempfile.mkdtemp(prefix="peakload-test-analysis-cache-")
+    _ANALYSIS_CACHE.append(folder)
+    os.environ[ANALYSIS_CACHE_ENV] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from analysis.store import cache
+
+    cache.wait_for_writes()
+    while _ANALYSIS_CACHE:
+        shutil.rmtree(_ANALYSIS_CACHE.pop(), ignore_errors=True)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Drop the session's databases on the shared TimescaleDB (see FreshDatabase.drop)."""
     while _DEFERRED_DROPS:
