@@ -206,8 +206,10 @@ def main() -> None:
         run = load.load_run(conn, rid)
         fp = cache.fingerprint(conn, rid)
     cdir = Path(args.cache_dir)
-    shutil.rmtree(cdir / rid, ignore_errors=True)
-    shutil.rmtree(cdir / f"{rid}.results", ignore_errors=True)
+    if fp is not None:  # this run's entry and kept results, from an earlier run of the bench
+        entry = cache.entry_path(fp, cdir)
+        shutil.rmtree(entry, ignore_errors=True)
+        shutil.rmtree(entry.with_suffix(".results"), ignore_errors=True)
 
     def compute(tag: str, df, chunks) -> tuple[int, int]:  # type: ignore[no-untyped-def]
         curves = timed(
@@ -256,8 +258,8 @@ def main() -> None:
     if fp is not None:
 
         def write_entry() -> None:  # written in a thread of its own: timed until it is on disk
-            cache._save(cdir / rid, fp, df, chunks)
-            cache.wait_for_writes(cdir / rid)
+            cache._save(cache.entry_path(fp, cdir), fp, df, chunks)
+            cache.wait_for_writes(cache.entry_path(fp, cdir))
 
         timed("cache write (not in either total)", results, write_entry)
     del df, chunks
