@@ -94,7 +94,8 @@ class RunResults:
             tmp.replace(path)
             tmp = None
             for old in self.folder.glob(f"*{SUFFIX}"):
-                if not old.name.startswith(f"{self.prefix}-"):
+                # another key's file; not a temporary one (".") another process is writing
+                if not old.name.startswith((f"{self.prefix}-", ".")):
                     old.unlink(missing_ok=True)
         except (OSError, ValueError, TypeError, ImportError) as exc:
             # a frame Parquet cannot hold (mixed types in a column) or a full disk: not kept
