@@ -21,7 +21,7 @@ from celery import Celery
 
 from loadgen.checks import hosted
 from loadgen.engine.plan import ShardPlan
-from loadgen.errors import CoordinationError, SpecError
+from loadgen.errors import CoordinationError, SpecError, StoreError
 from loadgen.runspec.spec import RunSpec, spec_from_dict
 from workers import leases, runctl
 from workers.app import TASK_RUN_SHARD, region_queue, shard_time_limits
@@ -295,7 +295,8 @@ class Coordinator:
                     leases.reap_expired(conn, run_id)
                     status = runctl.finalize_run(conn, run_id)
                     progress = region_progress(conn, run_id) if on_progress is not None else None
-                except psycopg.OperationalError as exc:
+                except (psycopg.OperationalError, StoreError) as exc:
+                    # a dropped connection, or a new one refused or timed out (StoreError)
                     lost_since = self._store_lost(run_id, exc, lost_since)
                     if conn is not None:
                         conn.close()
@@ -316,7 +317,9 @@ class Coordinator:
                 conn.close()
 
     @staticmethod
-    def _store_lost(run_id: str, exc: psycopg.OperationalError, since: float | None) -> float:
+    def _store_lost(
+        run_id: str, exc: psycopg.OperationalError | StoreError, since: float | None
+    ) -> float:
         """When the store was first found unreachable (monotonic s); raises once that is
         longer ago than STORE_OUTAGE_S."""
         now = time.monotonic()

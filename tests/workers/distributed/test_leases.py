@@ -14,6 +14,7 @@ import psycopg
 import pytest
 import redis
 
+from loadgen.errors import StoreError
 from tests.support.stores import host_port, with_hostport
 from tests.support.tcpproxy import TcpProxy
 from workers import leases, runctl
@@ -199,3 +200,29 @@ def test_a_wait_for_the_run_s_end_rides_through_a_store_outage(store_url: str) -
         proxy.resume()
         waiter.join(30)
     assert out == ["completed"]
+
+
+def test_a_wait_rides_through_reconnects_that_fail(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new connection refused or timed out while the store is away (connect_store raises
+    StoreError, not psycopg's OperationalError) is part of the outage too: the wait goes on
+    (the fleet's Redis-restart test failed on a connection that timed out after 10 s)."""
+    with psycopg.connect(store_url, autocommit=True) as conn:
+        run_id = _make_run(conn, ["r-0"])
+        lease = leases.claim_shard(conn, run_id, "r-0", "w", host="h", pid=1, ttl_s=60)
+        assert lease is not None
+        assert leases.finish_shard(conn, lease, "completed", requests_scheduled=0)
+    redis_url = "redis://127.0.0.1:1/0"  # the wait never uses it
+    coord = Coordinator(store_url, redis_url, make_app(redis_url))
+    real = coord._conn
+    failures = ["refused", "timed out"]
+
+    def flaky() -> psycopg.Connection[Any]:
+        if failures:
+            raise StoreError(f"cannot connect to the store: connection {failures.pop(0)}")
+        return real()
+
+    monkeypatch.setattr(coord, "_conn", flaky)
+    assert coord.wait(run_id, poll_s=0.05, timeout_s=30) == "completed"
+    assert failures == []
