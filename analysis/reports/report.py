@@ -66,18 +66,6 @@ def _ns(col: pd.Series) -> np.ndarray:
     return pd.to_datetime(col, utc=True).dt.tz_convert(None).to_numpy().view(np.int64)
 
 
-def _text_ranks(col: pd.Series) -> np.ndarray:
-    """Integers that sort as the column's values do as text (a categorical by its codes)."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        names = np.asarray([str(c) for c in col.cat.categories], dtype=object)
-        rank = np.empty(names.size + 1, dtype=np.int64)
-        rank[:-1] = np.argsort(np.argsort(names, kind="stable"), kind="stable")
-        rank[-1] = -1  # a missing value (code -1) first
-        return np.asarray(rank[col.cat.codes.to_numpy()])
-    codes, _ = pd.factorize(col.astype(str), sort=True)
-    return np.asarray(codes, dtype=np.int64)
-
-
 def timeline_sample(
     df: pd.DataFrame,
     chunks: m.ChunkArrays,
@@ -93,7 +81,9 @@ def timeline_sample(
         return []
     # numbers that sort as the columns do (no Python object per row: a million rows' times as
     # Timestamps and shard ids as strings took 5 s)
-    order = np.lexsort((df["idx"].to_numpy(), _text_ranks(df["shard_id"]), _ns(df["scheduled_at"])))
+    order = np.lexsort(
+        (df["idx"].to_numpy(), pc.sorted_codes(df["shard_id"])[0], _ns(df["scheduled_at"]))
+    )
     rng = np.random.default_rng(seed)
     pick = order[np.sort(rng.choice(len(df), size=min(n, len(df)), replace=False))]
     sub = df.iloc[pick]

@@ -192,7 +192,7 @@ def percentile_curves(
     Bands are `bootstrap_band`'s exact ones (`resamples` > 0 switches them on; 0: none)."""
     ok = ((df["outcome"] == "ok") & (df["phase"] == "steady")).to_numpy()
     level = df["level"].to_numpy()
-    rc, regions = _codes(df["region"])
+    rc, regions = sorted_codes(df["region"])
     levels = sorted(set(level.tolist()))
     g = tail_grid() if grid is None else np.asarray(grid, dtype=np.float64)
     itl: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]] = {}
@@ -250,7 +250,7 @@ def percentile_curves(
     return pd.concat(parts, ignore_index=True)
 
 
-def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+def sorted_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
     """Codes (int64) of a text column into its distinct values, sorted (as
     sorted(set(values)) would give them), without comparing Python strings per row."""
     if isinstance(col.dtype, pd.CategoricalDtype):
