@@ -123,7 +123,7 @@ class _AudioBase:
     def role_event(self) -> bytes:
         return b""
 
-    def tool_open_event(self) -> bytes:
+    def tool_open_event(self, name: str = "get_weather") -> bytes:
         return b""
 
     def done_event(self) -> bytes:

@@ -39,7 +39,7 @@ class _Native:
     def role_event(self) -> bytes:
         return b""
 
-    def tool_open_event(self) -> bytes:
+    def tool_open_event(self, name: str = "get_weather") -> bytes:
         return b""
 
     def done_event(self) -> bytes:
@@ -355,7 +355,7 @@ class Format(Protocol):
     content_post: bytes
 
     def role_event(self) -> bytes: ...
-    def tool_open_event(self) -> bytes: ...
+    def tool_open_event(self, name: str = ...) -> bytes: ...
     def content_event(self, chunk: bytes, kind: str) -> bytes: ...
     def tail(
         self,

@@ -6,6 +6,7 @@ the stream, usage, output cap and ignore_eos, and ignores the rest (as it always
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -87,6 +88,30 @@ def _value(schema: Any, words: list[str]) -> Any:
     if kind == "boolean":
         return True
     return " ".join(words)
+
+
+def streamed_schema(effects: dict[str, Any], words: list[str]) -> tuple[str | None, list[bytes]]:
+    """A streamed chat answer of len(words) tokens shaped by an honoured schema, as a guided
+    decoder streams it: (None, pieces) for `response_format` json_schema, (the forced
+    function's name, pieces of its arguments) for `tools`; (None, []) when neither applies.
+    The document is built from the words (as `apply` does), padded with the whitespace JSON
+    allows after a value when shorter, and split evenly over the tokens; each piece is escaped
+    for a JSON string."""
+    fmt = effects.get("response_format")
+    tools = effects.get("tools")
+    name: str | None = None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        schema = (fmt.get("json_schema") or {}).get("schema")
+    elif isinstance(tools, list) and tools and isinstance(tools[0], dict):
+        fn = tools[0].get("function") or {}
+        name, schema = str(fn.get("name", "f")), fn.get("parameters")
+    else:
+        return None, []
+    n = len(words)
+    doc = json.dumps(_value(schema, words), ensure_ascii=False)
+    doc += " " * max(0, n - len(doc))
+    cuts = [len(doc) * i // n for i in range(n + 1)]
+    return name, [json.dumps(doc[a:b])[1:-1].encode() for a, b in itertools.pairwise(cuts)]
 
 
 def apply(effects: dict[str, Any], body: bytes) -> bytes:

@@ -79,6 +79,7 @@ class Completion:
         r = _arg(faults, FaultKind.REASONING, cfg.reasoning_tokens) if plan.chat else 0
         self.reasoning = min(int(r), plan.max_tokens)
         self.tool = plan.chat and FaultKind.TOOL_CALLS in faults
+        self.tool_name = "get_weather"
         self.utf8_split = FaultKind.UTF8_SPLIT in faults
         self.no_done = FaultKind.NO_DONE in faults
         self.fault_end: FaultKind | None = None
@@ -103,6 +104,17 @@ class Completion:
         self.generated = 0
         self.finished = False
         self.choices = text.stream_choices(plan.effects.get("n"), plan.api, self.streaming)
+        # an honoured schema (json_schema, a forced tool) shapes a streamed chat answer's text
+        self.shaped: list[bytes] = []
+        if self.streaming and plan.chat and plan.effects:
+            answer = plan.max_tokens - self.reasoning
+            words = [
+                text.token_bytes(self.offset, self.reasoning + j, j != 0).decode().strip()
+                for j in range(answer)
+            ]
+            name, self.shaped = params.streamed_schema(plan.effects, words)
+            if name is not None:
+                self.tool, self.tool_name = True, name
         self._plain = (
             self.streaming
             and self.choices == 1
@@ -111,6 +123,7 @@ class Completion:
             and self.per_write == 1
             and self.reasoning == 0
             and not self.tool
+            and not self.shaped
             and not self.utf8_split
             and self.fault_end is None
         )
@@ -210,9 +223,12 @@ class Completion:
         else:
             phase = "tool" if self.tool else "content"
             if i == r and self.tool:
-                self._events.append((self.fmt.tool_open_event(), 0))
+                self._events.append((self.fmt.tool_open_event(self.tool_name), 0))
         words = self._words
-        words.append(text.token_bytes(self.offset, i, i != 0 and i != r))
+        if self.shaped and i >= r:
+            words.append(self.shaped[i - r])
+        else:
+            words.append(text.token_bytes(self.offset, i, i != 0 and i != r))
         last = n == self.max_tokens
         if last or n == r or len(words) >= self.k or n == self.fault_at:
             ev = self.fmt.content_event(b"".join(words), phase)

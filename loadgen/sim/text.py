@@ -134,8 +134,8 @@ class EventFormat:
     def role_event(self) -> bytes:
         return self._event(_ROLE_CHOICES)
 
-    def tool_open_event(self) -> bytes:
-        fn = {"name": "get_weather", "arguments": ""}
+    def tool_open_event(self, name: str = "get_weather") -> bytes:
+        fn = {"name": name, "arguments": ""}
         call = {"index": 0, "id": "call_" + self.request_id, "type": "function", "function": fn}
         return self._choice({"delta": {"tool_calls": [call]}})
 

@@ -246,6 +246,7 @@ class OpenAITarget:
                     parser = RawParser()
                 check = structured_check(request.body)
                 out: list[StreamEvent] = []
+                broken: StructuredOutputError | None = None
                 try:
                     async for t, chunk in ex.body():
                         try:
@@ -265,10 +266,10 @@ class OpenAITarget:
                             if check is not None:
                                 check.feed(out)
                                 if decoder.done and (why := check.error()) is not None:
-                                    for ev in out:
-                                        if ev.kind != EventKind.DONE:
-                                            yield ev
-                                    raise StructuredOutputError(why, t_ns=t)
+                                    # raised after this try: its handler ends a stream quietly
+                                    # once the end marker came, and this error came with it
+                                    broken = StructuredOutputError(why, t_ns=t)
+                                    break
                             for ev in out:
                                 yield ev
                             out = []
@@ -278,6 +279,11 @@ class OpenAITarget:
                     if not decoder.done:
                         raise
                     return  # after DONE: the response is complete, only the socket is lost
+                if broken is not None:
+                    for ev in out:
+                        if ev.kind != EventKind.DONE:
+                            yield ev
+                    raise broken
                 if not decoder.done:  # the body ended: a held CR may still complete the end
                     tail, _ = parser.finish()
                     t_end = clock()

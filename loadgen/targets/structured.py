@@ -78,18 +78,27 @@ def _first_json(text: str) -> Any:
 
 
 class StructuredCheck:
-    """Accumulates one answer's text (or tool-call text) and judges it at the end."""
+    """Accumulates one answer's text (or tool-call text) and judges it at the end. What it
+    says of a broken answer never quotes it (answers are stored only when a run opts in)."""
 
-    __slots__ = ("parts", "schema", "tool")
+    __slots__ = ("cap", "parts", "schema", "tokens", "tool")
 
-    def __init__(self, schema: Any, tool: bool) -> None:
+    def __init__(self, schema: Any, tool: bool, cap: int | None = None) -> None:
         self.schema = schema
         self.tool = tool  # a forced tool call: its arguments are checked against `schema`
+        self.cap = cap  # the request's output cap (max_tokens), if it set one
         self.parts: list[str] = []
+        self.tokens = 0  # output tokens seen, all choices' (the cap is the request's)
 
     def feed(self, events: list[StreamEvent]) -> None:
         want = EventKind.TOOL_CALL if self.tool else EventKind.CONTENT
-        self.parts.extend(ev.text for ev in events if ev.kind is want and ev.choice == 0)
+        for ev in events:
+            if ev.kind is want and ev.choice == 0:
+                self.parts.append(ev.text)
+            if ev.kind is EventKind.USAGE and ev.usage and ev.usage.completion_tokens:
+                self.tokens = max(self.tokens, ev.usage.completion_tokens)
+            elif ev.kind in _OUTPUT and ev.choice == 0:
+                self.tokens += ev.tokens
 
     def error(self) -> str | None:
         text = "".join(self.parts)
@@ -97,10 +106,24 @@ class StructuredCheck:
             return "no tool call although one was required"
         try:
             value = _first_json(text) if self.tool else json.loads(text)
-        except ValueError:
+        except ValueError as exc:
             what = "tool-call arguments are" if self.tool else "output is"
-            return f"{what} not JSON: {' '.join(text[:60].split())!r}"
+            facts = [str(exc), f"{len(text)} characters"]  # json's message: where it broke
+            if self.cap is not None and self.tokens >= self.cap:
+                facts.append(f"cut at the output cap of {self.cap} tokens before it closed")
+            return f"{what} not JSON ({'; '.join(facts)})"
         return schema_error(value, self.schema)
+
+
+_OUTPUT = (EventKind.CONTENT, EventKind.TOOL_CALL, EventKind.REASONING)
+
+
+def _cap(body: dict[str, Any]) -> int | None:
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if type(value) is int and value > 0:
+            return value
+    return None
 
 
 def structured_check(body: dict[str, Any]) -> StructuredCheck | None:
@@ -109,12 +132,12 @@ def structured_check(body: dict[str, Any]) -> StructuredCheck | None:
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         spec = fmt.get("json_schema")
         if isinstance(spec, dict):
-            return StructuredCheck(spec.get("schema"), tool=False)
+            return StructuredCheck(spec.get("schema"), tool=False, cap=_cap(body))
     tools, choice = body.get("tools"), body.get("tool_choice")
     if isinstance(tools, list) and tools and (choice == "required" or isinstance(choice, dict)):
         name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
         for tool in tools:
             fn = tool.get("function") if isinstance(tool, dict) else None
             if isinstance(fn, dict) and (name is None or fn.get("name") == name):
-                return StructuredCheck(fn.get("parameters"), tool=True)
+                return StructuredCheck(fn.get("parameters"), tool=True, cap=_cap(body))
     return None

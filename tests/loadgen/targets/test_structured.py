@@ -12,7 +12,7 @@ import pytest
 from loadgen.engine.workload import Prompt, request_body
 from loadgen.results.records import Outcome
 from loadgen.runspec.spec import spec_from_dict
-from loadgen.target import EventKind, StreamEvent
+from loadgen.target import EventKind, StreamEvent, Usage
 from loadgen.targets import classify
 from loadgen.targets.structured import StructuredOutputError, schema_error, structured_check
 from tests.loadgen.targets.helpers import collect, make_target, request
@@ -51,6 +51,31 @@ def test_streamed_answers_are_judged_whole() -> None:
     assert empty is not None and "no tool call" in (empty.error() or "")
 
 
+def test_a_broken_answer_is_described_without_quoting_it() -> None:
+    """Answers are stored only when a run opts in: the failure names where the JSON broke,
+    its length and whether the output cap cut it, never its text."""
+    body = {"max_tokens": 4, "response_format": {"type": "json_schema",
+                                                  "json_schema": {"schema": SCHEMA}}}  # fmt: skip
+    cut = structured_check(body)
+    assert cut is not None
+    cut.feed(_events(EventKind.CONTENT, ['{"answer"', ": ", '"secret', " words"]))
+    assert cut.error() == (
+        "output is not JSON (Unterminated string starting at: line 1 column 12 (char 11); "
+        "24 characters; cut at the output cap of 4 tokens before it closed)"
+    )
+    whole = structured_check({**body, "max_tokens": 64})
+    assert whole is not None
+    whole.feed(_events(EventKind.CONTENT, ["secret", " words"]))
+    assert whole.error() == (
+        "output is not JSON (Expecting value: line 1 column 1 (char 0); 12 characters)"
+    )
+    usage = structured_check(body)  # the server's count, where it gives one, is the count
+    assert usage is not None
+    usage.feed([*_events(EventKind.CONTENT, ['{"a']), StreamEvent(
+        EventKind.USAGE, 9, usage=Usage(completion_tokens=4))])  # fmt: skip
+    assert "cut at the output cap" in (usage.error() or "")
+
+
 def test_the_spec_asks_every_request_for_it() -> None:
     base: dict[str, Any] = {"name": "s", "load": {"concurrency": [1], "duration_s": 5},
                             "target": {"api": "openai-chat", "base_url": "http://h/v1",
@@ -63,8 +88,13 @@ def test_the_spec_asks_every_request_for_it() -> None:
     assert (body["tools"], body["tool_choice"]) == (TOOLS, "required")
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "streamed"])
 @pytest.mark.parametrize("what", ["response_format", "tools"])
-def test_a_broken_answer_is_a_schema_failure_and_a_fitting_one_passes(what: str) -> None:
+def test_a_broken_answer_is_a_schema_failure_and_a_fitting_one_passes(
+    what: str, stream: bool
+) -> None:
+    """Judged when the answer is whole: a JSON body, or a stream at its end marker (whose
+    failure once ended the stream silently, recorded as "ended without a terminal event")."""
     body: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
     if what == "tools":
         body.update(tools=TOOLS, tool_choice="required")
@@ -76,7 +106,7 @@ def test_a_broken_answer_is_a_schema_failure_and_a_fitting_one_passes(what: str)
     results = {}
     for mode in ("honour", "ignore"):
         with start_sim([*FAST, "--param", f"{what}={mode}"]) as sim:
-            target = make_target(sim.base_url, "raw", stream=False)
+            target = make_target(sim.base_url, "raw", stream=stream)
 
             async def main() -> tuple[list[StreamEvent], BaseException | None]:
                 try:
