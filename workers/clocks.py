@@ -5,13 +5,19 @@ coordinator's absolute start time (reference ns) into this host's monotonic cloc
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import redis
+
+log = logging.getLogger(__name__)
+
 DEFAULT_PROBES = 16
 REDIS_TIME_RESOLUTION_NS = 1_000  # TIME answers in whole microseconds
 MAX_UNCERTAINTY_NS = 5_000_000  # a worker less sure than ±5 ms of its offset is marked suspect
+REDIS_OUTAGE_S = 30.0  # RELIABILITY C3: workers recover from a Redis restart within 30 s
 
 
 class TimeSource(Protocol):
@@ -79,3 +85,24 @@ def measure_offset(source: TimeSource, probes: int = DEFAULT_PROBES) -> ClockEst
         rtt_ns=rtt,
         probes=probes,
     )
+
+
+def redis_clock(
+    url: str, *, ride_through_s: float = REDIS_OUTAGE_S, probes: int = DEFAULT_PROBES
+) -> ClockEstimate:
+    """measure_offset against the Redis at `url`, riding through an outage (RELIABILITY C3): a
+    refused, dropped or timed-out connection is tried again, with backoff, for up to
+    `ride_through_s`; after that its error is raised. A shard measures its clock while the
+    fleet starts, so a Redis restart then is the start's moment, not a reason to fail."""
+    end = time.monotonic() + ride_through_s
+    delay = 0.1
+    while True:
+        try:
+            with redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5) as r:
+                return measure_offset(r, probes)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if time.monotonic() + delay > end:
+                raise
+            log.warning("reference clock (Redis) unreachable (%s); retrying", exc)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)

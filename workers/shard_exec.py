@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
-import redis
 
 from loadgen.checks import admission
 from loadgen.engine.livemetrics import LiveMetrics, MetricsSink
@@ -28,7 +27,7 @@ from loadgen.runspec.secrets import resolve_target, secret_values
 from loadgen.targets.factory import build_target, paced_by
 from loadgen.targets.policy import policy_from_env
 from workers import leases, runctl
-from workers.clocks import ClockEstimate, measure_offset
+from workers.clocks import ClockEstimate, redis_clock
 from workers.control import ShardControl
 from workers.metrics_serve import process_metrics
 from workers.probes import probe_network
@@ -391,8 +390,7 @@ class _Job:
                 delay = min(delay * 2, 5.0)
 
     def _clock(self) -> ClockEstimate:
-        with redis.Redis.from_url(self.settings.redis_url, socket_timeout=5) as r:
-            return measure_offset(r)
+        return redis_clock(self.settings.redis_url)
 
     def _finish(self, store: dict[str, int]) -> dict[str, Any]:
         """The shard's final row; `store`: its writer's counts (spooled, replayed, lost)."""

@@ -1,0 +1,42 @@
+"""A shard measures its offset to the reference clock (Redis `TIME`) as the fleet starts; a Redis
+restart at that moment (RELIABILITY C3) is ridden through for up to 30 s, not the shard's end.
+Against a real redis-server killed and started again on the same port."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.support.celery_workers import RedisServer
+from workers.clocks import MAX_UNCERTAINTY_NS, redis_clock
+
+
+def test_the_clock_is_measured_through_a_redis_restart(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path)
+    try:
+        server.kill()
+        restart = threading.Timer(1.5, server.start)
+        restart.start()
+        t0 = time.monotonic()
+        estimate = redis_clock(server.url(), ride_through_s=20.0)
+        took = time.monotonic() - t0
+        restart.join()
+        assert took >= 1.5, took  # it waited for the restart, then measured
+        assert estimate.probes == 16 and estimate.uncertainty_ns < MAX_UNCERTAINTY_NS
+        # the reference here is this host's own clock: the offset to it is within the bound
+        assert abs(estimate.offset_wall_ns) < MAX_UNCERTAINTY_NS + estimate.uncertainty_ns
+    finally:
+        server.stop()
+
+
+def test_a_redis_that_stays_down_ends_the_wait_with_its_error(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path)
+    server.kill()
+    t0 = time.monotonic()
+    with pytest.raises(redis.ConnectionError):
+        redis_clock(server.url(), ride_through_s=1.0)
+    assert time.monotonic() - t0 < 10.0
