@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import redis
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_PROBES = 16
 REDIS_TIME_RESOLUTION_NS = 1_000  # TIME answers in whole microseconds
@@ -90,16 +92,27 @@ def measure_offset(source: TimeSource, probes: int = DEFAULT_PROBES) -> ClockEst
 def redis_clock(
     url: str, *, ride_through_s: float = REDIS_OUTAGE_S, probes: int = DEFAULT_PROBES
 ) -> ClockEstimate:
-    """measure_offset against the Redis at `url`, riding through an outage (RELIABILITY C3): a
-    refused, dropped or timed-out connection is tried again, with backoff, for up to
-    `ride_through_s`; after that its error is raised. A shard measures its clock while the
-    fleet starts, so a Redis restart then is the start's moment, not a reason to fail."""
+    """measure_offset against the Redis at `url`, riding through an outage (with_redis). A
+    shard measures its clock while the fleet starts, so a Redis restart then is the start's
+    moment, not a reason to fail."""
+    return with_redis(url, lambda r: measure_offset(r, probes), ride_through_s)
+
+
+def redis_now_ns(url: str, *, ride_through_s: float = REDIS_OUTAGE_S) -> int:
+    """reference_now_ns from the Redis at `url`, riding through an outage (with_redis)."""
+    return with_redis(url, reference_now_ns, ride_through_s)
+
+
+def with_redis(url: str, use: Callable[[redis.Redis], T], ride_through_s: float) -> T:
+    """`use(a connection to url)`, riding through a Redis outage (RELIABILITY C3): a refused,
+    dropped or timed-out connection is tried again, with backoff, for up to `ride_through_s`;
+    after that its error is raised."""
     end = time.monotonic() + ride_through_s
     delay = 0.1
     while True:
         try:
             with redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5) as r:
-                return measure_offset(r, probes)
+                return use(r)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             if time.monotonic() + delay > end:
                 raise

@@ -1,6 +1,7 @@
-"""A shard measures its offset to the reference clock (Redis `TIME`) as the fleet starts; a Redis
-restart at that moment (RELIABILITY C3) is ridden through for up to 30 s, not the shard's end.
-Against a real redis-server killed and started again on the same port."""
+"""A shard measures its offset to the reference clock (Redis `TIME`) as the fleet starts, and the
+coordinator reads it for the start time; a Redis restart at that moment (RELIABILITY C3) is
+ridden through for up to 30 s, not the shard's end nor the run's. Against a real redis-server
+killed and started again on the same port."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import redis
 
 from tests.support.celery_workers import RedisServer
-from workers.clocks import MAX_UNCERTAINTY_NS, redis_clock
+from workers.clocks import MAX_UNCERTAINTY_NS, redis_clock, redis_now_ns
 
 
 def test_the_clock_is_measured_through_a_redis_restart(tmp_path: Path) -> None:
@@ -40,3 +41,17 @@ def test_a_redis_that_stays_down_ends_the_wait_with_its_error(tmp_path: Path) ->
     with pytest.raises(redis.ConnectionError):
         redis_clock(server.url(), ride_through_s=1.0)
     assert time.monotonic() - t0 < 10.0
+
+
+def test_the_coordinators_start_reads_the_clock_through_a_restart(tmp_path: Path) -> None:
+    """The coordinator's start time is Redis TIME plus the lead, read the same way."""
+    server = RedisServer(tmp_path)
+    try:
+        server.kill()
+        restart = threading.Timer(1.0, server.start)
+        restart.start()
+        now = redis_now_ns(server.url(), ride_through_s=20.0)
+        restart.join()
+        assert abs(now - time.time_ns()) < 1_000_000_000
+    finally:
+        server.stop()
