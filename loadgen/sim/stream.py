@@ -106,7 +106,11 @@ class Completion:
         self.choices = text.stream_choices(plan.effects.get("n"), plan.api, self.streaming)
         # an honoured schema (json_schema, a forced tool) shapes a streamed chat answer's text
         self.shaped: list[bytes] = []
-        if self.streaming and plan.chat and plan.effects:
+        if (
+            self.streaming
+            and plan.chat
+            and ("response_format" in plan.effects or "tools" in plan.effects)
+        ):
             answer = plan.max_tokens - self.reasoning
             words = [
                 text.token_bytes(self.offset, self.reasoning + j, j != 0).decode().strip()

@@ -81,14 +81,17 @@ class StructuredCheck:
     """Accumulates one answer's text (or tool-call text) and judges it at the end. What it
     says of a broken answer never quotes it (answers are stored only when a run opts in)."""
 
-    __slots__ = ("cap", "parts", "schema", "tokens", "tool")
+    __slots__ = ("cap", "parts", "schema", "tokens", "tool", "usage_counts")
 
-    def __init__(self, schema: Any, tool: bool, cap: int | None = None) -> None:
+    def __init__(
+        self, schema: Any, tool: bool, cap: int | None = None, usage_counts: bool = True
+    ) -> None:
         self.schema = schema
         self.tool = tool  # a forced tool call: its arguments are checked against `schema`
-        self.cap = cap  # the request's output cap (max_tokens), if it set one
+        self.cap = cap  # the request's output cap per answer (max_tokens), if it set one
         self.parts: list[str] = []
-        self.tokens = 0  # output tokens seen, all choices' (the cap is the request's)
+        self.tokens = 0  # the first answer's output tokens seen (reasoning included)
+        self.usage_counts = usage_counts  # the usage's count is one answer's (n = 1)
 
     def feed(self, events: list[StreamEvent]) -> None:
         want = EventKind.TOOL_CALL if self.tool else EventKind.CONTENT
@@ -96,7 +99,8 @@ class StructuredCheck:
             if ev.kind is want and ev.choice == 0:
                 self.parts.append(ev.text)
             if ev.kind is EventKind.USAGE and ev.usage and ev.usage.completion_tokens:
-                self.tokens = max(self.tokens, ev.usage.completion_tokens)
+                if self.usage_counts:
+                    self.tokens = max(self.tokens, ev.usage.completion_tokens)
             elif ev.kind in _OUTPUT and ev.choice == 0:
                 self.tokens += ev.tokens
 
@@ -128,16 +132,17 @@ def _cap(body: dict[str, Any]) -> int | None:
 
 def structured_check(body: dict[str, Any]) -> StructuredCheck | None:
     """The check a request body asks for, or None."""
+    cap, one = _cap(body), body.get("n") in (None, 1)
     fmt = body.get("response_format")
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         spec = fmt.get("json_schema")
         if isinstance(spec, dict):
-            return StructuredCheck(spec.get("schema"), tool=False, cap=_cap(body))
+            return StructuredCheck(spec.get("schema"), tool=False, cap=cap, usage_counts=one)
     tools, choice = body.get("tools"), body.get("tool_choice")
     if isinstance(tools, list) and tools and (choice == "required" or isinstance(choice, dict)):
         name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
         for tool in tools:
             fn = tool.get("function") if isinstance(tool, dict) else None
             if isinstance(fn, dict) and (name is None or fn.get("name") == name):
-                return StructuredCheck(fn.get("parameters"), tool=True, cap=_cap(body))
+                return StructuredCheck(fn.get("parameters"), tool=True, cap=cap, usage_counts=one)
     return None

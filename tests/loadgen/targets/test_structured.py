@@ -74,6 +74,11 @@ def test_a_broken_answer_is_described_without_quoting_it() -> None:
     usage.feed([*_events(EventKind.CONTENT, ['{"a']), StreamEvent(
         EventKind.USAGE, 9, usage=Usage(completion_tokens=4))])  # fmt: skip
     assert "cut at the output cap" in (usage.error() or "")
+    several = structured_check({**body, "n": 2})  # then the usage counts every answer's tokens
+    assert several is not None
+    several.feed([*_events(EventKind.CONTENT, ['{"a']), StreamEvent(
+        EventKind.USAGE, 9, usage=Usage(completion_tokens=4))])  # fmt: skip
+    assert "cut at the output cap" not in (several.error() or "")
 
 
 def test_the_spec_asks_every_request_for_it() -> None:
