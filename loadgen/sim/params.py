@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from loadgen.sim import text
+from loadgen.sim.plan import Plan
 
 Mode = Literal["reject", "ignore", "honour"]
 PARAMS = ("stream", "include_usage", "max_tokens", "max_completion_tokens", "ignore_eos", "n",
@@ -90,13 +91,22 @@ def _value(schema: Any, words: list[str]) -> Any:
     return " ".join(words)
 
 
-def streamed_schema(effects: dict[str, Any], words: list[str]) -> tuple[str | None, list[bytes]]:
-    """A streamed chat answer of len(words) tokens shaped by an honoured schema, as a guided
-    decoder streams it: (None, pieces) for `response_format` json_schema, (the forced
-    function's name, pieces of its arguments) for `tools`; (None, []) when neither applies.
-    The document is built from the words (as `apply` does), padded with the whitespace JSON
-    allows after a value when shorter, and split evenly over the tokens; each piece is escaped
-    for a JSON string."""
+def shaped_stream(
+    plan: Plan, streaming: bool, offset: int, reasoning: int
+) -> tuple[str | None, list[bytes]]:
+    """A streamed chat answer (the tokens after `reasoning`, up to the plan's cap) shaped by an
+    honoured schema, as a guided decoder streams it: (None, pieces) for `response_format`
+    json_schema, (the forced function's name, pieces of its arguments) for `tools`; (None, [])
+    when neither applies. The document is built from the answer's words (as `apply` does),
+    padded with the whitespace JSON allows after a value when shorter, and split evenly over
+    the tokens; each piece is escaped for a JSON string."""
+    effects = plan.effects
+    if not (streaming and plan.chat and ("response_format" in effects or "tools" in effects)):
+        return None, []  # the common case, on the sim's hot path: nothing built
+    words = [
+        text.token_bytes(offset, reasoning + j, j != 0).decode().strip()
+        for j in range(plan.max_tokens - reasoning)
+    ]
     fmt = effects.get("response_format")
     tools = effects.get("tools")
     name: str | None = None

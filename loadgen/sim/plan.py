@@ -27,3 +27,7 @@ class Plan:
     extra_headers: dict[str, str] = field(default_factory=dict)  # e.g. advertised rate limits
     echo: str = ""  # an echoing gateway's quote of the request, added to error messages
     audio: dict[str, Any] = field(default_factory=dict)  # the audio APIs' settings (sim.audio)
+
+    def head_headers(self) -> dict[str, str]:
+        """The response head's own headers: the request id echoed, then the plan's extras."""
+        return {"x-peakload-request-id": self.request_id, **self.extra_headers}

@@ -41,11 +41,6 @@ class SharedState(Protocol):
     tokens_generated: int
 
 
-def _head_extra(plan: Plan) -> dict[str, str]:
-    """The response head's own headers: the request id echoed, then the plan's extras."""
-    return {"x-peakload-request-id": plan.request_id, **plan.extra_headers}
-
-
 class Completion:
     """A `Sequence` for the engine; also finishes its own truth record (see truth.py)."""
 
@@ -79,7 +74,6 @@ class Completion:
         r = _arg(faults, FaultKind.REASONING, cfg.reasoning_tokens) if plan.chat else 0
         self.reasoning = min(int(r), plan.max_tokens)
         self.tool = plan.chat and FaultKind.TOOL_CALLS in faults
-        self.tool_name = "get_weather"
         self.utf8_split = FaultKind.UTF8_SPLIT in faults
         self.no_done = FaultKind.NO_DONE in faults
         self.fault_end: FaultKind | None = None
@@ -105,20 +99,8 @@ class Completion:
         self.finished = False
         self.choices = text.stream_choices(plan.effects.get("n"), plan.api, self.streaming)
         # an honoured schema (json_schema, a forced tool) shapes a streamed chat answer's text
-        self.shaped: list[bytes] = []
-        if (
-            self.streaming
-            and plan.chat
-            and ("response_format" in plan.effects or "tools" in plan.effects)
-        ):
-            answer = plan.max_tokens - self.reasoning
-            words = [
-                text.token_bytes(self.offset, self.reasoning + j, j != 0).decode().strip()
-                for j in range(answer)
-            ]
-            name, self.shaped = params.streamed_schema(plan.effects, words)
-            if name is not None:
-                self.tool, self.tool_name = True, name
+        name, self.shaped = params.shaped_stream(plan, self.streaming, self.offset, self.reasoning)
+        self.tool, self.tool_name = (True, name) if name else (self.tool, "get_weather")
         self._plain = (
             self.streaming
             and self.choices == 1
@@ -184,7 +166,7 @@ class Completion:
             length=None,
             keep_alive=self.plan.keep_alive,
             keepalive_header=self.state.cfg.keepalive_header,
-            extra=_head_extra(self.plan),
+            extra=self.plan.head_headers(),
         )
         role = self.fmt.role_event() if self.plan.chat else b""
         first = chunk(role) if role else b""
@@ -334,7 +316,7 @@ class Completion:
         )
         if self.plan.effects and self.plan.api in ("openai-chat", "openai-completions"):
             body = params.apply(self.plan.effects, body)
-        extra = _head_extra(self.plan)
+        extra = self.plan.head_headers()
         elapsed_ms = max(now - self.plan.request_ns, 0) / 1e6
         extra.update(self.fmt.body_headers(self.prompt_tokens, self.max_tokens, elapsed_ms))
         head = response_head(
@@ -428,7 +410,7 @@ class Completion:
             length=None,
             keep_alive=self.plan.keep_alive,
             keepalive_header=self.state.cfg.keepalive_header,
-            extra=_head_extra(self.plan),
+            extra=self.plan.head_headers(),
         )
         self.t.write(head)
         self.response_headers_ns = time.perf_counter_ns()
@@ -460,5 +442,5 @@ def _json_head(status: int, length: int, c: Completion) -> bytes:
         length=length,
         keep_alive=c.plan.keep_alive,
         keepalive_header=c.state.cfg.keepalive_header,
-        extra=_head_extra(c.plan),
+        extra=c.plan.head_headers(),
     )
