@@ -227,13 +227,14 @@ def load_fingerprinted(
     directory: Path | None = None,
 ) -> tuple[pd.DataFrame, ChunkArrays, bool]:
     """`load_run_cached` for a caller that has read the run's `fingerprint` already."""
-    path = None if fp is None else entry_path(fp, directory)
-    if path is not None and fp is not None:
-        wait_for_writes(path)  # this process is writing it: it is on disk in a moment
-        hit = _load(path, fp)
-        if hit is not None:
-            return hit[0], hit[1], True
+    if fp is None:  # nothing to key an entry by
+        df, chunks = fastload.load_requests_fast(source, run_id, parallel=parallel)
+        return df, chunks, False
+    path = entry_path(fp, directory)
+    wait_for_writes(path)  # this process is writing it: it is on disk in a moment
+    hit = _load(path, fp)
+    if hit is not None:
+        return hit[0], hit[1], True
     df, chunks = fastload.load_requests_fast(source, run_id, parallel=parallel)
-    if path is not None and fp is not None:
-        _save(path, fp, df, chunks)
+    _save(path, fp, df, chunks)
     return df, chunks, False
