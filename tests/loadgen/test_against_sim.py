@@ -174,8 +174,10 @@ def test_poisson_200_per_s_sends_on_time(sim_factory: Any) -> None:
     sent = [r for r in sink.records if r.sent_ns is not None]
     assert abs(len(sink.records) - 4_000) <= 3 * 4_000**0.5  # a Poisson count: 3 sd
     assert len(sent) == len(sink.records)  # none blocked, none skipped
-    drift_ms = np.array([r.sent_ns for r in sent]) / 1e6
-    assert np.percentile(drift_ms, 99) < 5.0 or not result.valid
+    # the generator's share of each send: schedule to wire, less a new connection's set-up
+    drift_ms = np.array([r.sent_ns - (r.connect_ns or 0) for r in sent]) / 1e6
+    drift99 = float(np.percentile(drift_ms, 99))
+    assert drift99 < 5.0 or not result.valid, (drift99, result.health)
 
 
 @pytest.mark.alone  # the generator and the sim (or a hog) fill both cores

@@ -161,6 +161,44 @@ def test_open_loop_schedules_are_absolute_and_latency_counts_from_them() -> None
     assert np.percentile(delays, 50) < 50.0  # sanity only: send accuracy is benchmarked (M2)
 
 
+class SlowToSendTarget(ScriptedTarget):
+    """Puts each request on the wire `send_s` after the runner hands it over; `connect` says
+    that time went to opening a connection for it (the network's and the server's share)."""
+
+    def __init__(self, send_s: float, connect: bool) -> None:
+        super().__init__(ttft_s=0.004, tokens=1)
+        self.send_s, self.connect = send_s, connect
+
+    async def stream(self, request: PreparedRequest, clock: Clock) -> AsyncIterator[StreamEvent]:
+        began = clock()
+        await asyncio.sleep(self.send_s)
+        sent = clock()
+        inner = super().stream(request, clock)
+        async for ev in inner:
+            if ev.kind is EventKind.SENT:
+                connect_ns = sent - began if self.connect else -1
+                ev = StreamEvent(EventKind.SENT, sent, connect_ns=connect_ns)
+            yield ev
+
+
+@pytest.mark.parametrize("connect", [False, True], ids=["generator-late", "new-connection"])
+def test_dispatch_delay_is_judged_at_the_send_the_record_stores(connect: bool) -> None:
+    """The self-check's dispatch delay is the stored `sent_ns` (schedule to wire), less the
+    set-up of a connection opened for the request: 12 ms of the generator's own before the
+    wire invalidate the run, 12 ms spent connecting do not (they are in `connect_ns`)."""
+    plan = make_plan({"rate": [40.0], "arrival": "constant", "duration_s": 1.0})
+    result, sink = run(plan, SlowToSendTarget(send_s=0.012, connect=connect))
+    sent = np.array([ms(r.sent_ns) for r in sink.records])
+    assert np.percentile(sent, 50) >= 12.0  # the record holds the late send either way
+    disp99 = result.health["dispatch_delay_p99_ms"]
+    flagged = any("dispatch delay" in why for why in result.invalid_reasons)
+    if connect:
+        assert all(r.connect_ns is not None and r.connect_ns >= 12e6 for r in sink.records)
+        assert disp99 < 12.0 and not flagged, (disp99, result.invalid_reasons)
+    else:
+        assert disp99 >= 12.0 and flagged, (disp99, result.invalid_reasons)
+
+
 def test_a_stalled_server_shows_in_latency_from_the_scheduled_time() -> None:
     """Coordinated omission: requests keep their schedule while the server is frozen."""
     target = ScriptedTarget(ttft_s=0.01, tokens=1)
