@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,39 @@ MARKERS = {
     "serial": "serial and not alone",
     "alone": "alone",
 }
+
+
+# the marker a phase after the first needs in a module's text for the module to be collected
+# there: collecting every module costs a pytest process 7-8 CPU-seconds, the 24 that can hold
+# a `serial` or `alone` test under 2
+NAMED_MARKER = {"serial": re.compile(r"\bserial\b"), "alone": re.compile(r"\balone\b")}
+
+
+def _is_test_path(arg: str, root: Path) -> bool:
+    """A positional argument naming a file or folder of the suite (not an option's value)."""
+    if arg.startswith("-") or "::" in arg:
+        return False
+    path = (root / arg).resolve()
+    return path.exists() and path.is_relative_to(root / "tests")
+
+
+def narrowed_to_marked_modules(phase: str, extra: list[str], root: Path = ROOT) -> list[str] | None:
+    """`extra` with the suite's paths (its test folder when it names none) replaced by the
+    test modules whose text names the phase's marker: a module without the word cannot hold
+    a test with the marker (markers are set in the module itself; no conftest adds one).
+    `extra` unchanged for the first phase, or when it names single tests (`path::test`); None
+    when no module names the marker (the phase has nothing to run)."""
+    pattern = NAMED_MARKER.get(phase)
+    if pattern is None or any("::" in arg for arg in extra):
+        return extra
+    roots = [a for a in extra if _is_test_path(a, root)] or ["tests"]
+    others = [a for a in extra if a not in roots]
+    modules: list[str] = []
+    for arg in roots:
+        path = root / arg
+        candidates = sorted(path.rglob("test_*.py")) if path.is_dir() else [path]
+        modules += [str(c.relative_to(root)) for c in candidates if pattern.search(c.read_text())]
+    return [*others, *modules] if modules else None
 
 
 def phase_command(
@@ -128,8 +162,11 @@ def idle_priority() -> None:
         os.nice(19)
 
 
-def run_phase(name: str, cmd: list[str]) -> tuple[int, float]:
+def run_phase(name: str, cmd: list[str] | None) -> tuple[int, float]:
     print(f"\n=== phase: {name} ===", flush=True)
+    if cmd is None:
+        print("no test module names this phase's marker: nothing to run", flush=True)
+        return NO_TESTS_RAN, 0.0
     t0 = time.monotonic()
     code = subprocess.run(cmd, check=False).returncode
     return code, time.monotonic() - t0
@@ -208,12 +245,16 @@ def main(argv: list[str] | None = None) -> int:
         reports.mkdir(parents=True, exist_ok=True)
         junits = [reports / f"{phase}.xml" for phase in PHASES]
         commands = [
-            phase_command(args.workers, args.select, phase, junit, extra)
+            None
+            if (narrowed := narrowed_to_marked_modules(phase, extra)) is None
+            else phase_command(args.workers, args.select, phase, junit, narrowed)
             for phase, junit in zip(PHASES, junits, strict=True)
         ]
         started = time.monotonic()
-        if args.overlap:
-            codes, walls = run_side_by_side(commands[:2], args.workers, reports / "parallel.log")
+        if args.overlap and commands[0] is not None and commands[1] is not None:
+            codes, walls = run_side_by_side(
+                [commands[0], commands[1]], args.workers, reports / "parallel.log"
+            )
             alone_code, alone_wall = run_phase("alone (nothing beside it)", commands[2])
             codes, walls = [*codes, alone_code], [*walls, alone_wall]
         else:

@@ -13,6 +13,7 @@ from tests.phases import (
     MARKERS,
     NO_TESTS_RAN,
     hungriest,
+    narrowed_to_marked_modules,
     phase_command,
     run_exit_code,
     run_side_by_side,
@@ -75,6 +76,34 @@ def test_every_test_is_in_exactly_one_phase(pytester: pytest.Pytester) -> None:
         "serial": {"test_serial"},
         "alone": {"test_serial_alone", "test_alone"},
     }
+
+
+def test_the_later_phases_collect_only_the_modules_that_name_their_marker(tmp_path: Path) -> None:
+    (tmp_path / "tests" / "sub").mkdir(parents=True)
+    for name, text in {
+        "tests/test_plain.py": "def test_a(): pass\n",
+        "tests/test_serial.py": "import pytest\npytestmark = pytest.mark.serial\n",
+        "tests/sub/test_both.py": "@pytest.mark.serial\n@pytest.mark.alone\ndef test_b(): pass\n",
+        "tests/sub/test_aloneness.py": "def test_aloneness(): pass\n",  # a word, not the marker
+        "tests/sub/helper_alone.py": "ALONE = 1\n",  # not a test module
+    }.items():
+        (tmp_path / name).write_text(text)
+    assert narrowed_to_marked_modules("parallel", ["-x"], tmp_path) == ["-x"]
+    assert narrowed_to_marked_modules("serial", ["-x"], tmp_path) == [
+        "-x",
+        "tests/sub/test_both.py",
+        "tests/test_serial.py",
+    ]
+    assert narrowed_to_marked_modules("alone", [], tmp_path) == ["tests/sub/test_both.py"]
+    # the paths given narrow it, an option's value is not a path, a single test is kept as is
+    assert narrowed_to_marked_modules("serial", ["tests/sub", "-k", "both"], tmp_path) == [
+        "-k",
+        "both",
+        "tests/sub/test_both.py",
+    ]
+    assert narrowed_to_marked_modules("alone", ["tests/test_serial.py"], tmp_path) is None
+    single = ["tests/test_plain.py::test_a"]
+    assert narrowed_to_marked_modules("alone", single, tmp_path) == single
 
 
 def test_the_slowest_tests_come_from_both_reports(tmp_path: Path) -> None:
