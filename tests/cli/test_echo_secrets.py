@@ -21,7 +21,8 @@ from psycopg import sql
 
 from analysis.verdicts.exitcodes import Exit
 from tests.cli.test_hostile_input import one_store
-from tests.cli.test_run_command import ROOT, peakload
+from tests.cli.test_run_command import peakload
+from tests.support.cli import ROOT
 from tests.support.sim import SimProcess
 
 pytestmark = pytest.mark.integration

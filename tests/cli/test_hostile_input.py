@@ -20,7 +20,8 @@ import psycopg
 import pytest
 
 from analysis.verdicts.exitcodes import Exit
-from tests.cli.test_run_command import LOOSE_VALIDITY, PEAKLOAD, ROOT, count_runs, peakload
+from tests.cli.test_run_command import LOOSE_VALIDITY, count_runs, peakload
+from tests.support.cli import PEAKLOAD, ROOT
 from tests.support.sim import SimProcess
 from tests.support.stores import TIMESCALE_ENV, FreshDatabase
 

@@ -19,7 +19,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.cli.test_run_command import LOOSE_VALIDITY, PEAKLOAD, ROOT, peakload
+from tests.cli.test_run_command import LOOSE_VALIDITY, peakload
+from tests.support.cli import PEAKLOAD, ROOT
 from tests.support.ports import free_port
 from tests.support.prometheus import start_prometheus
 from tests.support.sim import SimProcess

@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from analysis.verdicts.exitcodes import Exit
+from tests.support.cli import run_peakload
 from tests.support.people import make_people_runs
 from ui.cli import cli
 from workers.store import users
@@ -248,15 +249,11 @@ def test_run_keeps_who_launched_it(sim: object, one_store: str, tmp_path: Path) 
         "max_cpu_percent = 1e6\nmax_load_shortfall = 0.99\n"
     )
     env = {**os.environ, "PEAKLOAD_DATABASE_URL": one_store, "PEAKLOAD_HOME": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, "-m", "ui", "run", str(spec), "--quiet", "--no-probe", "--owner", "rune"],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    done = run_peakload(
+        ["run", str(spec), "--quiet", "--no-probe", "--owner", "rune"], env=env, timeout=120
+    )
     assert done.returncode in (Exit.PASSED, Exit.UNDECIDABLE), done.stderr
-    bad = subprocess.run(
-        [sys.executable, "-m", "ui", "run", str(spec), "--owner", "two words"],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    bad = run_peakload(["run", str(spec), "--owner", "two words"], env=env, timeout=60)
     assert bad.returncode == Exit.BAD_INPUT and "is not a user name" in bad.stderr
     with psycopg.connect(one_store) as conn:
         rows = conn.execute("SELECT launched_by FROM runs ORDER BY created_at").fetchall()

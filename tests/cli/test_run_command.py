@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,34 +16,26 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.support.cli import ROOT, run_peakload
 from tests.support.ports import free_port
 from tests.support.sim import SimProcess
 from tests.support.stores import ledger_check
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_store]  # tests/support/stores.py
 
-ROOT = Path(__file__).resolve().parents[2]
-PEAKLOAD = [sys.executable, "-m", "ui"]
-
 
 def peakload(
     args: list[str], db_url: str, tmp_path: Path, **env: str
 ) -> subprocess.CompletedProcess[str]:
+    """`peakload ARGS` in a process of its own (forked with its imports done:
+    tests/support/cli.py), on the store `db_url`, with a home of its own under `tmp_path`."""
     full_env = {
         **os.environ,
         "PEAKLOAD_DATABASE_URL": db_url,
         "PEAKLOAD_HOME": str(tmp_path / "home"),
         **env,
     }
-    return subprocess.run(
-        [*PEAKLOAD, *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        cwd=ROOT,
-        timeout=180,
-        check=False,
-    )
+    return run_peakload(args, env=full_env, cwd=ROOT, timeout=180)
 
 
 # validity bounds set far off: a verdict that must not depend on this machine's load

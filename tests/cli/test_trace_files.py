@@ -19,7 +19,8 @@ from tests.cli.test_hostile_input import (
     spec,
     write,
 )
-from tests.cli.test_run_command import LOOSE_VALIDITY, ROOT, count_runs, peakload
+from tests.cli.test_run_command import LOOSE_VALIDITY, count_runs, peakload
+from tests.support.cli import ROOT
 from tests.support.sim import SimProcess
 
 __all__ = ["one_store"]  # the fixture, used by name

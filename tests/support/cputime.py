@@ -16,13 +16,21 @@ import pytest
 
 CPU_PROPERTY = "cpu_s"
 _STARTED = pytest.StashKey[float]()
+_forked_cpu_s = [0.0]
+
+
+def add_child_cpu(seconds: float) -> None:
+    """CPU time of a process this one asked another to fork for it (tests/support/cli.py's
+    commands, the children of its server): counted as if reaped here."""
+    _forked_cpu_s[0] += seconds
 
 
 def cpu_seconds() -> float:
-    """User and system time of this process and of every child it has waited for."""
+    """User and system time of this process, of every child it has waited for, and of the
+    commands forked for it."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime + _forked_cpu_s[0]
 
 
 @pytest.hookimpl(tryfirst=True)
