@@ -44,16 +44,21 @@ class _Server:
         )
         theirs.close()
         self.sock = ours
-        self.reader = ours.makefile("rb")
+        self.pending = b""
         self.lock = threading.Lock()
         ours.settimeout(START_TIMEOUT_S)
         if not self._line().get("ready"):
             raise RuntimeError("the peakload test server did not start")
 
     def _line(self) -> dict[str, Any]:
-        line = self.reader.readline()
-        if not line:
-            raise RuntimeError(f"the peakload test server ended (exit {self.proc.poll()})")
+        """The server's next answer (the socket's timeout applies to each read; a timed-out
+        read loses nothing: what came before stays in `pending`)."""
+        while b"\n" not in self.pending:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                raise RuntimeError(f"the peakload test server ended (exit {self.proc.poll()})")
+            self.pending += data
+        line, self.pending = self.pending.split(b"\n", 1)
         result: dict[str, Any] = json.loads(line)
         return result
 
