@@ -71,7 +71,10 @@ def config_text(targets: list[str], interval_s: float) -> str:
 @contextlib.contextmanager
 def start_prometheus(targets: list[str], interval_s: float = 0.2) -> Iterator[PrometheusServer]:
     """Prometheus scraping `targets` ("127.0.0.1:PORT") every `interval_s`, until the block
-    ends (then SIGTERM, SIGKILL after 10 s, and its data dir removed)."""
+    ends (then SIGTERM, SIGKILL after 10 s, and its data dir removed). The block begins once
+    every target has had its first scrape (answered or not): Prometheus hands new targets to
+    its scrape loops up to 5 s after it is ready, and a run that begins and ends inside those
+    seconds would never be seen in flight."""
     binary = prometheus_binary()
     top = Path(tempfile.mkdtemp(prefix="peakload-prom-"))
     config = top / "prometheus.yml"
@@ -92,6 +95,7 @@ def start_prometheus(targets: list[str], interval_s: float = 0.2) -> Iterator[Pr
     server = PrometheusServer(proc, f"http://127.0.0.1:{port}")
     try:
         _wait_ready(server, top / "prometheus.log")
+        _wait_first_scrapes(server, len(targets))
         yield server
     finally:
         stop_process(proc, 10.0)
@@ -109,3 +113,17 @@ def _wait_ready(server: PrometheusServer, log: Path) -> None:
                 return
         time.sleep(0.1)
     raise RuntimeError(f"prometheus not ready within {START_TIMEOUT_S} s")
+
+
+NEVER_SCRAPED = "0001-01-01T00:00:00Z"  # an active target's lastScrape before its first
+
+
+def _wait_first_scrapes(server: PrometheusServer, targets: int) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        r = httpx.get(f"{server.url}/api/v1/targets", timeout=10).json()
+        active = r["data"]["activeTargets"]
+        if len(active) == targets and all(t["lastScrape"] != NEVER_SCRAPED for t in active):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"prometheus did not scrape its targets within {START_TIMEOUT_S} s")
