@@ -1,9 +1,14 @@
 """`make test`'s runner: the suite in three pytest phases, one after the other: every test not
 marked `serial` or `alone` under pytest-xdist (`-n N`), then the `serial` tests (timing and
-accuracy) alone on the machine, then the `alone` ones (serial tests that fill the cores: a sim
-at 1,000 streams, the 74-process fleet, llama-server and vLLM). One exit code for all, the 25
-slowest tests of the whole run printed at the end, then the 25 that used the most CPU
+accuracy) with nothing beside them but one other serial module (`--serial-workers 2`, by
+module: `--dist loadfile`), then the `alone` ones one at a time (tests that fill the cores: a
+sim at 1,000 streams, the 74-process fleet, llama-server and vLLM). One exit code for all, the
+25 slowest tests of the whole run printed at the end, then the 25 that used the most CPU
 (tests/support/cputime.py).
+
+Two serial modules at a time: the serial tests wait on servers and timers, and used 97
+CPU-seconds in 372 s one at a time (13 % of the 2 cores here). Two at a time the phase took
+202-211 s (three runs, all 43 green); `--serial-workers 1` keeps one at a time.
 
 `--overlap` (`make test-fast`) runs the first two side by side instead: the serial tests at
 normal priority with their output live, the parallel phase under SCHED_IDLE (Linux: it runs only
@@ -49,6 +54,7 @@ NO_TESTS_RAN = 5  # pytest.ExitCode.NO_TESTS_COLLECTED
 BAD_USAGE = 2
 SLOWEST = 25
 DEFAULT_WORKERS = 4
+DEFAULT_SERIAL_WORKERS = 2
 
 
 PHASES = ("parallel", "serial", "alone")
@@ -93,13 +99,20 @@ def narrowed_to_marked_modules(phase: str, extra: list[str], root: Path = ROOT) 
 
 
 def phase_command(
-    workers: int, select: str | None, phase: str, junit: Path, extra: list[str]
+    workers: int,
+    select: str | None,
+    phase: str,
+    junit: Path,
+    extra: list[str],
+    serial_workers: int = 1,
 ) -> list[str]:
     marker = MARKERS[phase]
     expr = f"({select}) and ({marker})" if select else marker
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", expr]
     if phase == "parallel":
         cmd += ["-n", str(workers)]
+    elif phase == "serial" and serial_workers > 1:
+        cmd += ["-n", str(serial_workers), "--dist", "loadfile"]
     return [*cmd, f"--junitxml={junit}", *extra]
 
 
@@ -216,6 +229,12 @@ def run_side_by_side(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--workers", "-n", type=int, default=DEFAULT_WORKERS)
+    parser.add_argument(
+        "--serial-workers",
+        type=int,
+        default=DEFAULT_SERIAL_WORKERS,
+        help="serial test modules run side by side (1: one test at a time)",
+    )
     parser.add_argument("--select", default=None, help="a marker expression for both phases")
     parser.add_argument("--affected", action="store_true", help="only tests a change can break")
     parser.add_argument("--since", default=None, metavar="REV", help="with --affected: the base")
@@ -247,7 +266,9 @@ def main(argv: list[str] | None = None) -> int:
         commands = [
             None
             if (narrowed := narrowed_to_marked_modules(phase, extra)) is None
-            else phase_command(args.workers, args.select, phase, junit, narrowed)
+            else phase_command(
+                args.workers, args.select, phase, junit, narrowed, args.serial_workers
+            )
             for phase, junit in zip(PHASES, junits, strict=True)
         ]
         started = time.monotonic()
@@ -258,7 +279,11 @@ def main(argv: list[str] | None = None) -> int:
             alone_code, alone_wall = run_phase("alone (nothing beside it)", commands[2])
             codes, walls = [*codes, alone_code], [*walls, alone_wall]
         else:
-            names = (f"parallel (-n {args.workers})", "serial", "alone")
+            names = (
+                f"parallel (-n {args.workers})",
+                f"serial (-n {args.serial_workers}, by module)",
+                "alone",
+            )
             done = [run_phase(name, cmd) for name, cmd in zip(names, commands, strict=True)]
             codes, walls = [c for c, _ in done], [w for _, w in done]
         total = time.monotonic() - started

@@ -42,6 +42,9 @@ def test_the_parallel_phase_has_workers_and_the_serial_ones_run_without(tmp_path
     ser = phase_command(3, None, "serial", junit, [])
     assert ser[ser.index("-m", 3) + 1] == "serial and not alone"
     assert "-n" not in ser
+    two = phase_command(3, None, "serial", junit, [], serial_workers=2)
+    assert two[two.index("-n") + 1] == "2" and two[two.index("--dist") + 1] == "loadfile"
+    assert "-n" not in phase_command(3, None, "alone", junit, [], serial_workers=2)
     alone = phase_command(3, "not slow", "alone", junit, [])
     assert alone[alone.index("-m", 3) + 1] == "(not slow) and (alone)"
     assert "-n" not in alone
