@@ -9,8 +9,9 @@ slowest tests of the whole run printed at the end, then the 25 that used the mos
 mostly wait on servers and timers (97 CPU-seconds in 372 s one at a time, 13 % of the 2
 cores), and two at a time the phase took 202-211 s in three runs, all green, but in the
 fourth, a whole run, a region's round trip through its delaying proxy measured 17.6 ms and
-the server's share of TTFT 5.9 ms against the sim's 20 (the proxy's timers, late beside the
-other module). A measurement's test cannot carry that doubt: one at a time is the default.
+the server's share of TTFT 5.9 ms against the sim's 20 (the proxy adds 2 ms; measured while
+the other module ran). A measurement's test cannot carry that doubt: one at a time is the
+default.
 
 `--overlap` (`make test-fast`) runs the first two side by side instead: the serial tests at
 normal priority with their output live, the parallel phase under SCHED_IDLE (Linux: it runs only
