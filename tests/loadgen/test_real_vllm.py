@@ -352,7 +352,12 @@ def vllm_close_proxy(vllm: VllmServer) -> Iterator[HttpProxy]:
 def vllm_idle_proxy(vllm: VllmServer) -> Iterator[HttpProxy]:
     # closes 0.3 s into an idle wait, a think time of 1.5 s after it: 1.2 s for the proxy's own
     # loop to be late before its close races the next request (seen once with 0.4 s and 1.0 s
-    # at load 10: one stream_error over httpx, most likely a request sent as the proxy closed)
+    # at load 10: one stream_error over httpx, most likely a request sent as the proxy closed).
+    # Not explained yet: on an AVX-512 EPYC (2026-12-06) httpx failed one request in about 3
+    # of 45 runs, nothing else running: each in warmup, attempt 0, `reset` "connection error
+    # in headers (ReadError)", a path httpx_transport.py takes only on a connection opened for
+    # the request (or re-sent); no run showed the proxy closing a new connection unused, and
+    # the raw transport failed none of about 40
     with HttpProxy("127.0.0.1", vllm.port, idle_timeout_s=0.3) as p:
         yield p
 
