@@ -356,8 +356,9 @@ def vllm_idle_proxy(vllm: VllmServer) -> Iterator[HttpProxy]:
     # Not explained yet: on an AVX-512 EPYC (2026-12-06) httpx failed one request in about 3
     # of 45 runs, nothing else running: each in warmup, attempt 0, `reset` "connection error
     # in headers (ReadError)", a path httpx_transport.py takes only on a connection opened for
-    # the request (or re-sent); no run showed the proxy closing a new connection unused, and
-    # the raw transport failed none of about 40
+    # the request (or re-sent); a suspect, the proxy closing a new connection before its first
+    # request, is unconfirmed (the 14 runs that watched for it failed none); the raw transport
+    # failed none of about 40
     with HttpProxy("127.0.0.1", vllm.port, idle_timeout_s=0.3) as p:
         yield p
 
