@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import cli
 from tests.support.cli import PEAKLOAD, run_peakload
 from tests.support.ports import free_port
 
@@ -86,8 +87,6 @@ def test_a_forked_command_reads_the_callers_stdin_and_is_killed_on_timeout(
 
 def test_the_server_is_a_child_of_the_test_process_and_its_commands_children_of_it() -> None:
     run_peakload(["--help"])
-    from tests.support import cli
-
     server = cli._the_server().proc
     assert server.poll() is None
     with open(f"/proc/{server.pid}/stat") as stat:

@@ -81,7 +81,7 @@ class _Server:
                 os.close(err_w)
             self.sock.settimeout(START_TIMEOUT_S)
             pid = int(self._line()["pid"])
-            outputs = _drain(out_r, err_r)
+            outputs = _Outputs(out_r, err_r)
             self.sock.settimeout(timeout)
             try:
                 ended = self._line()
@@ -128,10 +128,6 @@ class _Outputs:
         for t in self.threads:
             t.join()
         return self.texts.get(self.fds[0], ""), self.texts.get(self.fds[1], "")
-
-
-def _drain(out_fd: int, err_fd: int) -> _Outputs:
-    return _Outputs(out_fd, err_fd)
 
 
 _server: _Server | None = None

@@ -38,9 +38,9 @@ import socket
 import sys
 from typing import Any
 
-# what `peakload run`, `report`, `sla`, `compare`, `runs`, `probe` and `import` load, eagerly
-# or lazily (-X importtime of each); not Celery's app (`workers.celery_app` reads its broker
-# from the environment when imported), not Streamlit
+# the commands the CLI tests run and the heavy libraries their summaries and reports import
+# lazily; not Celery's app (`workers.app` makes it at import, its broker read from the
+# environment then), not Streamlit
 PRELOAD = (
     "numpy",
     "pandas",
