@@ -29,6 +29,8 @@ import psutil
 from loadgen.errors import StoreError
 
 SYSTEM_USER = "embedded_postgres"
+# the file every peakload process locks to create SYSTEM_USER (as root), in /run/lock if there
+USER_LOCK_NAME = "peakload-embedded-user.lock"
 START_TIMEOUT_S = 60
 _SOCKET_PORT = 5432  # names the socket file when the server has no TCP listener
 _SOCKET_PATH_MAX = 100  # sockaddr_un.sun_path is 108 bytes on Linux, keep a margin
@@ -84,18 +86,30 @@ def _run_as() -> str | None:
         return None
     if _user_exists(SYSTEM_USER):
         return SYSTEM_USER
-    try:
-        subprocess.run(
-            ["useradd", "--system", "--shell", "/usr/sbin/nologin", SYSTEM_USER],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-    except (OSError, subprocess.CalledProcessError) as e:
-        # another process starting a server at the same moment may have made it (exit 9)
-        if not _user_exists(SYSTEM_USER):
-            raise StoreError(f"cannot create system user {SYSTEM_USER!r}: {e}") from e
+    # One useradd at a time: useradd is not safe against itself. Four at once on Debian 12 all
+    # exited 0 and the name's uid changed under them (999, then 995): a process that had read
+    # 999 ran initdb as a uid no longer in /etc/passwd ("could not look up effective user ID").
+    with open(_user_lock_path(), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _user_exists(SYSTEM_USER):  # made while this process waited
+            return SYSTEM_USER
+        try:
+            subprocess.run(
+                ["useradd", "--system", "--shell", "/usr/sbin/nologin", SYSTEM_USER],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+        except (OSError, subprocess.CalledProcessError) as e:
+            # a process outside this lock (an older peakload) may have made it (exit 9)
+            if not _user_exists(SYSTEM_USER):
+                raise StoreError(f"cannot create system user {SYSTEM_USER!r}: {e}") from e
     return SYSTEM_USER
+
+
+def _user_lock_path() -> Path:
+    run_lock = Path("/run/lock")
+    return (run_lock if run_lock.is_dir() else Path(tempfile.gettempdir())) / USER_LOCK_NAME
 
 
 def _user_exists(name: str) -> bool:

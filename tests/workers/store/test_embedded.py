@@ -8,7 +8,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,38 @@ def test_a_system_user_made_by_a_concurrent_start_is_used(monkeypatch: pytest.Mo
     monkeypatch.setattr(embedded.pwd, "getpwnam", getpwnam)
     monkeypatch.setattr(embedded.subprocess, "run", useradd)
     assert embedded._run_as() == embedded.SYSTEM_USER
+
+
+def test_concurrent_starts_make_the_system_user_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """As root, four processes starting servers at once on a fresh machine take turns: one
+    useradd, the others find the user it made. useradd is not safe against itself (four at once
+    on Debian 12 all exited 0 and the uid changed under them: 999, then 995)."""
+    made: list[str] = []
+    running: list[int] = []
+
+    def getpwnam(name: str) -> object:
+        if name not in made:
+            raise KeyError(name)
+        return object()
+
+    def useradd(cmd: list[str], **_: object) -> None:
+        running.append(1)
+        overlapped = len(running) > 1
+        time.sleep(0.05)  # the window the real one left open
+        made.append(cmd[-1])
+        running.pop()
+        assert not overlapped, "two useradd at once"
+
+    monkeypatch.setattr(embedded.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(embedded.pwd, "getpwnam", getpwnam)
+    monkeypatch.setattr(embedded.subprocess, "run", useradd)
+    monkeypatch.setattr(embedded, "_user_lock_path", lambda: tmp_path / "user.lock")
+    with ThreadPoolExecutor(4) as pool:  # flock: each open() its own lock, as processes have
+        users = list(pool.map(lambda _: embedded._run_as(), range(4)))
+    assert users == [embedded.SYSTEM_USER] * 4
+    assert made == [embedded.SYSTEM_USER]
 
 
 def test_a_system_user_that_cannot_be_made_is_a_store_error(
