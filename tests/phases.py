@@ -13,6 +13,11 @@ the server's share of TTFT 5.9 ms against the sim's 20 (the proxy adds 2 ms; mea
 the other module ran). A measurement's test cannot carry that doubt: one at a time is the
 default.
 
+Handing xdist the `slow` tests first (longest-first, against the tail of long tests collected
+last) was measured and dropped: the parallel phase took 774 s against 403 s in collection order,
+its tests 660 CPU-s against 454 (the long ones, browsers and clusters, ran side by side, and
+modules' fixtures were set up again on every worker a module's tests were split over).
+
 `--overlap` (`make test-fast`) runs the first two side by side instead: the serial tests at
 normal priority with their output live, the parallel phase under SCHED_IDLE (Linux: it runs only
 on CPU time the serial tests leave, and a waking serial test preempts it), its output kept in a
