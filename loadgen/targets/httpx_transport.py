@@ -12,17 +12,15 @@ from typing import Any
 
 import httpx
 
-from loadgen.errors import PhaseTimeout, TransportError
+from loadgen.errors import PhaseTimeout
 from loadgen.target import Clock
 from loadgen.targets.http_common import (
-    ConnectFailed,
     ResponseHead,
-    StreamReset,
     StreamTruncated,
-    connect_error,
     keep_alive,
     read_some,
 )
+from loadgen.targets.httpx_errors import translate
 from loadgen.targets.httpx_keepalive import (
     apply_keep_alive,
     closed_soon,
@@ -95,6 +93,7 @@ class HttpxClient:
         self.connect_timeout_s = connect_timeout_s
         self.verify: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._client: httpx.AsyncClient | None = None
+        self._fresh: httpx.AsyncClient | None = None
         self.keepalive_expiry_s = keepalive_expiry_s
         self.stale = 0  # requests re-sent because their reused connection was dead
         self.quick_closes = 0  # connections the server closed right after a response
@@ -135,14 +134,31 @@ class HttpxClient:
     @property
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(
-                limits=self.limits,
-                timeout=httpx.Timeout(self.connect_timeout_s),
-                follow_redirects=False,
-                trust_env=False,  # no proxies, netrc credentials or CA overrides from the env
-                verify=self.verify,
-            )
+            self._client = self._make(self.limits)
         return self._client
+
+    @property
+    def fresh(self) -> httpx.AsyncClient:
+        """For a request sent once more after its kept-alive connection died: a client that
+        keeps no connection, so the re-send opens a new one, as the raw pool's does. The pool
+        could hand it another idle connection the server dropped in the same moment, its FIN
+        not yet in (then the re-send failed too: a reset in the warm-up of runs through a
+        gateway closing idle connections)."""
+        if self._fresh is None:
+            max_connections = self.limits.max_connections
+            self._fresh = self._make(
+                httpx.Limits(max_connections=max_connections, max_keepalive_connections=0)
+            )
+        return self._fresh
+
+    def _make(self, limits: httpx.Limits) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            limits=limits,
+            timeout=httpx.Timeout(self.connect_timeout_s),
+            follow_redirects=False,
+            trust_env=False,  # no proxies, netrc credentials or CA overrides from the env
+            verify=self.verify,
+        )
 
     async def warm(self, url: str, headers: dict[str, str], connections: int) -> None:
         """Open `connections` keep-alive connections with concurrent GETs of `url`."""
@@ -151,15 +167,16 @@ class HttpxClient:
             try:
                 r = await self.client.get(url, headers=headers)
             except httpx.TransportError as e:
-                raise _translate(e, "connect") from None
+                raise translate(e, "connect") from None
             await r.aclose()
 
         await asyncio.gather(*(one() for _ in range(connections)))
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        for client in (self._client, self._fresh):
+            if client is not None:
+                await client.aclose()
+        self._client = self._fresh = None
 
 
 class HttpxTransport:
@@ -233,6 +250,7 @@ class HttpxExchange:
         method: str = "POST",
     ) -> None:
         self.owner = owner
+        self.http = owner.client  # owner.fresh once the request is sent again
         self.method = method
         self._head: ResponseHead | None = None
         self.clock = clock
@@ -275,7 +293,7 @@ class HttpxExchange:
         elif name == _HEADERS_STARTED:
             self.connected = True
             self.owner.sweep()
-            self.conn = request_connection(self.owner.client, info.get("request"))
+            self.conn = request_connection(self.http, info.get("request"))
             if self.connect_began < 0:  # a reused connection: note what was acknowledged
                 self.sock = connection_socket(self.conn)
                 self.acked_sent = bytes_acked(self.sock)
@@ -315,7 +333,7 @@ class HttpxExchange:
         guard = self.guard
         guard.armed = True
         try:
-            self.response = await self.owner.client.send(self.request, stream=True)
+            self.response = await self.http.send(self.request, stream=True)
         except asyncio.CancelledError:
             if guard.ours():
                 if not self.connected:
@@ -328,7 +346,7 @@ class HttpxExchange:
             guard.armed = False
             no_answer = not isinstance(e, httpx.RemoteProtocolError) or _NO_RESPONSE in str(e)
             if self.resent or self.connect_began >= 0 or not no_answer:
-                raise _translate(e, "headers") from None
+                raise translate(e, "headers") from None
             # a kept-alive connection died before the response head (reset, or closed without
             # a byte: httpx reads the head whole, so a reset mid-head looks the same and is
             # rare): once more, on a new connection, if target.resend_on_stale and what is
@@ -341,7 +359,7 @@ class HttpxExchange:
                 raise StreamTruncated(detail) from None
             return await self._resend()
         except httpx.TransportError as e:
-            raise _translate(e, "headers") from None
+            raise translate(e, "headers") from None
         finally:
             guard.armed = False
         self.head_ns = self.clock()
@@ -354,11 +372,14 @@ class HttpxExchange:
         self.resent = 1
         self.sent_ns, self.connected = None, False
         read = self.request.extensions["timeout"]
-        self.request = owner.client.build_request(
+        # on a new connection, closed after the response: said, so that its close is not
+        # learnt as the server's close after a response (HttpxClient.watch_close)
+        self.http = owner.fresh
+        self.request = self.http.build_request(
             self.method,
             self.url,
             content=self.data,
-            headers={**self.headers, "connection": "close"} if not owner.reuse else self.headers,
+            headers={**self.headers, "connection": "close"},
             timeout=httpx.Timeout(**{k: read[k] for k in ("connect", "read", "write", "pool")}),
             extensions={"trace": self._trace},
         )
@@ -386,7 +407,7 @@ class HttpxExchange:
                     ) from None
                 raise
             except httpx.TransportError as e:
-                raise _translate(e, "body") from None
+                raise translate(e, "body") from None
             finally:
                 guard.armed = False
             yield clock(), chunk
@@ -404,42 +425,3 @@ class HttpxExchange:
             self.response = None
             if self.complete and self.persistent and self.conn is not None and self.owner.reuse:
                 self.owner.watch_close(self.conn)
-
-
-def _translate(e: httpx.TransportError, where: str) -> TransportError:
-    """httpx/httpcore errors -> our transport errors, with short key-free details."""
-    if isinstance(e, httpx.ConnectTimeout):
-        return PhaseTimeout("connect", "no connection within the connect timeout")
-    if isinstance(e, httpx.PoolTimeout):
-        return PhaseTimeout("connect", "no free connection in the pool by the deadline")
-    if isinstance(e, httpx.ReadTimeout):
-        if where == "body":
-            return PhaseTimeout("idle", "no bytes within the idle timeout")
-        return PhaseTimeout("headers", "deadline passed (no response headers)")
-    if isinstance(e, httpx.TimeoutException):
-        return PhaseTimeout("deadline" if where == "body" else "headers", type(e).__name__)
-    if isinstance(e, httpx.ConnectError):
-        cause: BaseException | None = e
-        while cause is not None and (
-            not isinstance(cause, OSError) or type(cause) is OSError  # anyio's generic wrapper
-        ):
-            cause = cause.__cause__ or cause.__context__
-        if cause is None:
-            cause = e.__cause__ or e.__context__
-        url = e.request.url if _has_request(e) else None
-        host = url.host if url is not None else "?"
-        port = (url.port or (443 if url.scheme == "https" else 80)) if url is not None else 0
-        if isinstance(cause, OSError):
-            return connect_error(cause, host, port)
-        return ConnectFailed(f"cannot connect to {host}:{port}: {str(e)[:120]}")
-    if isinstance(e, httpx.RemoteProtocolError):
-        return StreamTruncated(f"server closed or broke the response in {where}: {str(e)[:120]}")
-    return StreamReset(f"connection error in {where} ({type(e).__name__})")
-
-
-def _has_request(e: httpx.TransportError) -> bool:
-    try:
-        e.request  # noqa: B018 - raises RuntimeError when no request is attached
-    except RuntimeError:
-        return False
-    return True

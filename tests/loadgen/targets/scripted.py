@@ -47,6 +47,7 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    connection: int = 0  # which of the server's connections it came on (1 = the first)
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -90,6 +91,7 @@ class ScriptedServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        connection = self.connections
         try:
             while True:
                 try:
@@ -104,7 +106,7 @@ class ScriptedServer:
                         k, _, v = line.partition(":")
                         headers[k.strip().lower()] = v.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                req = Received(method, path, headers, body)
+                req = Received(method, path, headers, body, connection)
                 self.requests.append(req)
                 for step in self.script(req):
                     if isinstance(step, bytes):

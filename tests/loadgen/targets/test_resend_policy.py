@@ -22,6 +22,7 @@ from tests.loadgen.targets.scripted import (
     Close,
     Received,
     ScriptedServer,
+    Sleep,
     Step,
     chat_delta,
     chunk,
@@ -77,6 +78,44 @@ def test_a_request_the_server_read_is_resent_only_when_told(
         assert seen == {"r1": 1, "r2": 1}
         why = "resend_on_stale = false" if policy is False else "acknowledged the request"
         assert "not re-sent" in str(err2) and why in str(err2), str(err2)
+
+
+async def _resent_beside_another_dead_connection(transport: str) -> tuple[Any, Counter[str], int]:
+    """Two connections kept alive (r1 and r2 at once), then the server drops both without a
+    word; r3 goes on one of them and is sent again (resend_on_stale = true). The other one is
+    still idle in the pool, dead in the same moment: the re-send must not take it."""
+    seen: Counter[str] = Counter()
+    dead: set[int] = set()
+
+    def script(req: Received) -> list[Step]:
+        rid = req.headers["x-peakload-request-id"]
+        seen[rid] += 1
+        if req.connection in dead:
+            return [Close()]  # read whole, closed without a byte: a connection the server dropped
+        return [Sleep(0.1), *ANSWER]  # r1 and r2 in flight together: two connections
+
+    async with ScriptedServer(script) as srv:
+        target = make_target(srv.base_url, transport, max_connections=2, resend_on_stale=True)
+        try:
+            first = await asyncio.gather(*(collect(target, request(r)) for r in ("r1", "r2")))
+            assert [err for _, err in first] == [None, None]
+            assert srv.connections == 2
+            dead.update((1, 2))
+            result = await collect(target, request("r3"))
+        finally:
+            await target.aclose()
+    return result, seen, srv.connections
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_request_is_resent_on_a_new_connection_not_another_idle_one(transport: str) -> None:
+    (events, err), seen, connections = asyncio.run(
+        _resent_beside_another_dead_connection(transport)
+    )
+    assert err is None, repr(err)
+    assert sum(e.kind == EventKind.RESENT for e in events) == 1
+    assert seen["r3"] == 2
+    assert connections == 3  # the re-send opened one
 
 
 def test_the_reach_rule() -> None:
