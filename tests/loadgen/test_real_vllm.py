@@ -353,12 +353,13 @@ def vllm_idle_proxy(vllm: VllmServer) -> Iterator[HttpProxy]:
     # closes 0.3 s into an idle wait, a think time of 1.5 s after it: 1.2 s for the proxy's own
     # loop to be late before its close races the next request (seen once with 0.4 s and 1.0 s
     # at load 10: one stream_error over httpx, most likely a request sent as the proxy closed).
-    # Not explained yet: on an AVX-512 EPYC (2026-12-06) httpx failed one request in about 3
-    # of 45 runs, nothing else running: each in warmup, attempt 0, `reset` "connection error
-    # in headers (ReadError)", a path httpx_transport.py takes only on a connection opened for
-    # the request (or re-sent); a suspect, the proxy closing a new connection before its first
-    # request, is unconfirmed (the 14 runs that watched for it failed none); the raw transport
-    # failed none of about 40
+    # On an AVX-512 EPYC (2026-12-06) httpx failed one request in about 3 of 45 runs, nothing
+    # else running: each in warmup, attempt 0, `reset` "connection error in headers
+    # (ReadError)", a path httpx_transport.py takes only on a connection opened for the request
+    # or re-sent; the raw transport failed none of about 40. A likely cause, found and fixed
+    # since (d5c36f3, test_resend_policy): httpx re-sent a request whose kept-alive connection
+    # had died on another idle one the proxy closed in the same moment; the raw pool's re-send
+    # always connects anew. Not re-measured on vLLM (the next machine had no native bf16)
     with HttpProxy("127.0.0.1", vllm.port, idle_timeout_s=0.3) as p:
         yield p
 
