@@ -142,8 +142,7 @@ class HttpxClient:
         """For a request sent once more after its kept-alive connection died: a client that
         keeps no connection, so the re-send opens a new one, as the raw pool's does. The pool
         could hand it another idle connection the server dropped in the same moment, its FIN
-        not yet in (then the re-send failed too: a reset in the warm-up of runs through a
-        gateway closing idle connections)."""
+        not yet in, and the re-send failed too (tests/loadgen/targets/test_resend_policy.py)."""
         if self._fresh is None:
             max_connections = self.limits.max_connections
             self._fresh = self._make(
