@@ -89,7 +89,12 @@ def _run_as() -> str | None:
     # One useradd at a time: useradd is not safe against itself. Four at once on Debian 12 all
     # exited 0 and the name's uid changed under them (999, then 995): a process that had read
     # 999 ran initdb as a uid no longer in /etc/passwd ("could not look up effective user ID").
-    with open(_user_lock_path(), "a") as lock:
+    lock_path = _user_lock_path()
+    try:
+        lock = open(lock_path, "a")  # noqa: SIM115 (closed by the with below)
+    except OSError as e:
+        raise StoreError(f"cannot create system user {SYSTEM_USER!r}: {lock_path}: {e}") from e
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _user_exists(SYSTEM_USER):  # made while this process waited
             return SYSTEM_USER

@@ -126,6 +126,19 @@ def test_concurrent_starts_make_the_system_user_once(
     assert made == [embedded.SYSTEM_USER]
 
 
+def test_a_lock_that_cannot_be_opened_is_a_store_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def getpwnam(name: str) -> object:
+        raise KeyError(name)
+
+    monkeypatch.setattr(embedded.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(embedded.pwd, "getpwnam", getpwnam)
+    monkeypatch.setattr(embedded, "_user_lock_path", lambda: tmp_path / "gone" / "user.lock")
+    with pytest.raises(embedded.StoreError, match=r"cannot create system user .*user\.lock"):
+        embedded._run_as()
+
+
 def test_a_system_user_that_cannot_be_made_is_a_store_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
