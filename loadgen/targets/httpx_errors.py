@@ -34,7 +34,7 @@ def translate(e: httpx.TransportError, where: str) -> TransportError:
             cause = cause.__cause__ or cause.__context__
         if cause is None:
             cause = e.__cause__ or e.__context__
-        url = e.request.url if has_request(e) else None
+        url = e.request.url if _has_request(e) else None
         host = url.host if url is not None else "?"
         port = (url.port or (443 if url.scheme == "https" else 80)) if url is not None else 0
         if isinstance(cause, OSError):
@@ -45,7 +45,7 @@ def translate(e: httpx.TransportError, where: str) -> TransportError:
     return StreamReset(f"connection error in {where} ({type(e).__name__})")
 
 
-def has_request(e: httpx.TransportError) -> bool:
+def _has_request(e: httpx.TransportError) -> bool:
     try:
         e.request  # noqa: B018 - raises RuntimeError when no request is attached
     except RuntimeError:

@@ -73,23 +73,36 @@ def test_commands_share_one_server_and_db_stop_stops_it(peakload_home: Path) -> 
     assert "not running" in _cli(peakload_home, "db", "stop").stdout
 
 
-def test_a_system_user_made_by_a_concurrent_start_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+def _as_root_without_the_user(
+    monkeypatch: pytest.MonkeyPatch, lock: Path, made: list[str] | None = None
+) -> None:
+    """`_run_as` as root, SYSTEM_USER missing until a name is appended to `made` (never, if
+    None), the user lock at `lock`."""
+    names = made if made is not None else []
+
+    def getpwnam(name: str) -> object:
+        if name not in names:
+            raise KeyError(name)
+        return object()
+
+    monkeypatch.setattr(embedded.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(embedded.pwd, "getpwnam", getpwnam)
+    monkeypatch.setattr(embedded, "_user_lock_path", lambda: lock)
+
+
+def test_a_system_user_made_by_a_concurrent_start_is_used(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """As root, two processes starting a server at once both find the user missing; the one
     whose `useradd` loses the race (exit 9: the name is taken) runs as the user the other made,
     where it once failed (a fresh machine's first `make test`, 15 errors at setup)."""
     made: list[str] = []
 
-    def getpwnam(name: str) -> object:
-        if name not in made:
-            raise KeyError(name)
-        return object()
-
     def useradd(cmd: list[str], **_: object) -> None:
         made.append(cmd[-1])  # the other process made it first
         raise subprocess.CalledProcessError(9, cmd, stderr=f"user '{cmd[-1]}' already exists")
 
-    monkeypatch.setattr(embedded.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(embedded.pwd, "getpwnam", getpwnam)
+    _as_root_without_the_user(monkeypatch, tmp_path / "user.lock", made)
     monkeypatch.setattr(embedded.subprocess, "run", useradd)
     assert embedded._run_as() == embedded.SYSTEM_USER
 
@@ -103,11 +116,6 @@ def test_concurrent_starts_make_the_system_user_once(
     made: list[str] = []
     running: list[int] = []
 
-    def getpwnam(name: str) -> object:
-        if name not in made:
-            raise KeyError(name)
-        return object()
-
     def useradd(cmd: list[str], **_: object) -> None:
         running.append(1)
         overlapped = len(running) > 1
@@ -116,10 +124,8 @@ def test_concurrent_starts_make_the_system_user_once(
         running.pop()
         assert not overlapped, "two useradd at once"
 
-    monkeypatch.setattr(embedded.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(embedded.pwd, "getpwnam", getpwnam)
+    _as_root_without_the_user(monkeypatch, tmp_path / "user.lock", made)
     monkeypatch.setattr(embedded.subprocess, "run", useradd)
-    monkeypatch.setattr(embedded, "_user_lock_path", lambda: tmp_path / "user.lock")
     with ThreadPoolExecutor(4) as pool:  # flock: each open() its own lock, as processes have
         users = list(pool.map(lambda _: embedded._run_as(), range(4)))
     assert users == [embedded.SYSTEM_USER] * 4
@@ -129,27 +135,18 @@ def test_concurrent_starts_make_the_system_user_once(
 def test_a_lock_that_cannot_be_opened_is_a_store_error(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    def getpwnam(name: str) -> object:
-        raise KeyError(name)
-
-    monkeypatch.setattr(embedded.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(embedded.pwd, "getpwnam", getpwnam)
-    monkeypatch.setattr(embedded, "_user_lock_path", lambda: tmp_path / "gone" / "user.lock")
+    _as_root_without_the_user(monkeypatch, tmp_path / "gone" / "user.lock")
     with pytest.raises(embedded.StoreError, match=r"cannot create system user .*user\.lock"):
         embedded._run_as()
 
 
 def test_a_system_user_that_cannot_be_made_is_a_store_error(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    def getpwnam(name: str) -> object:
-        raise KeyError(name)
-
     def useradd(cmd: list[str], **_: object) -> None:
         raise subprocess.CalledProcessError(1, cmd, stderr="useradd: cannot lock /etc/passwd")
 
-    monkeypatch.setattr(embedded.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(embedded.pwd, "getpwnam", getpwnam)
+    _as_root_without_the_user(monkeypatch, tmp_path / "user.lock")
     monkeypatch.setattr(embedded.subprocess, "run", useradd)
     with pytest.raises(embedded.StoreError, match="cannot create system user"):
         embedded._run_as()
