@@ -312,6 +312,12 @@ class _Job:
             while (left_ns := start_mono - time.perf_counter_ns()) > 0:
                 time.sleep(left_ns / 1e9)
             self.skew_ns = time.perf_counter_ns() - start_mono
+            # the shards of a host wake at this one instant: each gives up its core once, so
+            # those still waking note it before any starts its work (64 shards on 2 cores: skew
+            # p50 3-6 ms, not 12-27 with nothing in between; bench/RESULTS.md). A no-op when no
+            # other process is waiting for a core.
+            if hasattr(os, "sched_yield"):
+                os.sched_yield()
             # noted, and nothing more at the instant: the store hears of the start a moment
             # later (a database round trip per shard at one instant held the cores from the
             # shards still waking), with the instant the shard noted as its started_at
