@@ -171,7 +171,10 @@ def test_a_sweep_past_the_slots_fails_no_request(
     # its own per-request timings (prompt_ms) split the server side: prefill from them, per
     # level, named as such; llama.cpp reports no queue time per request
     report = json.loads((tmp_path / "report.json").read_text())
-    busiest = report["server"]["levels"][str(len(levels) - 1)]
+    by_level = report["server"]["levels"]
+    last = str(len(levels) - 1)
+    assert last in by_level, f"no server figures for level {last}: {summary['levels'][-1]}"
+    busiest = by_level[last]
     assert str(busiest["sources"]["server_prefill_ms"]).startswith("per-request"), busiest
     assert busiest["server_prefill_ms"] > 0 and busiest["timed_requests"] > 0
     # the client held each level's concurrency: 8 in flight at the last level, 4 of them queued
