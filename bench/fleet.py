@@ -24,9 +24,11 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -138,7 +140,8 @@ def one_mode(
             with psycopg.connect(db.url, autocommit=True) as conn:
                 rows = conn.execute(
                     "SELECT sum(requests_scheduled), sum(records_written), "
-                    "array_agg(abs(start_skew_ns)) FROM shards WHERE run_id = %s",
+                    "array_agg(abs(start_skew_ns)), count(*) FILTER (WHERE valid IS FALSE) "
+                    "FROM shards WHERE run_id = %s",
                     (launch.run_id,),
                 ).fetchone()
                 stored = conn.execute(
@@ -151,6 +154,13 @@ def one_mode(
                         "SELECT extra->'levels' FROM shards WHERE run_id = %s", (launch.run_id,)
                     )
                 ]
+                reasons = Counter(
+                    re.sub(r"\d+(\.\d+)?", "#", str(why))  # one count per kind of reason
+                    for (whys,) in conn.execute(
+                        "SELECT invalid_reasons FROM shards WHERE run_id = %s", (launch.run_id,)
+                    )
+                    for why in whys or []
+                )
             assert rows is not None and stored is not None
             skews = np.asarray([x for x in rows[2] if x is not None], dtype=float) / 1e6
             runs.append(
@@ -165,6 +175,8 @@ def one_mode(
                     "skew_ms_p50": float(np.percentile(skews, 50)),
                     "skew_ms_p99": float(np.percentile(skews, 99)),
                     "skew_ms_max": float(skews.max()),
+                    "shards_flagged_invalid": int(rows[3]),
+                    "invalid_reasons": dict(reasons.most_common()),
                     "submit_to_start_s": t_started - t0,
                     "run_wall_s": t_end - t0,
                     "redis_commands": redis_used,
