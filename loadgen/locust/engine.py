@@ -4,9 +4,9 @@ process sends it requests over a socket (loadgen.locust.wire) and gets back each
 every record, every tick and the shard's self-check go to the `ShardStore` it was started with.
 
 Why a process and not a thread: Locust monkey-patches sockets, selectors and threads with gevent
-at import, so an asyncio loop inside a Locust process would read through gevent's sockets and
-selectors, and the self-check's loop-lag probe would be served by gevent's hub (its fallback
-thread a greenlet) only when the loop is idle: its lag would read zero exactly when it matters. Here the instrument runs as it does under `peakload run`.
+at import, so an asyncio loop inside a Locust process would read through gevent's sockets and the
+self-check's probe thread would become a greenlet that only runs when the loop is idle: its lag
+would read zero exactly when it matters. Here the instrument runs as it does under `peakload run`.
 """
 
 from __future__ import annotations
