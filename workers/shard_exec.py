@@ -314,8 +314,8 @@ class _Job:
             self.skew_ns = time.perf_counter_ns() - start_mono
             # the shards of a host wake at this one instant: each gives up its core once, so
             # those still waking note it before any starts its work (64 shards on 2 cores: skew
-            # p50 3-6 ms, not 12-27 with nothing in between; bench/RESULTS.md). A no-op when no
-            # other process is waiting for a core.
+            # p50 3.4-4.1 ms, not 6.0-9.7; bench/RESULTS.md). A no-op when no other process is
+            # waiting for a core.
             if hasattr(os, "sched_yield"):
                 os.sched_yield()
             # noted, and nothing more at the instant: the store hears of the start a moment
