@@ -419,6 +419,26 @@ def test_an_idle_loop_reads_near_zero_lag() -> None:
     assert float(np.median(samples)) < 1.0  # far below the 2 ms validity bound
 
 
+def test_a_blocked_loop_is_seen_late_by_the_time_it_was_blocked() -> None:
+    """Blocked 60 ms, the loop reads the probe's instant due as the block began about 60 ms
+    late, and each instant due meanwhile as a sample of its own (55, 50, ... ms late), as a
+    read arriving then would have waited."""
+
+    async def main() -> list[float]:
+        probe = LoopLagProbe(time.perf_counter_ns)
+        task = asyncio.create_task(probe.run())
+        await asyncio.sleep(0.2)
+        time.sleep(0.060)  # the loop runs nothing meanwhile; the probe's thread goes on
+        await asyncio.sleep(0.3)
+        task.cancel()
+        return probe.second
+
+    late = sorted((s for s in asyncio.run(main()) if s >= 5.0), reverse=True)
+    assert late and late[0] >= 54.0, late  # at least 60 ms less one interval
+    # the instants due 5 ms or more before the loop ran again (10; a starved thread skips some)
+    assert len(late) >= 6, late
+
+
 def test_content_is_kept_only_when_the_run_opts_in() -> None:
     plan = make_plan({"concurrency": [1], "duration_s": 0.2})
     _, sink = run(plan, ScriptedTarget())
