@@ -41,6 +41,8 @@ HEALTH = (
     "loop_lag_over_bound_share",
     "tokens_read_together_share",
     "first_tokens_read_together_share",
+    "tokens_possibly_off_share",
+    "first_tokens_possibly_off_share",
     "dispatch_delay_p99_ms",
 )
 

@@ -97,9 +97,14 @@ class StreamEvent:
     retry_after_s: float | None = None
     spread_ns: int = -1
     """How much earlier than `t_ns` an output event may have arrived: 0 when the stamp is the
-    kernel's for these very bytes, `t_ns - (when the socket was last drained)` when several token
-    events came in one kernel-stamped read, -1 when the stamp was taken in user space (then the
-    event loop's lag bounds it)."""
+    kernel's for these very bytes; when several token events came in one kernel-stamped read,
+    `t_ns` less the earliest their bytes can have come (after the socket was last drained, and
+    after what the event loop's own iterations rule out if it was woken on time, see
+    loadgen/targets/loopwatch.py), at least 1; -1 when the stamp was taken in user space (then
+    the event loop's lag bounds it)."""
+    wake_spread_ns: int = -1
+    """`spread_ns` without assuming the loop was woken on time (as large or larger): what the
+    self-check judges by the loop-lag probe when only a late wake-up can make it off."""
     connect_ns: int = -1
     """On SENT: ns spent opening a new connection (TCP, TLS) inside this request; -1 when an
     idle kept-alive connection was reused."""

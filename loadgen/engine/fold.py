@@ -79,11 +79,10 @@ async def execute(
         async for ev in shard.target.stream(prepared, clock):
             k = ev.kind
             if k is EventKind.CONTENT or k is EventKind.REASONING or k is EventKind.TOOL_CALL:
-                if rec.first_token_ns is None:
+                first = rec.first_token_ns is None
+                if first:
                     rec.first_token_ns = ev.t_ns - sched
                     check.first_tokens += 1
-                    if ev.spread_ns > 0:
-                        check.first_merged += 1
                 if k is not EventKind.REASONING and rec.first_answer_ns is None:
                     rec.first_answer_ns = ev.t_ns - sched
                 if k is EventKind.REASONING:
@@ -95,7 +94,7 @@ async def execute(
                 elif spread < 0:
                     check.user_stamped += 1
                 else:
-                    check.merged_stamped += 1
+                    check.note_merged(ev, first)
                 if ev.t_ns == last_t and ev.choice == last_c:  # same read: one arrival, one chunk
                     ctokens[-1] += ev.tokens
                     chars[-1] += len(ev.text)

@@ -21,6 +21,7 @@ import numpy as np
 
 from loadgen.engine.lateness import CauseMeter, Causes, late_totals, name_cause
 from loadgen.runspec.spec import ValiditySpec
+from loadgen.target import StreamEvent
 
 # the share of working time the generator may be CPU-bound and late before the run is invalid
 CPU_BUSY_SHARE = 0.2
@@ -214,7 +215,13 @@ class SelfCheck:
     """Everything the generator records about itself during a shard, and the verdict on it:
     the loop-lag probe, dispatch delays, CPU per second and how token stamps were taken."""
 
-    def __init__(self, clock: Callable[[], int], activity: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], int],
+        activity: Callable[[], int],
+        bound_ms: float = ValiditySpec().max_loop_lag_p99_ms,
+    ) -> None:
+        self.bound_ns = int(bound_ms * 1e6)  # a token stamp's error judged (the verdict's bound)
         self.lag = LoopLagProbe(clock, activity=activity)
         self.cpu = CpuMeter()
         self.cpu_ticks: list[float] = []
@@ -228,8 +235,24 @@ class SelfCheck:
         # token stamps by kind: kernel-stamped alone in their read (exact), kernel-stamped
         # with other events in one read (see StreamEvent.spread_ns), stamped in user space
         self.exact_stamped = self.merged_stamped = self.user_stamped = 0
-        # each request's first token (its TTFT), and how many of those came in a merged read
+        # of the merged: those whose spread is over the bound (may be off whatever the probe
+        # says), and those over it only if the loop's wake-up was late (`wake_spread_ns`)
+        self.merged_off = self.merged_if_late = 0
+        # each request's first token (its TTFT): how many, in a merged read, and of those as above
         self.first_tokens = self.first_merged = 0
+        self.first_off = self.first_if_late = 0
+
+    def note_merged(self, ev: StreamEvent, first: bool) -> None:
+        """Count a token event that came in one kernel-stamped read with others."""
+        self.merged_stamped += 1
+        off = ev.spread_ns > self.bound_ns
+        if_late = not off and ev.wake_spread_ns > self.bound_ns
+        self.merged_off += off
+        self.merged_if_late += if_late
+        if first:
+            self.first_merged += 1
+            self.first_off += off
+            self.first_if_late += if_late
 
     def take_second(self) -> tuple[float, float, float, float]:
         """(lag max, lag p99, dispatch delay max, CPU %) of the last second, folded in."""
@@ -258,37 +281,40 @@ class SelfCheck:
 
         Token stamps taken in user space are late by the loop's lag: its p99 must stay within
         the bound. A kernel stamp is exact for a read that carried one token event; when events
-        queued up and came in one read, the earlier ones may be early by up to how long the
-        loop took to read them. So a token's error exceeds the bound only if it was read
-        together with others *and* the loop's lag then exceeded the bound: the share of such
-        tokens is at most min(share read together, share of lag samples above the bound), and
-        that must stay within 1 % (the p99). TTFT is one value per request, so the same rule
-        holds for each request's first token on its own: a first token read together with the
-        next is stamped at the next one's arrival (an ITL late), and a few such requests move
-        the TTFT p99 while hardly moving the share of all tokens."""
+        came in one read, the earlier ones may have arrived before its stamp by up to the read's
+        spread, which the loop's own record of its iterations narrows (`StreamEvent.spread_ns`,
+        loadgen/targets/loopwatch.py). Each such token is judged on its own read: off if its
+        spread exceeds the bound; off if its loop's wake-up was late when only that can put it
+        over (`wake_spread_ns`), which the probe judges: those count at most as often as the
+        probe found the loop over the bound late. The share that may be off must stay within
+        1 % (the p99). TTFT is one value per request, so the same rule holds for each request's
+        first token on its own: a few first tokens read late move the TTFT p99 while hardly
+        moving the share of all tokens."""
         bound = v.max_loop_lag_p99_ms
         # seconds without a send or a chunk cannot shape a number: their lag is not judged
         lag99 = self.lag.work.quantile(0.99)
         lag_over = self.lag.work.share_above(bound)
         kernel = self.exact_stamped + self.merged_stamped
         merged = self.merged_stamped / kernel if kernel else 0.0
+        off = _possibly_off(self.merged_off, self.merged_if_late, kernel, lag_over)
         first_merged = self.first_merged / self.first_tokens if self.first_tokens else 0.0
+        first_off = _possibly_off(self.first_off, self.first_if_late, self.first_tokens, lag_over)
         disp99 = self.dispatch_all.quantile(0.99)
         busy_s, work_s = self.cpu_busy_seconds(v)
         reasons = []
         if self.kernel_stamped:
-            if min(merged, lag_over) > 0.01:
+            if off > 0.01:
                 reasons.append(
-                    f"{merged:.1%} of tokens were read together with others and the event loop "
-                    f"was over {bound:g} ms late for {lag_over:.1%} of reads: more than 1% of "
-                    f"token stamps may be off by over {bound:g} ms"
+                    f"{merged:.1%} of tokens were read together with others, and {off:.1%} of "
+                    f"tokens may have arrived over {bound:g} ms before their read's stamp (the "
+                    f"event loop's iterations and its lag, over {bound:g} ms for {lag_over:.1%} "
+                    "of probe samples): more than 1% of token stamps may be off"
                 )
-            if min(first_merged, lag_over) > 0.01:
+            if first_off > 0.01:
                 reasons.append(
                     f"{first_merged:.1%} of requests' first tokens were read together with "
-                    f"later ones and the event loop was over {bound:g} ms late for "
-                    f"{lag_over:.1%} of reads: more than 1% of TTFTs may be off by over "
-                    f"{bound:g} ms"
+                    f"later ones, and {first_off:.1%} may have arrived over {bound:g} ms before "
+                    "their read's stamp: more than 1% of TTFTs may be off"
                 )
         elif lag99 > bound:
             reasons.append(
@@ -323,6 +349,8 @@ class SelfCheck:
             "loop_lag_max_ms": self.lag.total.max,
             "tokens_read_together_share": merged,
             "first_tokens_read_together_share": first_merged,
+            "tokens_possibly_off_share": off,
+            "first_tokens_possibly_off_share": first_off,
             "loop_lag_over_bound_share": lag_over,
             "kernel_stamps": 1.0 if self.kernel_stamped else 0.0,
             "dispatch_delay_p99_ms": disp99,
@@ -346,6 +374,14 @@ class SelfCheck:
             if s.cpu >= v.max_cpu_percent and _late(s, v):
                 busy += s.wall_s
         return busy, work
+
+
+def _possibly_off(off: int, if_late: int, of: int, late_share: float) -> float:
+    """The share of `of` stamps that may be off by over the bound: those whose read's spread
+    says so, and those that are only if the loop woke late, at most as often as it was late."""
+    if of == 0:
+        return 0.0
+    return off / of + min(if_late / of, late_share)
 
 
 def _late(s: Second, v: ValiditySpec) -> bool:

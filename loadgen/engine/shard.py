@@ -72,7 +72,11 @@ class Shard:
         # per-second counters
         self.started = self.completed = self.errors = self.tokens = 0
         self.chunks_seen = 0  # chunk arrivals stamped so far (weights the lag probe)
-        self.check = SelfCheck(clock, activity=lambda: self.chunks_seen)
+        self.check = SelfCheck(
+            clock,
+            activity=lambda: self.chunks_seen,
+            bound_ms=self.spec.validity.max_loop_lag_p99_ms,
+        )
         self.stopping = False
         self.stop_reason = ""
         self.timer: ShardTimer | None = None  # made on the loop, at the first wait

@@ -62,7 +62,7 @@ class ValiditySpec(Strict):
     """Self-check bounds: past these, the generator, not the server, shaped the numbers."""
 
     # the bound on a token stamp's error: the loop's lag p99 with user-space stamps; with
-    # kernel stamps, the lag that tokens read together must not exceed for over 1 % of reads
+    # kernel stamps, the spread of tokens read together (loadgen/engine/health.py)
     max_loop_lag_p99_ms: float = Field(default=2.0, gt=0)
     max_dispatch_delay_p99_ms: float = Field(default=5.0, gt=0)
     max_cpu_percent: float = Field(default=90.0, gt=0)

@@ -253,7 +253,7 @@ class HttpxExchange:
         self.method = method
         self._head: ResponseHead | None = None
         self.clock = clock
-        self.lo = -1  # reads are stamped in user space: no kernel bound (see rawpool)
+        self.lo = self.lo_any = -1  # reads are stamped in user space: no kernel bound (rawpool)
         self.idle_s = idle_s
         self.sent_ns: int | None = None
         self.connected = False

@@ -20,6 +20,7 @@ from loadgen.targets.http_common import (
     parse_head,
     read_some,
 )
+from loadgen.targets.loopwatch import watch
 from loadgen.targets.rawpool import (
     DEFAULT_KEEPALIVE_EXPIRY_S,
     NO_MARKER,
@@ -71,7 +72,9 @@ class RawExchange:
         self.complete = False
         self.reusable = False
         self.leftover: list[Read] = []
-        self.lo = -1  # earliest arrival of the read `body()` yielded last (-1: not known)
+        # earliest arrival of the read `body()` yielded last, if the loop was woken on time and
+        # at all (-1: not known; see rawpool)
+        self.lo = self.lo_any = -1
         self.framing = 2  # 0 content-length, 1 chunked, 2 until EOF
         self.remaining = 0
         self.chunked: _Chunked | None = None
@@ -127,6 +130,7 @@ class RawExchange:
             await self._wait(conn.drain)
             sent = self.clock()
         conn.drained = sent
+        conn.watch = watch(self.loop) if conn.plain else None
         return sent
 
     async def resend(self) -> int:
@@ -202,14 +206,14 @@ class RawExchange:
                     raise stale
                 raise error
             got = True
-            for i, (t, data, lo) in enumerate(reads):
+            for i, (t, data, lo, lo_any) in enumerate(reads):
                 buf += data
                 while (end := buf.find(b"\r\n\r\n")) >= 0:
                     head = parse_head(buf[:end], t)
                     buf = buf[end + 4 :]
                     if 100 <= head.status < 200:  # interim (100 Continue): the real one follows
                         continue
-                    self.leftover = ([(t, buf, lo)] if buf else []) + reads[i + 1 :]
+                    self.leftover = ([(t, buf, lo, lo_any)] if buf else []) + reads[i + 1 :]
                     self._start_body(head)
                     return head
                 if len(buf) > MAX_HEAD_BYTES:
@@ -249,13 +253,14 @@ class RawExchange:
         )
 
     async def body(self) -> AsyncIterator[tuple[int, bytes]]:
-        """(t_ns, bytes) per network read of the decoded body, until the body ends; `self.lo` is
-        that read's earliest possible arrival (see rawpool) while it is being consumed."""
+        """(t_ns, bytes) per network read of the decoded body, until the body ends; `self.lo` and
+        `self.lo_any` are that read's earliest possible arrival (see rawpool) while it is being
+        consumed."""
         if self.complete:
             return
         reads, self.leftover = self.leftover, []
         while True:
-            for t, data, lo in reads:
+            for t, data, lo, lo_any in reads:
                 self.nbytes += len(data)
                 if self.framing == 1:
                     assert self.chunked is not None
@@ -267,7 +272,7 @@ class RawExchange:
                 else:
                     out, done = data, False
                 if out:
-                    self.lo = lo
+                    self.lo, self.lo_any = lo, lo_any
                     yield t, out
                 if done:
                     self.complete = True

@@ -42,7 +42,10 @@ class HttpRequest:
 class Exchange(Protocol):
     connect_ns: int
     lo: int
-    """Earliest arrival of the body read yielded last (the kernel-stamp bound), -1: unknown."""
+    """Earliest arrival of the body read yielded last (the kernel-stamp bound) if the event loop
+    was woken on time, -1: unknown (see rawpool)."""
+    lo_any: int
+    """The same without assuming the loop's wake-up was on time (at most `lo`), -1: unknown."""
 
     def open(self) -> AsyncIterator[Sent]:
         """Send the request; yield each send (a second one only after a stale kept-alive

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from loadgen.engine.health import SelfCheck
 from loadgen.runspec.spec import ValiditySpec
+from loadgen.target import EventKind, StreamEvent
 
 
 class FakeCpu:
@@ -101,3 +102,75 @@ def test_a_late_send_is_judged_whatever_the_cpu() -> None:
     f.second(1.0, 5.0, sends=5, chunks=100, dispatch_ms=7.3)
     valid, reasons, _ = f.check.verdict(BOUNDS)
     assert not valid and any("dispatch delay p99" in r for r in reasons)
+
+
+MS = 1_000_000
+
+
+def _tokens(f: Feed, n: int, spread_ms: float, wake_ms: float, *, first: bool) -> None:
+    """`n` kernel-stamped tokens, read together with others (spread > 0) or alone."""
+    ev = StreamEvent(EventKind.CONTENT, 0, tokens=1)
+    ev.spread_ns, ev.wake_spread_ns = int(spread_ms * MS), int(wake_ms * MS)
+    for _ in range(n):
+        if first:
+            f.check.first_tokens += 1
+        if ev.spread_ns == 0:
+            f.check.exact_stamped += 1
+        else:
+            f.check.note_merged(ev, first)
+
+
+def _kernel_run(lag_ms: float) -> Feed:
+    f = Feed()
+    for _ in range(3):
+        f.second(1.0, 20.0, sends=10, chunks=1000, lag_ms=lag_ms)
+    _tokens(f, 9_000, 0, 0, first=False)
+    _tokens(f, 100, 0, 0, first=True)
+    return f
+
+
+def test_tokens_read_together_over_the_bound_are_possibly_off_whatever_the_probe() -> None:
+    """Spreads over the bound by the loop's own record: off, though the probe saw no lag."""
+    f = _kernel_run(lag_ms=0.1)
+    _tokens(f, 200, 5.0, 5.0, first=False)
+    valid, reasons, health = f.check.verdict(BOUNDS)
+    assert not valid and any("of token stamps may be off" in r for r in reasons), reasons
+    assert health["tokens_possibly_off_share"] == 200 / 9_300
+
+
+def test_tokens_read_together_within_the_bound_are_exact_enough() -> None:
+    """Most tokens read together, every spread within the bound: valid, even with a late loop
+    (the loop's record of its iterations rules the lateness out for each read)."""
+    f = _kernel_run(lag_ms=6.0)
+    _tokens(f, 9_000, 1.5, 1.5, first=False)
+    _tokens(f, 100, 1.5, 1.5, first=True)
+    valid, reasons, health = f.check.verdict(BOUNDS)
+    assert valid, reasons
+    assert health["tokens_read_together_share"] == 0.5
+    assert health["tokens_possibly_off_share"] == 0.0
+
+
+def test_tokens_off_only_if_woken_late_are_judged_by_the_probe() -> None:
+    """Within the bound if the loop was woken on time, over it otherwise: off as often as the
+    probe found the loop late, no more."""
+    prompt = _kernel_run(lag_ms=0.1)
+    _tokens(prompt, 9_000, 0.4, 25.0, first=False)
+    valid, reasons, health = prompt.check.verdict(BOUNDS)
+    assert valid, reasons
+    assert health["tokens_possibly_off_share"] == 0.0
+    late = _kernel_run(lag_ms=6.0)
+    _tokens(late, 9_000, 0.4, 25.0, first=False)
+    valid, reasons, health = late.check.verdict(BOUNDS)
+    assert not valid and any("of token stamps may be off" in r for r in reasons), reasons
+    assert health["tokens_possibly_off_share"] == 9_000 / 18_100  # min(read so, the probe's 100 %)
+
+
+def test_first_tokens_are_judged_on_their_own() -> None:
+    """2 % of first tokens possibly off moves the TTFT p99, though few of all tokens are."""
+    f = _kernel_run(lag_ms=0.1)
+    _tokens(f, 3, 8.0, 8.0, first=True)
+    valid, reasons, health = f.check.verdict(BOUNDS)
+    assert not valid, reasons
+    assert any("of TTFTs may be off" in r for r in reasons)
+    assert not any("of token stamps may be off" in r for r in reasons)
+    assert health["first_tokens_possibly_off_share"] == 3 / 103
