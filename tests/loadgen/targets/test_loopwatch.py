@@ -1,0 +1,89 @@
+"""The loop's record of its selector calls (loadgen/targets/loopwatch.py): the earliest a read's
+bytes can have arrived, by the rules the module states, on set numbers; and the watch on a real
+asyncio loop, read from a reader callback as the raw transport reads it."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+from loadgen.targets.loopwatch import GIL_SLACK_NS, LoopWatch, watch
+
+MS = 1_000_000
+
+
+def _watch(prev: tuple[int, int], latest: tuple[int, int]) -> LoopWatch:
+    w = LoopWatch()
+    (w.prev_entered, w.prev_returned), (w.entered, w.returned) = prev, latest
+    return w
+
+
+def test_a_call_that_returned_at_once_bounds_by_the_call_before() -> None:
+    # call k-1 waited 0..20 ms, then a 7-ms stretch of callbacks, call k returned at once: the
+    # bytes came after call k-1 collected its events (its return, less a GIL hand-over)
+    w = _watch((0, 20 * MS), (27 * MS, 27 * MS + 10_000))
+    assert w.floors(5 * MS) == (20 * MS - GIL_SLACK_NS,) * 2
+    assert w.floors(22 * MS) == (22 * MS,) * 2  # drained later than that: the drain bounds
+
+
+def test_bytes_that_woke_a_waiting_call_came_at_its_wake_up_if_it_was_on_time() -> None:
+    # call k waited from 30 to 45 ms: the bytes woke it, at about 45 ms if the process was
+    # woken on time, and no earlier than 30 ms in any case
+    w = _watch((0, 20 * MS), (30 * MS, 45 * MS))
+    assert w.floors(5 * MS) == (45 * MS - GIL_SLACK_NS, 30 * MS)
+
+
+def test_no_earlier_call_no_bound_but_the_drain() -> None:
+    w = _watch((0, 0), (30 * MS, 45 * MS))
+    assert w.floors(5 * MS) == (5 * MS, 5 * MS)
+
+
+def test_the_watch_on_a_real_loop_brackets_a_read() -> None:
+    """Bytes another thread writes 30 ms after the loop began to wait: they wake its selector,
+    and the reader callback's floors say so: the wide one no later than the write (the wait
+    began before it), the narrow one no earlier (the selector returned after the bytes came)."""
+
+    async def main() -> tuple[int, int, int]:
+        loop = asyncio.get_running_loop()
+        w = watch(loop)
+        assert w is not None and watch(loop) is w  # installed once
+        await asyncio.sleep(0)  # one watched iteration before the one that matters
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        got: asyncio.Future[tuple[int, int]] = loop.create_future()
+        sent = [0]
+
+        def readable() -> None:
+            a.recv(16)
+            if not got.done():
+                got.set_result(w.floors(0))
+
+        def writer() -> None:
+            time.sleep(0.03)
+            sent[0] = time.perf_counter_ns()
+            b.send(b"x")
+
+        loop.add_reader(a.fileno(), readable)
+        thread = threading.Thread(target=writer)
+        thread.start()
+        try:
+            lo, lo_any = await asyncio.wait_for(got, 5)
+        finally:
+            thread.join()
+            loop.remove_reader(a.fileno())
+            a.close()
+            b.close()
+        return sent[0], lo, lo_any
+
+    sent, lo, lo_any = asyncio.run(main())
+    assert lo_any <= sent <= lo + GIL_SLACK_NS
+    assert lo - lo_any >= 20 * MS  # the wait the narrow floor rules out
+
+
+def test_a_loop_without_a_selector_gets_no_watch() -> None:
+    class NoSelector(asyncio.AbstractEventLoop):
+        pass
+
+    assert watch(NoSelector()) is None
