@@ -83,7 +83,11 @@ def test_the_watch_on_a_real_loop_brackets_a_read() -> None:
 
 
 def test_a_loop_without_a_selector_gets_no_watch() -> None:
-    class NoSelector(asyncio.AbstractEventLoop):
-        pass
-
-    assert watch(NoSelector()) is None
+    loop = asyncio.new_event_loop()
+    selector = loop._selector  # type: ignore[attr-defined]
+    try:
+        loop._selector = None  # type: ignore[attr-defined]  # as uvloop's: none to watch
+        assert watch(loop) is None
+    finally:
+        loop._selector = selector  # type: ignore[attr-defined]
+        loop.close()
