@@ -168,10 +168,10 @@ def _stream_idle(base_url: str) -> list[StreamEvent]:
 def test_tokens_a_server_writes_together_to_an_idle_loop_are_known_exact() -> None:
     """Two tokens in one write, 30 ms after the last, to a loop waiting for them: one read. The
     socket was drained about 30 ms before, but the loop's selector was waiting and they woke it,
-    so they came within a wake-up of its return: a narrow spread, where the drain alone would
-    allow 30 ms and the self-check would count them as possibly off. The spread without that
-    assumption is kept beside it (the self-check judges it by the loop-lag probe). A machine
-    that wakes this process late five times in a row fails the last assertion."""
+    so they came within a wake-up of its return (the kernel says how long the woken thread
+    waited for a CPU): a narrow spread, where the drain alone would allow 30 ms and the
+    self-check would count them as possibly off. A machine that wakes this process over 1.5 ms
+    late five times in a row fails the last assertion."""
     narrow = []
     for _ in range(5):
         with serve([0.005, 0.03], read_alone=-1, joined=2) as (url, writes):

@@ -5,11 +5,14 @@ asyncio loop, read from a reader callback as the raw transport reads it."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 import time
 
-from loadgen.targets.loopwatch import GIL_SLACK_NS, LoopWatch, watch
+import pytest
+
+from loadgen.targets.loopwatch import GIL_SLACK_NS, LoopWatch, open_schedstat, run_queue_ns, watch
 
 MS = 1_000_000
 
@@ -35,6 +38,16 @@ def test_bytes_that_woke_a_waiting_call_came_at_its_wake_up_if_it_was_on_time() 
     assert w.floors(5 * MS) == (45 * MS - GIL_SLACK_NS, 30 * MS)
 
 
+def test_a_measured_wake_up_narrows_both_floors() -> None:
+    # the same wait, and the thread then waited 3 ms for a CPU (the kernel's run-queue delay):
+    # the bytes came no earlier than 3 ms before the wake-up's floor, and that bound is sure
+    w = _watch((0, 20 * MS), (30 * MS, 45 * MS))
+    w.woken_late = 3 * MS
+    assert w.floors(5 * MS) == (42 * MS - GIL_SLACK_NS,) * 2
+    w.woken_late = 40 * MS  # never before the wait began
+    assert w.floors(5 * MS) == (30 * MS, 30 * MS)
+
+
 def test_no_earlier_call_no_bound_but_the_drain() -> None:
     w = _watch((0, 0), (30 * MS, 45 * MS))
     assert w.floors(5 * MS) == (5 * MS, 5 * MS)
@@ -45,20 +58,20 @@ def test_the_watch_on_a_real_loop_brackets_a_read() -> None:
     and the reader callback's floors say so: the wide one no later than the write (the wait
     began before it), the narrow one no earlier (the selector returned after the bytes came)."""
 
-    async def main() -> tuple[int, int, int]:
+    async def main() -> tuple[int, int, int, int, int]:
         loop = asyncio.get_running_loop()
         w = watch(loop)
         assert w is not None and watch(loop) is w  # installed once
         await asyncio.sleep(0)  # one watched iteration before the one that matters
         a, b = socket.socketpair()
         a.setblocking(False)
-        got: asyncio.Future[tuple[int, int]] = loop.create_future()
+        got: asyncio.Future[tuple[int, int, int, int]] = loop.create_future()
         sent = [0]
 
         def readable() -> None:
             a.recv(16)
             if not got.done():
-                got.set_result(w.floors(0))
+                got.set_result((*w.floors(0), w.entered, w.woken_late))
 
         def writer() -> None:
             time.sleep(0.03)
@@ -69,17 +82,35 @@ def test_the_watch_on_a_real_loop_brackets_a_read() -> None:
         thread = threading.Thread(target=writer)
         thread.start()
         try:
-            lo, lo_any = await asyncio.wait_for(got, 5)
+            lo, lo_any, entered, woken_late = await asyncio.wait_for(got, 5)
         finally:
             thread.join()
             loop.remove_reader(a.fileno())
             a.close()
             b.close()
-        return sent[0], lo, lo_any
+        return sent[0], lo, lo_any, entered, woken_late
 
-    sent, lo, lo_any = asyncio.run(main())
-    assert lo_any <= sent <= lo + GIL_SLACK_NS
-    assert lo - lo_any >= 20 * MS  # the wait the narrow floor rules out
+    sent, lo, lo_any, entered, woken_late = asyncio.run(main())
+    assert lo_any <= sent <= lo + GIL_SLACK_NS + max(woken_late, 0)
+    assert lo - entered >= 20 * MS  # the wait the narrow floor rules out
+    if woken_late >= 0:  # the kernel told how long the woken thread waited: one sure bound
+        assert lo_any == lo
+    else:
+        assert lo_any == entered
+
+
+def test_the_run_queue_wait_is_read_from_the_kernel() -> None:
+    """On Linux with scheduler statistics, the watch reads this thread's run-queue delay."""
+    fd = open_schedstat()
+    if fd < 0:
+        pytest.skip("no /proc/thread-self/schedstat here")
+    try:
+        first = run_queue_ns(fd)
+        assert first >= 0
+        time.sleep(0.01)
+        assert run_queue_ns(fd) >= first  # a running total
+    finally:
+        os.close(fd)
 
 
 def test_a_loop_without_a_selector_gets_no_watch() -> None:
