@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from loadgen.engine.lateness import CauseMeter, Causes, late_totals, name_cause
+from loadgen.engine.timer import PeriodicTimerFd, reads_clock_monotonic
 from loadgen.runspec.spec import ValiditySpec
 from loadgen.target import StreamEvent
 
@@ -84,11 +85,19 @@ def rss_bytes() -> int:
 
 
 class LoopLagProbe:
-    """Measures what a network read waits for before this loop's callback sees it (ms): a
-    thread writes a due time into a socket pair every `interval_s`; the loop's reader
-    callback subtracts it from the time it runs. That is exactly a stamp's error (the loop busy
-    with other callbacks, or this process not scheduled), without the whole-millisecond
-    rounding of the loop's own timers."""
+    """Measures what a network read waits for before this loop's callback sees it (ms): an
+    instant falls due every `interval_s`, and the loop's reader callback subtracts its due time
+    from the time it runs. That is exactly a stamp's error (the loop busy with other callbacks,
+    or this process not scheduled), without the whole-millisecond rounding of the loop's own
+    timers.
+
+    The instants come from a periodic timerfd the loop watches (Linux, a clock that reads
+    CLOCK_MONOTONIC): one wake-up of the process per instant, and a callback that runs late
+    learns from the kernel how many instants it missed, each a sample. Elsewhere a thread
+    writes each due time into a socket pair; that costs a second wake-up per instant and a
+    hand-over of the interpreter lock (about twice the CPU, and 0.1 ms more on every reading:
+    bench/lag_probe_cost.py), and when the whole process was starved, the starved thread sends
+    one sample for the instants it missed."""
 
     def __init__(
         self,
@@ -106,6 +115,39 @@ class LoopLagProbe:
         self.work = Histogram()  # the samples of seconds in which the generator had work
 
     async def run(self) -> None:
+        interval_ns = int(self._interval_s * 1e9)
+        # a phase of its own: the shards of a host all start at one instant, and probes due at
+        # the same instants would wake together every interval and read each other as lag
+        due = self._clock() + interval_ns + int.from_bytes(os.urandom(4), "little") % interval_ns
+        periodic = (
+            PeriodicTimerFd.open(due, interval_ns) if reads_clock_monotonic(self._clock) else None
+        )
+        if periodic is None:
+            await self._run_on_a_thread(interval_ns)
+            return
+        loop = asyncio.get_running_loop()
+
+        def on_expiry() -> None:
+            nonlocal due
+            missed = periodic.expirations()
+            if missed:
+                now = self._clock()
+                for i in range(missed):
+                    self._sample(now, due + i * interval_ns)
+                due += missed * interval_ns
+
+        loop.add_reader(periodic.fileno(), on_expiry)
+        try:
+            await asyncio.Event().wait()  # until cancelled
+        finally:
+            loop.remove_reader(periodic.fileno())
+            periodic.close()
+
+    def _sample(self, now: int, due: int) -> None:
+        self.second.append(max(0, now - due) / 1e6)
+        self.weights.append(1 + self._new_activity())
+
+    async def _run_on_a_thread(self, interval_ns: int) -> None:
         loop = asyncio.get_running_loop()
         clock = self._clock
         rsock, wsock = socket.socketpair()
@@ -121,11 +163,8 @@ class LoopLagProbe:
                 return
             whole = len(pending) - len(pending) % 8
             for (sent,) in struct.iter_unpack("<q", bytes(pending[:whole])):
-                self.second.append(max(0, now - sent) / 1e6)
-                self.weights.append(1 + self._new_activity())
+                self._sample(now, sent)
             del pending[:whole]
-
-        interval_ns = int(self._interval_s * 1e9)
 
         def ticker() -> None:
             # Each byte carries the time it was *due*, not when this thread got to send it: if

@@ -11,6 +11,9 @@ selector wakes when it fires, as it does for a socket, at the instant.
 CLOCK_MONOTONIC: `time.perf_counter_ns`, the shard's clock in production) and `LoopSleep`,
 `asyncio.sleep`, anywhere else (another OS, an injected test clock). Either never returns
 before the due time on its clock.
+
+`PeriodicTimerFd` is a timerfd that fires at a fixed interval, for the self-check's loop-lag
+probe (loadgen.engine.health): the loop watches it like a socket.
 """
 
 from __future__ import annotations
@@ -84,7 +87,8 @@ def _libc() -> ctypes.CDLL | None:
 _LIBC = _libc()
 
 
-def _reads_clock_monotonic(clock: Callable[[], int]) -> bool:
+def reads_clock_monotonic(clock: Callable[[], int]) -> bool:
+    """True when `clock` reads CLOCK_MONOTONIC, the clock a timerfd here is armed on."""
     if clock is time.perf_counter_ns:
         info = time.get_clock_info("perf_counter")
     elif clock is time.monotonic_ns:
@@ -161,9 +165,48 @@ class PreciseTimer:
         self._sleepers.clear()
 
 
+class PeriodicTimerFd:
+    """A timerfd that expires every `interval_ns` from `first_ns` (absolute, CLOCK_MONOTONIC),
+    for a loop to watch as a reader: the kernel counts the expirations the reader has not yet
+    taken, so a late reader learns how many instants it missed."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    @classmethod
+    def open(cls, first_ns: int, interval_ns: int) -> PeriodicTimerFd | None:
+        """An armed timer, or None where the system gives no timerfd."""
+        if _LIBC is None:
+            return None
+        fd = _LIBC.timerfd_create(CLOCK_MONOTONIC, os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            return None
+        every = _TimeSpec(*divmod(interval_ns, NS))
+        spec = _ITimerSpec(every, _TimeSpec(*divmod(first_ns, NS)))
+        if _LIBC.timerfd_settime(fd, TFD_TIMER_ABSTIME, ctypes.byref(spec), None) != 0:
+            os.close(fd)
+            return None
+        return cls(fd)
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def expirations(self) -> int:
+        """How many instants have passed since the last call (0 when none has)."""
+        try:
+            return int.from_bytes(os.read(self._fd, 8), sys.byteorder)
+        except (BlockingIOError, InterruptedError):
+            return 0
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
 def shard_timer(clock: Callable[[], int]) -> ShardTimer:
     """The most precise timer for `clock` on the running loop."""
-    if _reads_clock_monotonic(clock):
+    if reads_clock_monotonic(clock):
         timer = PreciseTimer.open(asyncio.get_running_loop())
         if timer is not None:
             return timer

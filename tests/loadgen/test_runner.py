@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from loadgen.engine import health
 from loadgen.engine.health import LoopLagProbe
 from loadgen.engine.plan import ShardPlan
 from loadgen.engine.runner import ShardResult, run_shard
@@ -416,41 +417,54 @@ def test_the_same_server_beside_a_late_loop_is_judged_by_the_probe() -> None:
     assert any("of token stamps may be off" in why for why in result.invalid_reasons)
 
 
-def test_an_idle_loop_reads_near_zero_lag() -> None:
-    """On an idle loop the probe reads a fraction of a millisecond (a thread's wake-up and one
-    socket hop), far below the validity bound. (The median is used: another process on a shared
-    machine may deschedule this one now and then, and that real lag is what the probe is for.)"""
-
-    async def main() -> list[float]:
-        probe = LoopLagProbe(time.perf_counter_ns)
-        task = asyncio.create_task(probe.run())
-        await asyncio.sleep(0.5)
-        task.cancel()
-        return probe.second
-
-    samples = asyncio.run(main())
-    assert len(samples) > 40
-    assert float(np.median(samples)) < 1.0  # far below the 2 ms validity bound
+@pytest.fixture(params=["timerfd", "thread"])
+def probe_source(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The lag probe's instants from a periodic timerfd (Linux) or from its fallback thread."""
+    if request.param == "thread":
+        monkeypatch.setattr(health.PeriodicTimerFd, "open", classmethod(lambda cls, *a: None))
+    elif health.PeriodicTimerFd.open(time.perf_counter_ns() + 10**9, 10**6) is None:
+        pytest.skip("no timerfd on this system")
+    return str(request.param)
 
 
-def test_a_blocked_loop_is_seen_late_by_the_time_it_was_blocked() -> None:
-    """Blocked 60 ms, the loop reads the probe's instant due as the block began about 60 ms
-    late, and each instant due meanwhile as a sample of its own (55, 50, ... ms late), as a
-    read arriving then would have waited."""
+def _probe_samples(block_s: float = 0.0) -> list[float]:
+    """The probe's samples over 0.5 s of a loop, blocked for `block_s` 0.2 s in."""
 
     async def main() -> list[float]:
         probe = LoopLagProbe(time.perf_counter_ns)
         task = asyncio.create_task(probe.run())
         await asyncio.sleep(0.2)
-        time.sleep(0.060)  # the loop runs nothing meanwhile; the probe's thread goes on
+        time.sleep(block_s)  # the loop runs nothing meanwhile
         await asyncio.sleep(0.3)
         task.cancel()
         return probe.second
 
-    late = sorted((s for s in asyncio.run(main()) if s >= 5.0), reverse=True)
-    assert late and late[0] >= 54.0, late  # at least 60 ms less one interval
-    # the instants due 5 ms or more before the loop ran again (10; a starved thread skips some)
-    assert len(late) >= 6, late
+    return asyncio.run(main())
+
+
+def test_an_idle_loop_reads_near_zero_lag(probe_source: str) -> None:
+    """On an idle loop the probe reads a fraction of a millisecond (the process's wake-up, and
+    on the thread one socket hop), far below the validity bound. (The median is used: another
+    process on a shared machine may deschedule this one now and then, and that real lag is what
+    the probe is for.)"""
+    samples = _probe_samples()
+    assert len(samples) > 40  # an instant every 5 ms
+    assert float(np.median(samples)) < 1.0  # far below the 2 ms validity bound
+
+
+def test_a_blocked_loop_is_seen_late_by_the_time_it_was_blocked(probe_source: str) -> None:
+    """Blocked 60 ms, the loop reads the instant due as the block began about 60 ms late; from
+    the timerfd, each instant missed meanwhile is a sample of its own (55, 50, ... ms late), as
+    a read arriving then would have waited."""
+    samples = _probe_samples(block_s=0.060)
+    late = sorted((s for s in samples if s >= 5.0), reverse=True)
+    assert late and late[0] >= 54.0, samples  # at least 60 ms less one interval
+    if probe_source == "timerfd":
+        assert len(late) >= 10, late  # the instants due 5 ms or more before the loop ran again
+        gaps = np.diff(late[:10])
+        assert np.allclose(gaps, -5.0, atol=0.5), late  # one instant every 5 ms
+    else:  # the instants due 5 ms or more before the loop ran (10; a starved thread skips some)
+        assert len(late) >= 6, late
 
 
 def test_content_is_kept_only_when_the_run_opts_in() -> None:
