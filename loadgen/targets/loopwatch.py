@@ -11,13 +11,15 @@ this read came before then; the loop's own iterations often say much more:
   came during its wait wake it. A read made after selector call k therefore holds nothing that
   had arrived before call k-1 collected its events (else call k-1 would have reported the socket
   and the read would have happened then): nothing earlier than call k-1's return.
-- If call k itself *waited* (returned later than a GIL hand-over after it was entered), nothing
-  was ready when it was entered, so this read's bytes came during the wait, and the first of them
-  woke it: they arrived no earlier than its return, less the time the woken thread waited for a
-  CPU. That wait is measured where the kernel keeps it (the thread's run-queue delay in
-  /proc/thread-self/schedstat, read around a call that may wait: the loop was idle then, so
-  the two reads cost nothing a busy loop pays). Without schedstat, `floors` gives the bound
-  both if the wake-up was on time and in any case (the wait's start), and the self-check
+- If call k itself *slept* (it could wait, and it returned later than a GIL hand-over after it
+  was entered, less any time its thread then waited for a CPU), nothing was ready when it was
+  entered, so this read's bytes came during the wait, and the first of them woke it: they
+  arrived no earlier than its return, less that wait for a CPU. The wait is measured where the
+  kernel keeps it (the thread's run-queue delay in /proc/thread-self/schedstat, read after each
+  call that took long enough to have slept: a busy loop's calls return at once and pay
+  nothing), so a call preempted while bytes were ready is not taken for one that slept.
+- Where the kernel keeps no such statistics, `floors` gives the narrow bound if the wake-up
+  was on time beside the one that holds in any case (the call before), and the self-check
   judges the difference by how late the loop-lag probe found the loop.
 
 Bound on a loop using `time.perf_counter_ns` or `time.monotonic_ns` (both CLOCK_MONOTONIC on
@@ -37,8 +39,8 @@ from typing import Any
 
 # How long a thread may wait for the interpreter lock after the selector's system call returned
 # before the loop reads the clock: twice the measuring process's switch interval
-# (loadgen/engine/runtime.py, 0.25 ms). A call that returned later than this after it was
-# entered has waited for an event.
+# (loadgen/engine/runtime.py, 0.25 ms). A call that took longer than this, less its thread's
+# wait for a CPU, has slept.
 GIL_SLACK_NS = 500_000
 MONOTONIC_CLOCKS: tuple[Callable[[], int], ...] = (time.perf_counter_ns, time.monotonic_ns)
 
@@ -51,13 +53,24 @@ class LoopWatch:
     """The selector calls of one asyncio loop: when each was entered and returned (ns), and for
     a call that waited, how long its thread then waited for a CPU (-1: not measured)."""
 
-    __slots__ = ("_fd", "entered", "prev_entered", "prev_returned", "returned", "woken_late")
+    __slots__ = (
+        "_fd",
+        "_run_queue",
+        "could_wait",
+        "entered",
+        "prev_entered",
+        "prev_returned",
+        "returned",
+        "woken_late",
+    )
 
     def __init__(self, schedstat_fd: int = -1) -> None:
         self.entered = self.returned = 0  # the latest call (the one whose events run now)
         self.prev_entered = self.prev_returned = 0  # the call before it
-        self.woken_late = -1
+        self.could_wait = False  # the latest call had a timeout (nothing else ready to run)
+        self.woken_late = -1  # the latest call's thread's wait for a CPU, at most (-1: unknown)
         self._fd = schedstat_fd  # the loop thread's /proc/thread-self/schedstat, or -1
+        self._run_queue = run_queue_ns(schedstat_fd) if schedstat_fd >= 0 else -1
 
     def wrap(self, select: Callable[..., Any]) -> Callable[..., Any]:
         clock = time.perf_counter_ns
@@ -65,18 +78,22 @@ class LoopWatch:
 
         def watched_select(timeout: float | None = None) -> Any:
             self.prev_entered, self.prev_returned = self.entered, self.returned
-            # a call with nothing ready (timeout 0) cannot wait: only the others are measured
-            waits = fd >= 0 and (timeout is None or timeout > 0)
-            before = run_queue_ns(fd) if waits else -1
-            self.entered = clock()
+            # a call with callbacks ready (timeout 0) cannot wait
+            self.could_wait = timeout is None or timeout > 0
+            self.entered = entered = clock()
             try:
                 return select(timeout)
             finally:
                 self.returned = returned = clock()
-                if waits and returned - self.entered > GIL_SLACK_NS:
-                    self.woken_late = run_queue_ns(fd) - before if before >= 0 else -1
-                else:
-                    self.woken_late = -1
+                self.woken_late = -1
+                if self._run_queue >= 0 and returned - entered > GIL_SLACK_NS:
+                    # read only after a call that may have slept (a busy loop's calls return at
+                    # once); the wait since the last reading covers this call's, and more only
+                    # if the thread also waited for a CPU while running callbacks since: an
+                    # over-count, which can only widen the floors
+                    now = run_queue_ns(fd)
+                    if now >= 0:
+                        self.woken_late, self._run_queue = now - self._run_queue, now
 
         return watched_select
 
@@ -86,14 +103,20 @@ class LoopWatch:
         callback of the iteration the latest selector call began."""
         if self.prev_returned == 0:  # no iteration seen before this one
             return drained_ns, drained_ns
-        if self.returned - self.entered > GIL_SLACK_NS:  # the call waited: they woke it
-            woken = max(drained_ns, self.returned - GIL_SLACK_NS)
-            if self.woken_late >= 0:  # measured: how long the woken thread waited for a CPU
-                measured = max(drained_ns, self.entered, woken - self.woken_late)
-                return measured, measured
-            return woken, max(drained_ns, self.entered)
-        earliest = max(drained_ns, self.prev_entered, self.prev_returned - GIL_SLACK_NS)
-        return earliest, earliest
+        # the call before collected its events no earlier than this: holds whatever happened
+        sure = max(drained_ns, self.prev_entered, self.prev_returned - GIL_SLACK_NS)
+        if not self.could_wait:
+            return sure, sure
+        took = self.returned - self.entered
+        late = self.woken_late
+        if late >= 0:  # measured: the call slept if it took longer than its wait for a CPU
+            if took - late <= GIL_SLACK_NS:
+                return sure, sure
+            woken = max(sure, self.entered, self.returned - GIL_SLACK_NS - late)
+            return woken, woken
+        if took > GIL_SLACK_NS:  # unmeasured: it slept and they woke it, if it was on time
+            return max(sure, self.returned - GIL_SLACK_NS), sure
+        return sure, sure
 
 
 def run_queue_ns(fd: int) -> int:
