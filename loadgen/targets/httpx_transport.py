@@ -322,6 +322,9 @@ class HttpxExchange:
         self.request.extensions["timeout"]["read"] = self.idle_s
         self._head = ResponseHead(r.status_code, headers, r.http_version, self.head_ns)
 
+    def one_segment_reads(self) -> bool:
+        return False  # reads through httpx: no segment counts
+
     def head(self) -> ResponseHead:
         assert self._head is not None, "open() first"
         return self._head

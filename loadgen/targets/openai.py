@@ -260,7 +260,9 @@ class OpenAITarget:
                             raise
                         if out:
                             if ex.lo >= 0:
-                                _mark_spread(out, t, ex.lo, ex.lo_any, len(payloads) > 1)
+                                # several events in one segment came together: exact
+                                many = len(payloads) > 1 and not ex.one_segment_reads()
+                                _mark_spread(out, t, ex.lo, ex.lo_any, many)
                             if not saw_output:
                                 saw_output = any(ev.kind in _OUTPUT for ev in out)
                             if check is not None:

@@ -20,7 +20,7 @@ from loadgen.targets.http_common import (
     parse_head,
     read_some,
 )
-from loadgen.targets.loopwatch import watch
+from loadgen.targets.loopwatch import MONOTONIC_CLOCKS, watch
 from loadgen.targets.rawpool import (
     DEFAULT_KEEPALIVE_EXPIRY_S,
     NO_MARKER,
@@ -35,6 +35,7 @@ from loadgen.targets.resend import (
     should_resend,
     transport_socket,
 )
+from loadgen.targets.tcpinfo import acked, data_segments_in, read_info
 from loadgen.targets.transport import Sent
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -121,16 +122,18 @@ class RawExchange:
         if self.timer is None:
             self.timer = self.loop.call_at(self.deadline_at, self._on_timer)
         assert conn.transport is not None
+        segments: int | None = 0  # a new connection has received nothing yet
         if conn.from_idle:  # a reused connection may turn out dead: note what was acknowledged
-            conn.acked_sent = bytes_acked(transport_socket(conn.transport))
+            info = read_info(transport_socket(conn.transport))
+            conn.acked_sent, segments = acked(info), data_segments_in(info)
             conn.acked_at_close = None
         sent = self.clock()
         conn.transport.write(self.data)
         if conn.drain is not None:  # a large body is still queued: wait until the kernel took it
             await self._wait(conn.drain)
             sent = self.clock()
-        conn.drained = sent
-        conn.watch = watch(self.loop) if conn.plain else None
+        bounded = conn.plain and self.clock in MONOTONIC_CLOCKS
+        conn.arrival.sent(sent, watch(self.loop) if bounded else None, segments)
         return sent
 
     async def resend(self) -> int:
@@ -287,6 +290,15 @@ class RawExchange:
     async def read_some(self, limit: int) -> bytes:
         """Up to `limit` bytes of the body (error details); gives up quietly on EOF/timeout."""
         return await read_some(self.body(), limit)
+
+    def one_segment_reads(self) -> bool:
+        """Every read of this response so far held one data segment (see tcpinfo): then the
+        events of each arrived together, at its kernel stamp."""
+        conn = self.conn
+        if conn is None or conn.arrival.segments_at_send < 0:
+            return False
+        now = data_segments_in(read_info(transport_socket(conn.transport)))
+        return conn.arrival.one_segment_each(now)
 
     def _eof_error(self, where: str) -> TransportError:
         conn = self.conn

@@ -11,10 +11,7 @@ after `LEARN_QUICK_CLOSES` such closes with no reuse that worked, the pool stops
 server's idle timeout seen on an idle connection shortens the pool's expiry.
 
 A read's stamp is the kernel's receive time of its last segment when the socket gives one (see
-`kstamp`), else the runner's clock at `data_received`. With a kernel stamp it also carries how
-early its first bytes can have arrived: never before the socket was last drained, and on a plain
-TCP socket read continuously no earlier than the loop's iterations allow (`loopwatch`), both if
-the loop was woken on time and at all; (-1, -1) with a user-space stamp."""
+`kstamp`), else the runner's clock at `data_received`; `arrival` bounds how early it came."""
 
 from __future__ import annotations
 
@@ -27,9 +24,9 @@ from typing import cast
 
 from loadgen.errors import PhaseTimeout
 from loadgen.target import Clock
+from loadgen.targets.arrival import Arrival
 from loadgen.targets.http_common import connect_error
 from loadgen.targets.kstamp import SCRATCH_BYTES, KernelStamper, StampedSocket
-from loadgen.targets.loopwatch import MONOTONIC_CLOCKS, LoopWatch
 from loadgen.targets.resend import bytes_acked, transport_socket
 
 # (stamp ns, bytes, earliest arrival ns if the loop was woken on time, earliest at all; -1: none)
@@ -63,11 +60,8 @@ class Conn(asyncio.Protocol):
         self.time = pool.loop.time
         self.sock: StampedSocket | None = None  # set when the kernel gives receive stamps
         self.stamper = pool.stamper
-        self.drained = 0  # clock at the latest read (or the send): lower bound of the next
-        # the loop's selector calls, while this socket is read continuously (plain TCP, not
-        # paused, each read draining it) on a monotonic clock; None when they cannot bound it
-        self.watch: LoopWatch | None = None
-        self.plain = False  # a kernel-stamped socket without TLS (whose records may straddle reads)
+        self.arrival = Arrival()  # how early each read's bytes can have come
+        self.plain = False  # kernel-stamped without TLS (its records may straddle reads)
         self.reads: list[Read] = []
         self.waiter: asyncio.Future[None] | None = None
         self.last_read = 0.0  # loop time of the latest read
@@ -100,25 +94,11 @@ class Conn(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         now = self.clock()
-        t, lo = now, -1
-        lo_any = -1
+        stamp = -1
         sock = self.sock
         if sock is not None and sock.rx_real_ns:
-            k = self.stamper.to_monotonic(sock.rx_real_ns, now, self.clock)
-            if k >= 0:
-                drained = lo = lo_any = self.drained
-                t = k if k > drained else drained
-                lw = self.watch
-                if lw is not None and self.clock in MONOTONIC_CLOCKS:
-                    lo, lo_any = lw.floors(drained)
-                    if lo_any > t:  # the loop's record and the stamp disagree: the drain only
-                        lo = lo_any = drained
-                    elif lo > t:  # the bytes came before the loop's wake-up: it was late
-                        lo = lo_any
-        if len(data) < SCRATCH_BYTES:  # a full read may have left bytes behind: not drained
-            self.drained = now
-        else:
-            self.watch = None
+            stamp = self.stamper.to_monotonic(sock.rx_real_ns, now, self.clock)
+        t, lo, lo_any = self.arrival.read(stamp, now, len(data) >= SCRATCH_BYTES)
         self.reads.append((t, data, lo, lo_any))
         self.last_read = self.time()
         w = self.waiter
@@ -189,7 +169,7 @@ class Conn(asyncio.Protocol):
         self.reads = []
         if self.reading_paused and self.transport is not None and not self.closed:
             self.reading_paused = False
-            self.watch = None  # bytes came while the loop was not reading this socket
+            self.arrival.watch = None  # bytes came while the loop was not reading this socket
             self.transport.resume_reading()
         return reads
 

@@ -15,27 +15,15 @@ evidence says the request never reached the server.
 
 from __future__ import annotations
 
-import socket
-import struct
 from typing import Any
 
-_TCP_INFO = getattr(socket, "TCP_INFO", None)  # Linux only
-_TCP_INFO_LEN = 232
-_BYTES_ACKED_AT = 120  # struct tcp_info: 8 bytes of u8s, 24 u32s, 2 u64 pacing rates, then it
+from loadgen.targets.tcpinfo import acked, read_info
 
 
 def bytes_acked(sock: Any) -> int | None:
     """The connection's `tcpi_bytes_acked` (payload bytes the peer's TCP acknowledged), or None
     where the kernel does not say (not Linux, not TCP, or the socket is already closed)."""
-    if _TCP_INFO is None or sock is None:
-        return None
-    try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _TCP_INFO_LEN)
-    except (OSError, AttributeError, ValueError):
-        return None
-    if len(info) < _BYTES_ACKED_AT + 8:
-        return None
-    return int(struct.unpack_from("=Q", info, _BYTES_ACKED_AT)[0])
+    return acked(read_info(sock))
 
 
 def transport_socket(transport: Any) -> Any:

@@ -47,6 +47,11 @@ class Exchange(Protocol):
     lo_any: int
     """The same without assuming the loop's wake-up was on time (at most `lo`), -1: unknown."""
 
+    def one_segment_reads(self) -> bool:
+        """True when every read of the response so far held exactly one data segment (kernel
+        counts, raw transport on Linux); False when that is not known."""
+        ...
+
     def open(self) -> AsyncIterator[Sent]:
         """Send the request; yield each send (a second one only after a stale kept-alive
         connection); return once the response head has arrived (then `head()` has it)."""
