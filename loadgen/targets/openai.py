@@ -260,9 +260,7 @@ class OpenAITarget:
                             raise
                         if out:
                             if ex.lo >= 0:
-                                # several events in one segment came together: exact
-                                many = len(payloads) > 1 and not ex.one_segment_reads()
-                                _mark_spread(out, t, ex.lo, ex.lo_any, many)
+                                _mark_spread(out, t, ex, len(payloads) > 1)
                             if not saw_output:
                                 saw_output = any(ev.kind in _OUTPUT for ev in out)
                             if check is not None:
@@ -384,16 +382,17 @@ def _attach_timings(events: list[StreamEvent], timings: ServerTimings, t_ns: int
     events.insert(at, StreamEvent(EventKind.USAGE, t_ns, usage=Usage(server=timings)))
 
 
-def _mark_spread(events: list[StreamEvent], t_ns: int, lo: int, lo_any: int, many: bool) -> None:
+def _mark_spread(events: list[StreamEvent], t_ns: int, ex: Exchange, many: bool) -> None:
     """Kernel-stamped read: its output events get the read's stamp (its last segment's), exact
-    when the read carried one output event. With several, an earlier one may have come before it
-    by up to `t_ns - lo` (`lo_any` if the loop was woken late; see rawpool): the kernel keeps one
+    when the read carried one output event, or several in one segment (`one_segment_reads`,
+    asked only then: a system call). Otherwise an earlier one may have come before it by up to
+    `t_ns - ex.lo` (`ex.lo_any` if the loop was woken late; see arrival): the kernel keeps one
     stamp for segments that queue up together, whether the server wrote them together or the
     loop was late to read them. Non-output events after the last token (usage, [DONE]) are taken
     to follow it at once, as servers write them."""
     outputs = [ev for ev in events if ev.kind in _OUTPUT]
-    if many and len(outputs) > 1:
-        spread, wake = max(t_ns - lo, 1), max(t_ns - lo_any, 1)
+    if many and len(outputs) > 1 and not ex.one_segment_reads():
+        spread, wake = max(t_ns - ex.lo, 1), max(t_ns - ex.lo_any, 1)
     else:
         spread = wake = 0
     for ev in outputs:
