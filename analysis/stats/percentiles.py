@@ -105,6 +105,16 @@ def exact_percentiles(values: npt.ArrayLike, q: npt.ArrayLike) -> np.ndarray:
     return lerp(a, b, t)
 
 
+def sorted_percentiles(ordered: np.ndarray, q: npt.ArrayLike) -> np.ndarray:
+    """np.percentile(ordered, q, method="linear") of values sorted ascending already (finite,
+    not checked; NaN when there are none), without sorting them again."""
+    qs = np.asarray(q, dtype=np.float64)
+    if ordered.size == 0:
+        return np.full(qs.shape, np.nan)
+    lo, hi, t = linear_ranks(ordered.size, qs)
+    return lerp(ordered[lo], ordered[hi], t)
+
+
 def bootstrap_band(
     values: npt.ArrayLike,
     q: npt.ArrayLike,

@@ -21,8 +21,9 @@ EXACT_MAX = 8
 distribution, which is left to scipy."""
 
 
-def mann_whitney_p(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """One-sided p-values (x larger than y, x smaller than y) of the Mann-Whitney U test."""
+def mann_whitney_p(x: np.ndarray, y: np.ndarray, *, presorted: bool = False) -> tuple[float, float]:
+    """One-sided p-values (x larger than y, x smaller than y) of the Mann-Whitney U test.
+    `presorted`: both are sorted ascending already (not checked), so neither is sorted again."""
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     n1, n2 = len(x), len(y)
@@ -33,21 +34,30 @@ def mann_whitney_p(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         less = float(stats.mannwhitneyu(x, y, alternative="less").pvalue)
         return greater, less
     n = n1 + n2
-    # U of x = pairs with x above y + half the tied pairs (the rank-sum form, exactly), from
-    # the two samples sorted apart; the ties of the pooled sample from their merge (a stable
-    # sort of two sorted runs is one merge pass)
-    xs, ys = np.sort(x), np.sort(y)
-    below = np.searchsorted(ys, xs, side="left")
-    tied = np.searchsorted(ys, xs, side="right") - below
-    u1 = float(below.sum()) + 0.5 * float(tied.sum())
+    # from the two samples sorted apart, as runs of equal values (no sort of the pooled
+    # sample): U of x = pairs with x above y + half the tied pairs (the rank-sum form, exactly),
+    # and the tie groups of the pool (a value held a times in x and b times in y is a group of
+    # a + b, and (a + b)^3 - (a + b) = (a^3 - a) + (b^3 - b) + 3ab(a + b))
+    ux, cx = _runs(x if presorted else np.sort(x))
+    uy, cy = _runs(y if presorted else np.sort(y))
+    below = np.searchsorted(uy, ux)  # distinct y values below each x value
+    at = np.minimum(below, uy.size - 1)
+    both = uy[at] == ux  # x values y holds too
+    a, b = cx[both], cy[at[both]]
+    y_below = np.r_[0.0, np.cumsum(cy)][below]  # y values below each distinct x value
+    u1 = float(np.dot(cx, y_below)) + 0.5 * float(np.dot(a, b))
     u2 = n1 * n2 - u1
-    pooled = np.sort(np.concatenate([xs, ys]), kind="stable")
-    starts = np.flatnonzero(np.r_[True, pooled[1:] != pooled[:-1]])
-    counts = np.diff(np.r_[starts, n]).astype(np.float64)
-    ties = float(np.sum(counts**3 - counts))
+    ties = float(np.sum(cx**3 - cx)) + float(np.sum(cy**3 - cy))
+    ties += float(np.sum(3.0 * a * b * (a + b)))
     sd = math.sqrt(n1 * n2 / 12.0 * ((n + 1) - ties / (n * (n - 1))))
     mean = n1 * n2 / 2.0
     return _upper_tail(u1 - mean - 0.5, sd), _upper_tail(u2 - mean - 0.5, sd)
+
+
+def _runs(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of sorted `s` and how many times each occurs (float64)."""
+    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    return s[starts], np.diff(np.r_[starts, s.size]).astype(np.float64)
 
 
 def _upper_tail(numerator: float, sd: float) -> float:

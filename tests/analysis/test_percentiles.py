@@ -39,6 +39,9 @@ def test_selection_equals_numpy(monkeypatch: pytest.MonkeyPatch, kind: str) -> N
     assert np.array_equal(band["lower"], lo) and np.array_equal(band["upper"], hi)
     ranks = np.array([0, 5, 25_000, v.size - 1, 5])
     assert np.array_equal(pc.order_statistics(v, ranks), np.sort(v)[ranks])
+    for part in (v, v[:1], v[:2], v[:999]):  # sorted already: the same numbers, no sort
+        assert np.array_equal(pc.sorted_percentiles(np.sort(part), g), np.percentile(part, g))
+    assert np.isnan(pc.sorted_percentiles(np.zeros(0), g)).all()
 
 
 @pytest.mark.parametrize("exact", [True, False])

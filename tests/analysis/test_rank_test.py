@@ -28,6 +28,18 @@ def test_the_p_values_are_scipy_s(seed: int) -> None:
         x, y = np.round(x * 10) / 10, np.round(y * 10) / 10
     got = mann_whitney_p(x, y)
     np.testing.assert_allclose(got, _scipy(x, y), rtol=1e-9, atol=1e-15)
+    assert mann_whitney_p(np.sort(x), np.sort(y), presorted=True) == got
+
+
+def test_values_tied_within_and_across_the_samples() -> None:
+    """Tie groups held by one sample only, by both, and a value shared by every y: the tie
+    correction built from the two samples' runs equals scipy's over the pooled ranks."""
+    x = np.array([1.0, 1.0, 2.0, 3.0, 3.0, 3.0, 5.0, 7.0, 7.0, 9.0, 9.5])
+    y = np.array([0.5, 1.0, 3.0, 3.0, 4.0, 7.0, 7.0, 7.0, 8.0, 9.5, 9.5, 10.0])
+    np.testing.assert_allclose(mann_whitney_p(x, y), _scipy(x, y), rtol=1e-12)
+    np.testing.assert_allclose(mann_whitney_p(y, x), _scipy(y, x), rtol=1e-12)
+    z = np.full(12, 7.0)
+    np.testing.assert_allclose(mann_whitney_p(x, z), _scipy(x, z), rtol=1e-12)
 
 
 def test_identical_and_all_tied_samples() -> None:
