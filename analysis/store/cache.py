@@ -210,11 +210,13 @@ def load_run_cached(
     """(frame, chunks, hit): from the cache when it matches the store (`source`: its URL or a
     connection to it), else loaded with analysis.store.fastload (and cached if the run has
     ended). Chunk arrays of a hit are memory-mapped, read-only."""
-    if isinstance(source, str):
+    if isinstance(source, str):  # one connection for the fingerprint and the load's reads
         with connect_reader(source) as conn:
             fp = fingerprint(conn, run_id)
-    else:
-        fp = fingerprint(source, run_id)
+            return load_fingerprinted(
+                source, run_id, fp, parallel=parallel, directory=directory, reader=conn
+            )
+    fp = fingerprint(source, run_id)
     return load_fingerprinted(source, run_id, fp, parallel=parallel, directory=directory)
 
 
@@ -225,16 +227,18 @@ def load_fingerprinted(
     *,
     parallel: int = 2,
     directory: Path | None = None,
+    reader: psycopg.Connection[Any] | None = None,
 ) -> tuple[pd.DataFrame, ChunkArrays, bool]:
-    """`load_run_cached` for a caller that has read the run's `fingerprint` already."""
+    """`load_run_cached` for a caller that has read the run's `fingerprint` already (`reader`:
+    an open connection to the store `source` names, for fastload's one-connection reads)."""
     if fp is None:  # nothing to key an entry by
-        df, chunks = fastload.load_requests_fast(source, run_id, parallel=parallel)
+        df, chunks = fastload.load_requests_fast(source, run_id, parallel=parallel, reader=reader)
         return df, chunks, False
     path = entry_path(fp, directory)
     wait_for_writes(path)  # this process is writing it: it is on disk in a moment
     hit = _load(path, fp)
     if hit is not None:
         return hit[0], hit[1], True
-    df, chunks = fastload.load_requests_fast(source, run_id, parallel=parallel)
+    df, chunks = fastload.load_requests_fast(source, run_id, parallel=parallel, reader=reader)
     _save(path, fp, df, chunks)
     return df, chunks, False

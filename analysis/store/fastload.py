@@ -257,7 +257,12 @@ def _parse_messages(
 
 
 def load_requests_fast(
-    conn: psycopg.Connection[Any] | str, run_id: str, *, parallel: int = 1, packed: bool = True
+    conn: psycopg.Connection[Any] | str,
+    run_id: str,
+    *,
+    parallel: int = 1,
+    packed: bool = True,
+    reader: psycopg.Connection[Any] | None = None,
 ) -> tuple[pd.DataFrame, ChunkArrays]:
     """One run's requests as (frame, chunks): the columns of load_requests except request_id,
     error_detail, session/turn, retry_after and content (the connection and server timing
@@ -269,11 +274,32 @@ def load_requests_fast(
     same frame and arrays, far cheaper for the server. Otherwise, with a connection URL and
     `parallel` > 1, the run is read over that many connections at once (partitioned by idx
     modulo `parallel`): the server's array serialisation, not the network or numpy, is what
-    limits one connection."""
+    limits one connection.
+
+    Every read that needs one connection goes over one: `reader` (an open connection to the
+    store `conn` names, which the caller has already), else `conn` itself, else one opened here
+    for the whole load (each opened connection costs an authentication: 7-15 ms here)."""
     if parallel < 1:
         raise ValueError(f"parallel must be at least 1 (got {parallel})")
+    if reader is not None:
+        return _load_fast(conn, reader, run_id, parallel, packed)
+    if isinstance(conn, str):
+        with connect_reader(conn) as own:
+            return _load_fast(conn, own, run_id, parallel, packed)
+    return _load_fast(conn, conn, run_id, parallel, packed)
+
+
+def _load_fast(
+    source: psycopg.Connection[Any] | str,
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    parallel: int,
+    packed: bool,
+) -> tuple[pd.DataFrame, ChunkArrays]:
+    """load_requests_fast's reads: one-connection ones over `conn`, the parallel partitions of
+    the int[] path each over its own connection to `source` (a URL; else one partition)."""
     if packed:
-        got = load_packed(conn, run_id, parallel=parallel)
+        got = load_packed(conn, run_id)  # one connection reads blocks fastest (packed.py)
         if got is not None:
             codes = dict(zip(_CODED, got.dicts, strict=True))
             ptr = np.zeros(got.fields.shape[0] + 1, dtype=np.int64)
@@ -282,18 +308,13 @@ def load_requests_fast(
             frame = no_audio(_frame(got.fields, codes))
             attach_workload(conn, run_id, frame)  # deploy/sql/0220: not in the blocks
             return frame, ChunkArrays(got.offsets, got.tokens, ptr)
-    if isinstance(conn, str):
-        with connect_reader(conn) as c:
-            dicts = _dictionaries(c, run_id)
-    else:
-        dicts = _dictionaries(conn, run_id)
-        parallel = 1  # more connections need a URL
-    if parallel == 1:
+    dicts = _dictionaries(conn, run_id)
+    if parallel == 1 or not isinstance(source, str):  # more connections need a URL
         df, chunks = _assemble(_read_partition(conn, _query(run_id, dicts, 0, 1)), dicts)
     else:
         with ThreadPoolExecutor(max_workers=parallel) as pool:
             futures = [
-                pool.submit(_read_partition, conn, _query(run_id, dicts, k, parallel))
+                pool.submit(_read_partition, source, _query(run_id, dicts, k, parallel))
                 for k in range(parallel)
             ]
             parsed = [p for f in futures for p in f.result()]
@@ -325,26 +346,28 @@ def _assemble(
 def _frame(fields: np.ndarray, dicts: Mapping[str, Sequence[str | None]]) -> pd.DataFrame:
     """The frame of (n, fields) int64 values: `_SCALARS` in order, then `_CODED` as codes into
     `dicts` (-1 for NULL)."""
-    df = pd.DataFrame(index=pd.RangeIndex(fields.shape[0]))
+    cols: dict[str, Any] = {}
     for i, (name, _, nullable) in enumerate(_SCALARS):
         col = fields[:, i]
         if name == "scheduled_us":
             ns = (col * 1000).view("datetime64[ns]")  # what to_datetime(ns, utc=True) gives, fast
-            df["scheduled_at"] = pd.DatetimeIndex(ns).tz_localize("UTC")
+            cols["scheduled_at"] = pd.DatetimeIndex(ns).tz_localize("UTC")
         elif name in _FLOATS:
-            df[name] = np.ascontiguousarray(col).view(np.float64)
+            cols[name] = np.ascontiguousarray(col).view(np.float64)
         elif nullable:
-            df[name] = np.where(col == NULL, np.nan, col.astype(np.float64))
+            cols[name] = np.where(col == NULL, np.nan, col.astype(np.float64))
         else:
-            df[name] = col
+            cols[name] = np.ascontiguousarray(col)
     for j, c in enumerate(_CODED):
         codes = fields[:, len(_SCALARS) + j]
         values = [v for v in dicts[c] if v is not None]
-        df[c] = (
+        cols[c] = (
             pd.Categorical.from_codes(
                 np.asarray(codes, dtype=np.int64), categories=pd.Index(values)
             )
             if values
             else None
         )
-    return df
+    # one constructor call: a column set at a time re-checks and re-inserts into the frame's
+    # blocks each time
+    return pd.DataFrame(cols, index=pd.RangeIndex(fields.shape[0]), copy=False)

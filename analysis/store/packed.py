@@ -270,9 +270,9 @@ def _load(
     # one connection is the fastest here: the server sends a bytea with a copy, and the
     # client's copies into the results contend when two threads do them (measured on 2 cores)
     parts = max(1, min(parallel, len(blocks), PARALLEL_MAX))
-    if parts == 1:
+    if parts == 1:  # over the connection that listed the blocks: no other to open
         with _reuse_message_buffers():
-            _copy_blocks(source, run_id, blocks, places, filler)
+            _copy_blocks(conn, run_id, blocks, places, filler)
     else:  # alternate blocks between connections: similar sizes each
         with ThreadPoolExecutor(max_workers=parts) as pool:
             futures = [
