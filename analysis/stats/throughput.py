@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import metrics as m
+from analysis.stats.percentiles import sorted_codes
 
 MAX_CHUNKS = 2_000_000  # chunks (and bucket cells) taken at once for requests crossing an edge
 # bisect a request's offsets at each bucket edge it crosses when edges are this much rarer than
@@ -35,14 +36,25 @@ def tokens_by_group_bucket(
     arr: m.Arrivals, bucket_ns: int, rows: m.BoolArray, group: m.IntArray
 ) -> dict[tuple[int, int], int]:
     """Output tokens that arrived in each bucket k (as `tokens_by_bucket`) per group g of the
-    selected requests (`group`: a code >= 0 per request), by (g, k), sorted; a bucket that a
-    chunk of the group arrived in is there even when its chunks carried no token. A request
-    whose chunks all arrived in one bucket counts whole there; the others are split at each
-    bucket edge they cross (`_add_split`, by bisection) or chunk by chunk (`_add_by_chunk`),
-    a bounded number of chunks and cells at a time. Sums are of integers: exact."""
+    selected requests (`group`: a code >= 0 per request), by (g, k), sorted: the cells of
+    `group_bucket_sums`."""
+    g, k, sums = group_bucket_sums(arr, bucket_ns, rows, group)
+    return dict(zip(zip(g.tolist(), k.tolist(), strict=True), sums.tolist(), strict=True))
+
+
+def group_bucket_sums(
+    arr: m.Arrivals, bucket_ns: int, rows: m.BoolArray, group: m.IntArray
+) -> tuple[m.IntArray, m.IntArray, m.IntArray]:
+    """(g, k, tokens) arrays, sorted by (g, k): the output tokens that arrived in bucket k per
+    group g of the selected requests (`group`: a code >= 0 per request); a bucket that a chunk
+    of the group arrived in is there even when its chunks carried no token. A request whose
+    chunks all arrived in one bucket counts whole there; the others are split at each bucket
+    edge they cross (`_add_split`, by bisection) or chunk by chunk (`_add_by_chunk`), a bounded
+    number of chunks and cells at a time. Sums are of integers: exact."""
     sel = arr.has & rows
     if not sel.any():
-        return {}
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty.copy(), empty.copy()
     first_b, last_b = arr.first // bucket_ns, arr.last // bucket_ns
     k0 = int(first_b[sel].min())
     width = int(last_b[sel].max()) - k0 + 1
@@ -66,7 +78,7 @@ def tokens_by_group_bucket(
                 _add_by_chunk(cells, arr, bucket_ns, part, group, k0, width)
     keys, sums = cells.result()
     g, k = np.divmod(keys, width)
-    return dict(zip(zip(g.tolist(), (k + k0).tolist(), strict=True), sums.tolist(), strict=True))
+    return g, k + k0, sums
 
 
 def _add_split(
@@ -191,19 +203,18 @@ def arrival_throughput(
         raise ValueError(f"bucket_s must be positive (got {bucket_s})")
     bucket_ns = round(bucket_s * 1e9)
     arr = m.Arrivals.of(chunks, m.Timeline.from_frame(df))
-    regions = df["region"].astype(object).to_numpy() if by == "region" else None
-    names = sorted(set(regions.tolist())) if regions is not None else ["all"]
-    code = (
-        pd.Categorical(regions, categories=names).codes.astype(np.int64)
-        if regions is not None
-        else np.zeros(len(df), dtype=np.int64)
+    if by == "region":  # codes into the regions sorted by name
+        code, names = sorted_codes(df["region"])
+    else:
+        code, names = np.zeros(len(df), dtype=np.int64), ["all"]
+    g, k, tokens = group_bucket_sums(arr, bucket_ns, code >= 0, np.maximum(code, 0))
+    return pd.DataFrame(
+        {
+            "bucket": pd.to_datetime(k * bucket_ns, unit="ns", utc=True),
+            "region": np.asarray(names, dtype=object)[g],
+            "output_tokens_per_s": tokens / bucket_s,
+        }
     )
-    counted = tokens_by_group_bucket(arr, bucket_ns, np.ones(len(df), dtype=bool), code)
-    rows = [
-        (pd.Timestamp(k * bucket_ns, unit="ns", tz="UTC"), str(names[g]), tokens / bucket_s)
-        for (g, k), tokens in counted.items()
-    ]
-    return pd.DataFrame(rows, columns=["bucket", "region", "output_tokens_per_s"])
 
 
 def with_arrival_throughput(
