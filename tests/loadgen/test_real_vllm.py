@@ -105,8 +105,17 @@ def ledger_rows(db_url: str, run_id: str, *, whole: bool = True) -> list[dict[st
         rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
         assert scheduled is not None
         assert ledger_check(conn, run_id, [r["request_id"] for r in rows]) == scheduled[0]
-    bad = [
-        (r["outcome"], r["error_phase"], r["error_detail"]) for r in rows if r["outcome"] != "ok"
+    bad = [  # what a failure needs to be traced: where it broke, and on which connection
+        (
+            r["outcome"],
+            r["error_phase"],
+            r["error_detail"],
+            r["attempt"],
+            r["connect_ns"],
+            r["resent"],
+        )
+        for r in rows
+        if r["outcome"] != "ok"
     ]
     assert not bad, f"{len(bad)} of {len(rows)} stored requests failed, e.g. {bad[:3]}"
     if whole:
@@ -392,8 +401,11 @@ def test_an_idle_timeout_shorter_than_the_think_time_over_both_transports(
         vllm, load, base_url=p.url + "/v1", target=f'ignore_eos = true\ntransport = "{transport}"'
     )
     summary = run(text, db, tmp_path)
-    assert_no_failures(summary)
+    # the stored rows first: a failure's phase, detail and connection are in their message (one
+    # request in ~15 whole-suite runs has failed here over httpx, never in 40 runs of this test
+    # alone on the same machine, 2026-12-06: which path failed is the next thing to learn)
     rows = ledger_rows(db, summary["run_id"])
+    assert_no_failures(summary)
     assert_sent_once_on_the_wire(p, rows)
     assert p.closed_idle > 0, "the gateway never closed an idle connection"
     assert p.upstream_failures == 0
