@@ -299,7 +299,7 @@ def _load_fast(
     """load_requests_fast's reads: one-connection ones over `conn`, the parallel partitions of
     the int[] path each over its own connection to `source` (a URL; else one partition)."""
     if packed:
-        got = load_packed(conn, run_id)  # one connection reads blocks fastest (packed.py)
+        got = load_packed(conn, run_id)
         if got is not None:
             codes = dict(zip(_CODED, got.dicts, strict=True))
             ptr = np.zeros(got.fields.shape[0] + 1, dtype=np.int64)

@@ -16,7 +16,6 @@ import ctypes.util
 import json
 import struct
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +45,6 @@ NULL = BLOCK_NULL
 FLOAT_FIELDS = BLOCK_FLOAT_FIELDS
 NAN_BITS = int(np.array([np.nan], dtype="<f8").view("<i8")[0])
 _ROW_HEAD = 2 + 4  # a COPY tuple's field count, then the body's length
-PARALLEL_MAX = 1  # connections reading blocks at once (see _load)
 
 
 # glibc's mallopt parameters (malloc.h) and their static defaults
@@ -175,7 +173,7 @@ class _Filler:
 
 
 def _copy_blocks(
-    url_or_conn: str | psycopg.Connection[Any],
+    conn: psycopg.Connection[Any],
     run_id: str,
     wanted: Sequence[tuple[Any, int, int]],
     places: Sequence[tuple[int, int]],
@@ -191,7 +189,7 @@ def _copy_blocks(
         sql.Literal([str(b[0]) for b in wanted]),
     )
     k = 0
-    with copy_out(url_or_conn, query.as_bytes(None), "COPY of request_blocks") as pg:
+    with copy_out(conn, query.as_bytes(None), "COPY of request_blocks") as pg:
         first = True
         while True:
             nbytes, data = pg.get_copy_data(0)
@@ -242,24 +240,18 @@ def _covers(conn: psycopg.Connection[Any], run_id: str, p: Packed) -> bool:
     return row is not None and (row[0], row[1]) == (int(sched.min()), int(sched.max()))
 
 
-def load_packed(
-    conn: psycopg.Connection[Any] | str, run_id: str, *, parallel: int = 1
-) -> Packed | None:
+def load_packed(conn: psycopg.Connection[Any] | str, run_id: str) -> Packed | None:
     """The run from its blocks, or None when they do not cover exactly its rows (the caller
-    then reads `requests`). With a URL and `parallel` > 1, blocks are read over that many
-    connections at once."""
+    then reads `requests`). Over one connection: the fastest here (the server sends a bytea
+    with a copy, and the client's copies into the results contend when two threads do them;
+    measured on 2 cores)."""
     if isinstance(conn, str):
         with connect_reader(conn) as c:
-            return _load(c, conn, run_id, parallel)
-    return _load(conn, conn, run_id, 1)
+            return _load(c, run_id)
+    return _load(conn, run_id)
 
 
-def _load(
-    conn: psycopg.Connection[Any],
-    source: psycopg.Connection[Any] | str,
-    run_id: str,
-    parallel: int,
-) -> Packed | None:
+def _load(conn: psycopg.Connection[Any], run_id: str) -> Packed | None:
     blocks = _blocks(conn, run_id)
     if blocks is None:
         return None
@@ -267,21 +259,7 @@ def _load(
     c = np.array([b[2] for b in blocks], dtype=np.int64)
     places = list(zip((np.cumsum(n) - n).tolist(), (np.cumsum(c) - c).tolist(), strict=True))
     filler = _Filler(int(n.sum()), int(c.sum()))
-    # one connection is the fastest here: the server sends a bytea with a copy, and the
-    # client's copies into the results contend when two threads do them (measured on 2 cores)
-    parts = max(1, min(parallel, len(blocks), PARALLEL_MAX))
-    if parts == 1:  # over the connection that listed the blocks: no other to open
-        with _reuse_message_buffers():
-            _copy_blocks(conn, run_id, blocks, places, filler)
-    else:  # alternate blocks between connections: similar sizes each
-        with ThreadPoolExecutor(max_workers=parts) as pool:
-            futures = [
-                pool.submit(
-                    _copy_blocks, source, run_id, blocks[k::parts], places[k::parts], filler
-                )
-                for k in range(parts)
-            ]
-            for f in futures:
-                f.result()
+    with _reuse_message_buffers():
+        _copy_blocks(conn, run_id, blocks, places, filler)
     packed = filler.finish()
     return packed if _covers(conn, run_id, packed) else None
