@@ -5,6 +5,7 @@ percentile (with its bootstrap band); the Pareto frontier across runs or targets
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ def frontier_points(
     metric: str = "ttft_ms",
     percentile: float = 99.0,
     chunks: m.ChunkArrays | None = None,
+    rates: Mapping[int, tuple[float, float]] | None = None,
     confidence: float = 0.95,
     resamples: int = 1000,
     seed: int = 0,
@@ -32,30 +34,51 @@ def frontier_points(
     output_tokens_per_s from arrivals inside the level's steady window (the definitions of
     metrics.request_rate and metrics.output_token_rate, as the summary shows them), latency
     (the metric's `percentile`, ms, ok steady requests) with its
-    bootstrap band latency_lower/latency_upper, and n samples."""
+    bootstrap band latency_lower/latency_upper, and n samples.
+
+    `rates`: per level its (request_rate, output_tokens_per_s) where they are known already
+    (a run's kept summary: `summary_rates`); a level without is counted here. With every level
+    in `rates` and a metric other than ITL, no chunk array is read."""
     ok_steady = ((df["outcome"] == "ok") & (df["phase"] == "steady")).to_numpy()
     level_col = df["level"].to_numpy()
-    ch = chunks if chunks is not None else m.ChunkArrays.from_frame(df)
-    times = m.Timeline.from_frame(df)
-    arrivals = m.Arrivals.of(ch, times)
+    known = {int(r["level"]): dict(r) for _, r in levels_df.iterrows()}
+    all_levels = sorted(set(level_col.tolist()) | set(known))
+    rates = rates or {}
+    counted = [lvl for lvl in all_levels if int(lvl) not in rates]
+    ch = (
+        (chunks if chunks is not None else m.ChunkArrays.from_frame(df))
+        if counted or metric == "itl_ms"
+        else None
+    )
+    times = m.Timeline.from_frame(df) if counted else None
+    arrivals = m.Arrivals.of(ch, times) if ch is not None and times is not None else None
     if metric != "itl_ms":
         per_req = m.per_request_values(df, metric)
-    known = {int(r["level"]): dict(r) for _, r in levels_df.iterrows()}
     rows = []
-    for lvl in sorted(set(level_col.tolist()) | set(known)):
+    for lvl in all_levels:
         sel = level_col == lvl
         level = known.get(int(lvl), {"level": lvl, "kind": None, "value": None})
-        window = m.level_window(level, df, sel)
         lat_rows = sel & ok_steady
-        vals = m.itl_per_token_ms(ch, lat_rows) if metric == "itl_ms" else per_req[lat_rows]
+        if metric == "itl_ms":
+            assert ch is not None
+            vals = m.itl_per_token_ms(ch, lat_rows)
+        else:
+            vals = per_req[lat_rows]
         s = pc.spectrum(vals, [percentile], confidence=confidence, resamples=resamples, seed=seed)
+        if int(lvl) in rates:
+            request_rate, token_rate = rates[int(lvl)]
+        else:
+            assert times is not None and arrivals is not None
+            window = m.level_window(level, df, sel)
+            request_rate = m.request_rate(times, window)
+            token_rate = m.output_token_rate(arrivals, window)
         rows.append(
             {
                 "level": int(lvl),
                 "kind": level.get("kind"),
                 "value": level.get("value"),
-                "request_rate": m.request_rate(times, window),
-                "output_tokens_per_s": m.output_token_rate(arrivals, window),
+                "request_rate": request_rate,
+                "output_tokens_per_s": token_rate,
                 "latency": float(s["value"].iloc[0]),
                 "latency_lower": float(s["lower"].iloc[0]),
                 "latency_upper": float(s["upper"].iloc[0]),
@@ -65,6 +88,19 @@ def frontier_points(
     out = pd.DataFrame(rows)
     out.attrs.update(metric=metric, percentile=percentile)
     return out
+
+
+def summary_rates(summary: Mapping[str, Any]) -> dict[int, tuple[float, float]]:
+    """Per level of a run summary (analysis.reports.summary.level_summary) its request_rate and
+    output_tokens_per_s, NaN where the summary has none: `frontier_points`' `rates`."""
+
+    def num(v: Any) -> float:
+        return math.nan if v is None else float(v)
+
+    return {
+        int(lv["level"]): (num(lv.get("request_rate")), num(lv.get("output_tokens_per_s")))
+        for lv in summary.get("levels") or []
+    }
 
 
 def pareto_frontier(

@@ -13,6 +13,7 @@ by another process) is a miss.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -30,9 +31,15 @@ import psycopg
 from analysis.metrics import ChunkArrays
 from analysis.store import fastload
 from analysis.store.connect import connect_reader
+from analysis.store.fastload import PendingChunks
 
 CACHE_ENV = "PEAKLOAD_ANALYSIS_CACHE"
-FORMAT = 2  # 2: the frame has the connection and server timing columns (deploy/sql/0120)
+# 2: the frame has the connection and server timing columns (deploy/sql/0120); 3: the chunk
+# arrays in a folder of their own (CHUNKS), which an entry may lack (written by a load that left
+# them in the store: the blocks it read are in its meta, and the arrays join it when loaded)
+FORMAT = 3
+CHUNKS = "chunks"
+_CHUNK_FILES = ("offsets_us", "tokens", "ptr")
 ENDED = ("completed", "partial", "aborted", "failed")  # a run in these never changes again
 
 _log = logging.getLogger(__name__)
@@ -83,20 +90,39 @@ _WRITES: dict[Path, threading.Thread] = {}  # entries being written, by path
 _WRITES_LOCK = threading.Lock()
 
 
-def _save(path: Path, fp: dict[str, Any], df: pd.DataFrame, chunks: ChunkArrays) -> None:
+def _save(
+    path: Path, fp: dict[str, Any], df: pd.DataFrame, chunks: ChunkArrays | PendingChunks
+) -> None:
     """Write the entry in a thread of its own, so the caller (a page, a report) goes on with
     the run it has in memory; the arrays are taken here, so later changes to `df`'s columns do
     not reach the file. At most one write per entry at a time; `wait_for_writes` waits for
     them (the interpreter does too at exit: the threads are not daemons)."""
-    files = _arrays(fp, df, chunks)
+    _start_write(path, _write, path, _arrays(fp, df, chunks))
+
+
+def _save_chunks(path: Path, chunks: ChunkArrays) -> None:
+    """Add the chunk arrays to the entry at `path` (one written without them), in a thread."""
+    files = {f"{name}.npy": getattr(chunks, name) for name in _CHUNK_FILES}
+    _start_write(path, _write, path / CHUNKS, files)
+
+
+def _start_write(path: Path, write: Any, *args: Any) -> None:
     with _WRITES_LOCK:
         if path in _WRITES:
             return
         thread = threading.Thread(
-            target=_write, args=(path, files), name=f"peakload-cache-{path.name}"
+            target=_finish_write, args=(path, write, args), name=f"peakload-cache-{path.name}"
         )
         _WRITES[path] = thread
     thread.start()
+
+
+def _finish_write(path: Path, write: Any, args: tuple[Any, ...]) -> None:
+    try:
+        write(*args)
+    finally:
+        with _WRITES_LOCK:
+            _WRITES.pop(path, None)
 
 
 def wait_for_writes(path: Path | None = None) -> None:
@@ -109,7 +135,7 @@ def wait_for_writes(path: Path | None = None) -> None:
 
 
 def _arrays(
-    fp: dict[str, Any], df: pd.DataFrame, chunks: ChunkArrays
+    fp: dict[str, Any], df: pd.DataFrame, chunks: ChunkArrays | PendingChunks
 ) -> dict[str, np.ndarray | bytes]:
     """The entry's files: one array per column and per chunk array, and meta.json."""
     meta: dict[str, Any] = {"fingerprint": fp, "columns": [], "categories": {}, "none": []}
@@ -131,8 +157,11 @@ def _arrays(
             arr = s.to_numpy()
         files[f"col_{len(meta['columns'])}.npy"] = arr
         meta["columns"].append(col)
-    for name in ("offsets_us", "tokens", "ptr"):
-        files[f"{name}.npy"] = getattr(chunks, name)
+    if isinstance(chunks, PendingChunks):
+        meta["pending_blocks"] = [list(b) for b in chunks.blocks]
+    else:
+        for name in _CHUNK_FILES:
+            files[f"{CHUNKS}/{name}.npy"] = getattr(chunks, name)
     files["meta.json"] = json.dumps(meta).encode("utf-8")
     return files
 
@@ -145,6 +174,7 @@ def _write(path: Path, files: dict[str, np.ndarray | bytes]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
         for name, data in files.items():
+            (tmp / name).parent.mkdir(exist_ok=True)
             if isinstance(data, bytes):
                 (tmp / name).write_bytes(data)
             else:
@@ -156,12 +186,11 @@ def _write(path: Path, files: dict[str, np.ndarray | bytes]) -> None:
         _log.warning("analysis cache: %s not written (%s)", path, exc)
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-    finally:
-        with _WRITES_LOCK:
-            _WRITES.pop(path, None)
 
 
-def _load(path: Path, fp: dict[str, Any]) -> tuple[pd.DataFrame, ChunkArrays] | None:
+def _load(
+    path: Path, fp: dict[str, Any]
+) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks] | None:
     """The entry at `path` if it is whole and matches `fp`, else None (a miss)."""
     try:
         return _read(path, fp)
@@ -170,7 +199,9 @@ def _load(path: Path, fp: dict[str, Any]) -> tuple[pd.DataFrame, ChunkArrays] | 
         return None
 
 
-def _read(path: Path, fp: dict[str, Any]) -> tuple[pd.DataFrame, ChunkArrays] | None:
+def _read(
+    path: Path, fp: dict[str, Any]
+) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks] | None:
     try:
         meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -189,15 +220,28 @@ def _read(path: Path, fp: dict[str, Any]) -> tuple[pd.DataFrame, ChunkArrays] | 
             cols[col] = pd.to_datetime(np.asarray(arr).view("datetime64[ns]")).tz_localize("UTC")
         else:
             cols[col] = np.asarray(arr)
+    chunks = _read_chunks(path)
+    if chunks is None:
+        pending = meta.get("pending_blocks")
+        if pending is None:
+            return None
+        ptr = np.zeros(len(cols["n_chunks"]) + 1, dtype=np.int64)
+        np.cumsum(cols["n_chunks"], out=ptr[1:])
+        blocks = tuple((str(b), int(n), int(c)) for b, n, c in pending)
+        df = pd.DataFrame(cols, index=pd.RangeIndex(ptr.size - 1))
+        return df, PendingChunks(str(fp["run_id"]), blocks, ptr)
+    return pd.DataFrame(cols, index=pd.RangeIndex(chunks.n_requests)), chunks
+
+
+def _read_chunks(path: Path) -> ChunkArrays | None:
+    """The entry's chunk arrays, memory-mapped; None when it has none (yet)."""
+    folder = path / CHUNKS
+    if not folder.is_dir():
+        return None
     # plain ndarray views of the maps: slicing np.memmap objects is slow
-    chunks = ChunkArrays(
-        *(
-            np.asarray(np.load(path / f"{n}.npy", mmap_mode="r"))
-            for n in ("offsets_us", "tokens", "ptr")
-        )
+    return ChunkArrays(
+        *(np.asarray(np.load(folder / f"{n}.npy", mmap_mode="r")) for n in _CHUNK_FILES)
     )
-    n_rows = int(chunks.ptr.size - 1)
-    return pd.DataFrame(cols, index=pd.RangeIndex(n_rows)), chunks
 
 
 def load_run_cached(
@@ -210,14 +254,37 @@ def load_run_cached(
     """(frame, chunks, hit): from the cache when it matches the store (`source`: its URL or a
     connection to it), else loaded with analysis.store.fastload (and cached if the run has
     ended). Chunk arrays of a hit are memory-mapped, read-only."""
+    df, chunks, hit = _load_run(source, run_id, parallel, directory, True)
+    assert isinstance(chunks, ChunkArrays)
+    return df, chunks, hit
+
+
+def load_run_deferred(
+    source: str | psycopg.Connection[Any],
+    run_id: str,
+    *,
+    parallel: int = 2,
+    directory: Path | None = None,
+) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks, bool]:
+    """`load_run_cached`, leaving the chunk arrays in the store where the run's blocks allow
+    (fastload's `chunks=False`) unless the entry holds them: `load_chunks_cached` reads them
+    when a page needs them, and adds them to the entry."""
+    return _load_run(source, run_id, parallel, directory, False)
+
+
+def _load_run(
+    source: str | psycopg.Connection[Any],
+    run_id: str,
+    parallel: int,
+    directory: Path | None,
+    chunks: bool,
+) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks, bool]:
     if isinstance(source, str):  # one connection for the fingerprint and the load's reads
         with connect_reader(source) as conn:
             fp = fingerprint(conn, run_id)
-            return load_fingerprinted(
-                source, run_id, fp, parallel=parallel, directory=directory, reader=conn
-            )
+            return _load_fingerprinted(source, run_id, fp, parallel, directory, conn, chunks)
     fp = fingerprint(source, run_id)
-    return load_fingerprinted(source, run_id, fp, parallel=parallel, directory=directory)
+    return _load_fingerprinted(source, run_id, fp, parallel, directory, None, chunks)
 
 
 def load_fingerprinted(
@@ -231,14 +298,70 @@ def load_fingerprinted(
 ) -> tuple[pd.DataFrame, ChunkArrays, bool]:
     """`load_run_cached` for a caller that has read the run's `fingerprint` already (`reader`:
     an open connection to the store `source` names, for fastload's one-connection reads)."""
+    df, chunks, hit = _load_fingerprinted(source, run_id, fp, parallel, directory, reader, True)
+    assert isinstance(chunks, ChunkArrays)
+    return df, chunks, hit
+
+
+def _load_fingerprinted(
+    source: str | psycopg.Connection[Any],
+    run_id: str,
+    fp: dict[str, Any] | None,
+    parallel: int,
+    directory: Path | None,
+    reader: psycopg.Connection[Any] | None,
+    chunks: bool,
+) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks, bool]:
     if fp is None:  # nothing to key an entry by
-        df, chunks = fastload.load_requests_fast(source, run_id, parallel=parallel, reader=reader)
-        return df, chunks, False
+        df, got = fastload.load_requests_fast(
+            source, run_id, parallel=parallel, reader=reader, chunks=chunks
+        )
+        return df, got, False
     path = entry_path(fp, directory)
     wait_for_writes(path)  # this process is writing it: it is on disk in a moment
     hit = _load(path, fp)
     if hit is not None:
-        return hit[0], hit[1], True
-    df, chunks = fastload.load_requests_fast(source, run_id, parallel=parallel, reader=reader)
-    _save(path, fp, df, chunks)
-    return df, chunks, False
+        df, got = hit
+        if chunks and isinstance(got, PendingChunks):
+            got = fastload.load_pending_chunks(reader or source, got)
+            _save_chunks(path, got)
+        return df, got, True
+    df, got = fastload.load_requests_fast(
+        source, run_id, parallel=parallel, reader=reader, chunks=chunks
+    )
+    _save(path, fp, df, got)
+    return df, got, False
+
+
+def load_chunks_cached(
+    source: str | psycopg.Connection[Any],
+    pending: PendingChunks,
+    *,
+    directory: Path | None = None,
+) -> ChunkArrays:
+    """The chunk arrays a `load_run_deferred` left in the store: from the run's entry if they
+    have joined it since, else read from the blocks (fastload.load_pending_chunks; RunChanged
+    when those blocks are gone) and added to the entry if it still matches the store."""
+    if isinstance(source, str):
+        with connect_reader(source) as conn:
+            return load_chunks_cached(conn, pending, directory=directory)
+    fp = fingerprint(source, pending.run_id)
+    path = entry_path(fp, directory) if fp is not None else None
+    if path is not None:
+        wait_for_writes(path)
+        with contextlib.suppress(OSError, ValueError):
+            kept = _read_chunks(path)
+            if kept is not None and kept.n_requests == pending.ptr.size - 1:
+                return kept
+    chunks = fastload.load_pending_chunks(source, pending)
+    if path is not None and fp is not None and _entry_matches(path, fp):
+        _save_chunks(path, chunks)
+    return chunks
+
+
+def _entry_matches(path: Path, fp: dict[str, Any]) -> bool:
+    try:
+        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return bool(meta.get("fingerprint") == fp)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, overload
 
 import numpy as np
 import pandas as pd
@@ -21,7 +22,7 @@ from analysis.store.audioload import attach_audio, no_audio
 from analysis.store.choiceload import attach_choices
 from analysis.store.connect import connect_reader
 from analysis.store.copyout import HEADER, SIGNATURE, copy_out
-from analysis.store.packed import load_packed
+from analysis.store.packed import Block, load_packed, load_packed_chunks
 from analysis.store.workloadload import attach_workload
 
 NULL = -(2**63)  # sentinel for SQL NULL in int8 fields
@@ -256,6 +257,7 @@ def _parse_messages(
     return [_parse_block(raw, starts)] if starts.size else []
 
 
+@overload
 def load_requests_fast(
     conn: psycopg.Connection[Any] | str,
     run_id: str,
@@ -263,7 +265,31 @@ def load_requests_fast(
     parallel: int = 1,
     packed: bool = True,
     reader: psycopg.Connection[Any] | None = None,
-) -> tuple[pd.DataFrame, ChunkArrays]:
+    chunks: Literal[True] = True,
+) -> tuple[pd.DataFrame, ChunkArrays]: ...
+
+
+@overload
+def load_requests_fast(
+    conn: psycopg.Connection[Any] | str,
+    run_id: str,
+    *,
+    parallel: int = 1,
+    packed: bool = True,
+    reader: psycopg.Connection[Any] | None = None,
+    chunks: bool,
+) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks]: ...
+
+
+def load_requests_fast(
+    conn: psycopg.Connection[Any] | str,
+    run_id: str,
+    *,
+    parallel: int = 1,
+    packed: bool = True,
+    reader: psycopg.Connection[Any] | None = None,
+    chunks: bool = True,
+) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks]:
     """One run's requests as (frame, chunks): the columns of load_requests except request_id,
     error_detail, session/turn, retry_after and content (the connection and server timing
     columns included, NaN where NULL); arrays only in `chunks` (offsets µs
@@ -278,15 +304,45 @@ def load_requests_fast(
 
     Every read that needs one connection goes over one: `reader` (an open connection to the
     store `conn` names, which the caller has already), else `conn` itself, else one opened here
-    for the whole load (each opened connection costs an authentication: 7-15 ms here)."""
+    for the whole load (each opened connection costs an authentication: 7-15 ms here).
+
+    `chunks=False`: where the blocks are read, their chunk arrays stay in the store (a page
+    that shows no per-token figure never pays for them) and `chunks` is a PendingChunks that
+    `load_pending_chunks` reads later; elsewhere the arrays come as always."""
     if parallel < 1:
         raise ValueError(f"parallel must be at least 1 (got {parallel})")
     if reader is not None:
-        return _load_fast(conn, reader, run_id, parallel, packed)
+        return _load_fast(conn, reader, run_id, parallel, packed, chunks)
     if isinstance(conn, str):
         with connect_reader(conn) as own:
-            return _load_fast(conn, own, run_id, parallel, packed)
-    return _load_fast(conn, conn, run_id, parallel, packed)
+            return _load_fast(conn, own, run_id, parallel, packed, chunks)
+    return _load_fast(conn, conn, run_id, parallel, packed, chunks)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingChunks:
+    """A run's chunk arrays left in its blocks by `load_requests_fast(..., chunks=False)`:
+    which blocks, in the frame's order, and each request's place (`ptr`, as ChunkArrays')."""
+
+    run_id: str
+    blocks: tuple[Block, ...]
+    ptr: np.ndarray
+
+
+class RunChanged(RuntimeError):
+    """The blocks a frame was read from are no longer stored as they were."""
+
+
+def load_pending_chunks(conn: psycopg.Connection[Any] | str, pending: PendingChunks) -> ChunkArrays:
+    """The chunk arrays `pending` names, aligned with the frame it came with; RunChanged when
+    its blocks were deleted or repacked since (load the run again)."""
+    got = load_packed_chunks(conn, pending.run_id, pending.blocks)
+    if got is None:
+        raise RunChanged(
+            f"run {pending.run_id}: its stored blocks changed after its requests were read; "
+            "load the run again"
+        )
+    return ChunkArrays(got[0], got[1], pending.ptr)
 
 
 def _load_fast(
@@ -295,11 +351,12 @@ def _load_fast(
     run_id: str,
     parallel: int,
     packed: bool,
-) -> tuple[pd.DataFrame, ChunkArrays]:
+    chunks: bool,
+) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks]:
     """load_requests_fast's reads: one-connection ones over `conn`, the parallel partitions of
     the int[] path each over its own connection to `source` (a URL; else one partition)."""
     if packed:
-        got = load_packed(conn, run_id)
+        got = load_packed(conn, run_id, chunks=chunks)
         if got is not None:
             codes = dict(zip(_CODED, got.dicts, strict=True))
             ptr = np.zeros(got.fields.shape[0] + 1, dtype=np.int64)
@@ -307,10 +364,12 @@ def _load_fast(
             # blocks never hold a run with audio (deploy/sql/0210): its columns are NaN
             frame = no_audio(_frame(got.fields, codes))
             attach_workload(conn, run_id, frame)  # deploy/sql/0220: not in the blocks
+            if got.offsets is None or got.tokens is None:
+                return frame, PendingChunks(run_id, got.blocks, ptr)
             return frame, ChunkArrays(got.offsets, got.tokens, ptr)
     dicts = _dictionaries(conn, run_id)
     if parallel == 1 or not isinstance(source, str):  # more connections need a URL
-        df, chunks = _assemble(_read_partition(conn, _query(run_id, dicts, 0, 1)), dicts)
+        df, arrays = _assemble(_read_partition(conn, _query(run_id, dicts, 0, 1)), dicts)
     else:
         with ThreadPoolExecutor(max_workers=parallel) as pool:
             futures = [
@@ -318,12 +377,12 @@ def _load_fast(
                 for k in range(parallel)
             ]
             parsed = [p for f in futures for p in f.result()]
-        df, chunks = _assemble(parsed, dicts)
+        df, arrays = _assemble(parsed, dicts)
     # n > 1 (deploy/sql/0190) and audio (0210): such a run has no blocks, so only this path
     # meets them
     attach_audio(conn, run_id, df)
     attach_workload(conn, run_id, df)  # deploy/sql/0220: every path reads them here
-    return df, attach_choices(conn, run_id, df, chunks)
+    return df, attach_choices(conn, run_id, df, arrays)
 
 
 def _assemble(

@@ -15,7 +15,7 @@ import ctypes
 import ctypes.util
 import json
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,6 @@ NULL = BLOCK_NULL
 # format 2's fields holding float64 bits (NULL: NaN), as indices into the scalars
 FLOAT_FIELDS = BLOCK_FLOAT_FIELDS
 NAN_BITS = int(np.array([np.nan], dtype="<f8").view("<i8")[0])
-_ROW_HEAD = 2 + 4  # a COPY tuple's field count, then the body's length
 
 
 # glibc's mallopt parameters (malloc.h) and their static defaults
@@ -77,21 +76,27 @@ def _reuse_message_buffers() -> Iterator[None]:
             libc.malloc_trim(0)
 
 
+Block = tuple[str, int, int]  # a block's id, requests and chunks
+
+
 @dataclass(slots=True)
 class Packed:
     """A run as arrays: fields (n, 1 + N_SCALARS + N_CODED) int64 in analysis.store.fastload's
     column order (chunks per request, the scalars, then global codes into `dicts`; NULL as
     `NULL`, the FLOAT_FIELDS as float64 bits with NULL as NaN), flat chunk offsets (int32) and
-    tokens (int16), request ids (n, 16) bytes."""
+    tokens (int16), None when the load left them in the store (`load_packed(chunks=False)`;
+    `load_packed_chunks` reads them), request ids (n, 16) bytes, and the blocks read, in the
+    order their requests are."""
 
     fields: np.ndarray
-    offsets: np.ndarray
-    tokens: np.ndarray
+    offsets: np.ndarray | None
+    tokens: np.ndarray | None
     ids: np.ndarray
     dicts: list[list[str]]
+    blocks: tuple[Block, ...]
 
 
-def _blocks(conn: psycopg.Connection[Any], run_id: str) -> list[tuple[Any, int, int]] | None:
+def _blocks(conn: psycopg.Connection[Any], run_id: str) -> list[Block] | None:
     """(block_id, n_requests, n_chunks) of the run's blocks, ordered; None when their request
     count differs from `requests`' (some rows have no block: an older writer, a block-less
     batch) or the store has no request_blocks."""
@@ -114,51 +119,89 @@ def _blocks(conn: psycopg.Connection[Any], run_id: str) -> list[tuple[Any, int, 
     ).fetchone()
     if counted is None or other is None or other[0] or sum(b[1] for b in blocks) != counted[0]:
         return None
-    return [(b[0], int(b[1]), int(b[2])) for b in blocks]
+    return [(str(b[0]), int(b[1]), int(b[2])) for b in blocks]
+
+
+# Where a body's sections start (0-based), from its format's field count f, its n requests and
+# c chunks (deploy/sql/0110's order): the head, scalars and ids, then the chunk offsets, the
+# chunks per request and the codes, the chunk tokens, and the dictionary to the end.
+def _sections(f: int, n: int, c: int) -> tuple[int, int, int, int]:
+    """(end of the ids, start of the chunks per request, start of the tokens, start of the
+    dictionary)."""
+    ids_end = HEAD.size + 8 * f * n + 16 * n
+    per_request = ids_end + 4 * c
+    tokens = per_request + 4 * n + 2 * N_CODED * n
+    return ids_end, per_request, tokens, tokens + 2 * c
+
+
+# The same offsets in SQL, over a request_blocks row's format, n_requests and n_chunks:
+# `substring` of a body kept out of line and uncompressed (STORAGE EXTERNAL) reads only the
+# TOAST chunks it covers, so a section left out is never read from disk or sent.
+_F_SQL = "CASE format " + " ".join(f"WHEN {k} THEN {v}" for k, v in BLOCK_SCALARS.items()) + " END"
+_IDS_END_SQL = f"({HEAD.size} + (8 * ({_F_SQL}) + 16) * n_requests::int8)"
+_PER_REQUEST_SQL = f"({_IDS_END_SQL} + 4 * n_chunks)"
+_TOKENS_SQL = f"({_PER_REQUEST_SQL} + {4 + 2 * N_CODED} * n_requests::int8)"
+# what a load without the chunk arrays reads: head to ids, per-request counts and codes,
+# dictionary (substring counts from 1)
+_HEAD_PARTS_SQL = (
+    f"substring(body, 1, {_IDS_END_SQL}::int), "
+    f"substring(body, ({_PER_REQUEST_SQL} + 1)::int, ({4 + 2 * N_CODED} * n_requests)::int), "
+    f"substring(body, ({_TOKENS_SQL} + 2 * n_chunks + 1)::int)"
+)
+_CHUNK_PARTS_SQL = (
+    f"substring(body, ({_IDS_END_SQL} + 1)::int, (4 * n_chunks)::int), "
+    f"substring(body, ({_TOKENS_SQL} + 1)::int, (2 * n_chunks)::int)"
+)
 
 
 class _Filler:
-    """Copies block bodies into the result arrays at their precomputed places; each block's
-    codes are translated into global codes after all dictionaries are known."""
+    """Copies block bodies (or their sections) into the result arrays at their precomputed
+    places; each block's codes are translated into global codes after all dictionaries are
+    known."""
 
-    def __init__(self, n: int, c: int) -> None:
+    def __init__(self, n: int, c: int, chunks: bool) -> None:
         # column-major: a block's fields are runs of one column, and so are the frame's
         self.fields = np.empty((n, 1 + N_SCALARS + N_CODED), dtype=np.int64, order="F")
-        self.offsets = np.empty(c, dtype=np.int32)
-        self.tokens = np.empty(c, dtype=np.int16)
+        self.chunks = _ChunkFiller(c) if chunks else None
         self.ids = np.empty((n, 16), dtype=np.uint8)
         self.local: list[tuple[int, int, list[list[str]]]] = []  # (row, rows, dictionary)
 
-    def fill(self, body: memoryview, row: int, chunk: int) -> tuple[int, int]:
-        magic, n, c, dict_len = HEAD.unpack_from(body)
+    def fill(self, parts: Sequence[memoryview], row: int, chunk: int) -> tuple[int, int]:
+        """One block: its whole body (one part), or the three sections a load without chunk
+        arrays reads (_HEAD_PARTS_SQL). Returns its (requests, chunks)."""
+        magic, n, c, dict_len = HEAD.unpack_from(parts[0])
         f = MAGIC.get(magic)
         if f is None:
             raise ValueError(f"request_blocks body: not a block of format {FORMATS}")
-        raw = np.frombuffer(body, dtype=np.uint8)
+        ids_end, per_request, tokens, dictionary = _sections(f, n, c)
+        raw = [np.frombuffer(p, dtype=np.uint8) for p in parts]
+        if len(raw) == 1:
+            if dictionary + dict_len != raw[0].size:
+                raise ValueError("request_blocks body: sizes do not add up")
+            body = raw[0]
+            if self.chunks is not None:
+                self.chunks.fill((body[ids_end:per_request], body[tokens:dictionary]), chunk, c)
+            head, coded, text = body[:ids_end], body[per_request:tokens], body[dictionary:]
+        else:
+            head, coded, text = raw
+            if (head.size, coded.size, text.size) != (ids_end, tokens - per_request, dict_len):
+                raise ValueError("request_blocks body: sizes do not add up")
         p = HEAD.size
-        sizes = (8 * f * n, 16 * n, 4 * c, 4 * n, 2 * N_CODED * n, 2 * c, dict_len)
-        if p + sum(sizes) != len(body):
-            raise ValueError("request_blocks body: sizes do not add up")
-        sl = []
-        for size in sizes:
-            sl.append(raw[p : p + size])
-            p += size
         # The body sits at any address in its message: the big sections are copied as bytes
         # into the (aligned) results; the small ones that change type go through a copy.
         for j in range(f):
-            self.fields[row : row + n, 1 + j].view(np.uint8)[:] = sl[0][8 * n * j : 8 * n * (j + 1)]
+            self.fields[row : row + n, 1 + j].view(np.uint8)[:] = head[p : p + 8 * n]
+            p += 8 * n
         for j in range(f, N_SCALARS):  # an older format: fields it does not have are NULL
             self.fields[row : row + n, 1 + j] = NAN_BITS if j in FLOAT_FIELDS else NULL
-        self.ids[row : row + n] = sl[1].reshape(n, 16)
-        self.offsets[chunk : chunk + c].view(np.uint8)[:] = sl[2]
-        self.fields[row : row + n, 0] = np.frombuffer(sl[3].tobytes(), dtype="<i4")
-        codes = np.frombuffer(sl[4].tobytes(), dtype="<i2").reshape(N_CODED, n)
+        self.ids[row : row + n] = head[p : p + 16 * n].reshape(n, 16)
+        self.fields[row : row + n, 0] = np.frombuffer(coded[: 4 * n].tobytes(), dtype="<i4")
+        codes = np.frombuffer(coded[4 * n :].tobytes(), dtype="<i2").reshape(N_CODED, n)
         self.fields[row : row + n, 1 + N_SCALARS :] = codes.T
-        self.tokens[chunk : chunk + c].view(np.uint8)[:] = sl[5]
-        self.local.append((row, n, json.loads(bytes(sl[6]).decode())))
+        self.local.append((row, n, json.loads(text.tobytes().decode())))
         return n, c
 
-    def finish(self) -> Packed:
+    def finish(self, blocks: Sequence[Block]) -> Packed:
         """Global dictionaries (sorted, as analysis.store.fastload's) and codes into them."""
         dicts: list[list[str]] = [
             sorted({v for _, _, d in self.local for v in d[j]}) for j in range(N_CODED)
@@ -169,24 +212,47 @@ class _Filler:
                 lut = np.array([index[j][v] for v in local[j]] + [-1], dtype=np.int64)
                 col = self.fields[row : row + n, 1 + N_SCALARS + j]
                 col[:] = lut[col]  # -1 (NULL) takes the last entry: -1
-        return Packed(self.fields, self.offsets, self.tokens, self.ids, dicts)
+        offsets, tokens = (self.chunks.offsets, self.chunks.tokens) if self.chunks else (None, None)
+        return Packed(self.fields, offsets, tokens, self.ids, dicts, tuple(blocks))
+
+
+class BlocksChanged(ValueError):
+    """The blocks read are not those asked for: one is missing, one more, or counts differ."""
+
+
+class _ChunkFiller:
+    """The flat chunk offsets (int32) and tokens (int16) of a run, a block's at a time."""
+
+    def __init__(self, c: int) -> None:
+        self.offsets = np.empty(c, dtype=np.int32)
+        self.tokens = np.empty(c, dtype=np.int16)
+
+    def fill(self, parts: Sequence[np.ndarray | memoryview], chunk: int, c: int) -> None:
+        offsets, tokens = (np.frombuffer(p, dtype=np.uint8) for p in parts)
+        if (offsets.size, tokens.size) != (4 * c, 2 * c):
+            raise ValueError("request_blocks body: chunk sections of the wrong size")
+        self.offsets[chunk : chunk + c].view(np.uint8)[:] = offsets
+        self.tokens[chunk : chunk + c].view(np.uint8)[:] = tokens
 
 
 def _copy_blocks(
     conn: psycopg.Connection[Any],
     run_id: str,
-    wanted: Sequence[tuple[Any, int, int]],
-    places: Sequence[tuple[int, int]],
-    filler: _Filler,
+    wanted: Sequence[Block],
+    columns: str,
+    each: Callable[[int, list[memoryview], int, int], None],
 ) -> None:
-    """COPY the bodies of `wanted` blocks (in block_id order) and fill each at its place."""
+    """COPY `columns` (then n_requests and n_chunks) of the `wanted` blocks, in block_id order,
+    and hand each row's values to `each(k, values, n_requests, n_chunks)` (k: the row's
+    place in `wanted`); a block missing, or one more, is an error."""
     query = sql.SQL(
-        "COPY (SELECT body FROM request_blocks WHERE run_id = {} AND format = ANY({}) "
-        "AND block_id = ANY({}) ORDER BY block_id) TO STDOUT (FORMAT BINARY)"
+        "COPY (SELECT {}, n_requests, n_chunks FROM request_blocks WHERE run_id = {} "
+        "AND format = ANY({}) AND block_id = ANY({}) ORDER BY block_id) TO STDOUT (FORMAT BINARY)"
     ).format(
+        sql.SQL(columns),  # one of this module's constants
         sql.Literal(run_id),
         sql.Literal(list(FORMATS)),
-        sql.Literal([str(b[0]) for b in wanted]),
+        sql.Literal([b[0] for b in wanted]),
     )
     k = 0
     with copy_out(conn, query.as_bytes(None), "COPY of request_blocks") as pg:
@@ -206,15 +272,28 @@ def _copy_blocks(
             if bytes(data[start : start + 2]) == b"\xff\xff":
                 continue  # the trailer
             if k >= len(wanted):
-                raise ValueError("COPY of request_blocks: more rows than blocks")
-            (size,) = struct.unpack_from(">i", data, start + 2)
-            body = memoryview(data)[start + _ROW_HEAD : start + _ROW_HEAD + size]
-            got = filler.fill(body, *places[k])
-            if got != (wanted[k][1], wanted[k][2]):
-                raise ValueError("request_blocks: a body disagrees with its row's counts")
+                raise BlocksChanged("COPY of request_blocks: more rows than blocks")
+            values = _tuple(memoryview(data), start)
+            n, c = struct.unpack(">i", values[-2])[0], struct.unpack(">q", values[-1])[0]
+            if (n, c) != wanted[k][1:]:
+                raise BlocksChanged("request_blocks: a block's counts changed while it was read")
+            each(k, values[:-2], n, c)
             k += 1
     if k != len(wanted):
-        raise ValueError("COPY of request_blocks: fewer rows than blocks")
+        raise BlocksChanged("COPY of request_blocks: fewer rows than blocks")
+
+
+def _tuple(data: memoryview, start: int) -> list[memoryview]:
+    """A binary COPY tuple's values (none is NULL here: a body and its sections never are)."""
+    (count,) = struct.unpack_from(">h", data, start)
+    p, values = start + 2, []
+    for _ in range(count):
+        (size,) = struct.unpack_from(">i", data, p)
+        if size < 0:
+            raise ValueError("request_blocks: a NULL where a body was")
+        values.append(data[p + 4 : p + 4 + size])
+        p += 4 + size
+    return values
 
 
 def _covers(conn: psycopg.Connection[Any], run_id: str, p: Packed) -> bool:
@@ -240,26 +319,71 @@ def _covers(conn: psycopg.Connection[Any], run_id: str, p: Packed) -> bool:
     return row is not None and (row[0], row[1]) == (int(sched.min()), int(sched.max()))
 
 
-def load_packed(conn: psycopg.Connection[Any] | str, run_id: str) -> Packed | None:
+def load_packed(
+    conn: psycopg.Connection[Any] | str, run_id: str, *, chunks: bool = True
+) -> Packed | None:
     """The run from its blocks, or None when they do not cover exactly its rows (the caller
-    then reads `requests`). Over one connection: the fastest here (the server sends a bytea
-    with a copy, and the client's copies into the results contend when two threads do them;
-    measured on 2 cores)."""
+    then reads `requests`). `chunks=False` leaves the chunk arrays in the store (about 6 bytes
+    of every 10 at 64 chunks a request): `load_packed_chunks` reads them when they are needed.
+    Over one connection: the fastest here (the server sends a bytea with a copy, and the
+    client's copies into the results contend when two threads do them; measured on 2 cores)."""
     if isinstance(conn, str):
         with connect_reader(conn) as c:
-            return _load(c, run_id)
-    return _load(conn, run_id)
+            return _load(c, run_id, chunks)
+    return _load(conn, run_id, chunks)
 
 
-def _load(conn: psycopg.Connection[Any], run_id: str) -> Packed | None:
+def _load(conn: psycopg.Connection[Any], run_id: str, chunks: bool) -> Packed | None:
     blocks = _blocks(conn, run_id)
     if blocks is None:
         return None
+    places = _places(blocks)
+    filler = _Filler(sum(b[1] for b in blocks), sum(b[2] for b in blocks), chunks)
+    with _reuse_message_buffers():
+        _copy_blocks(
+            conn,
+            run_id,
+            blocks,
+            "body" if chunks else _HEAD_PARTS_SQL,
+            lambda k, values, n, c: _check(filler.fill(values, *places[k]), (n, c)),
+        )
+    packed = filler.finish(blocks)
+    return packed if _covers(conn, run_id, packed) else None
+
+
+def load_packed_chunks(
+    conn: psycopg.Connection[Any] | str, run_id: str, blocks: Sequence[Block]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The flat chunk offsets (int32) and tokens (int16) of the run that `load_packed(...,
+    chunks=False)` read as `blocks` (its Packed.blocks), in the same order; None when one of
+    those blocks is no longer stored (the run was deleted or repacked since). A block's id is
+    the digest of its requests' ids, so the same id holds the same requests."""
+    if isinstance(conn, str):
+        with connect_reader(conn) as c:
+            return load_packed_chunks(c, run_id, blocks)
+    places = _places(blocks)
+    filler = _ChunkFiller(sum(b[2] for b in blocks))
+    try:
+        with _reuse_message_buffers():
+            _copy_blocks(
+                conn,
+                run_id,
+                blocks,
+                _CHUNK_PARTS_SQL,
+                lambda k, values, _n, c: filler.fill(values, places[k][1], c),
+            )
+    except BlocksChanged:  # not the blocks that were read
+        return None
+    return filler.offsets, filler.tokens
+
+
+def _places(blocks: Sequence[Block]) -> list[tuple[int, int]]:
+    """Each block's first row and first chunk in the run's arrays."""
     n = np.array([b[1] for b in blocks], dtype=np.int64)
     c = np.array([b[2] for b in blocks], dtype=np.int64)
-    places = list(zip((np.cumsum(n) - n).tolist(), (np.cumsum(c) - c).tolist(), strict=True))
-    filler = _Filler(int(n.sum()), int(c.sum()))
-    with _reuse_message_buffers():
-        _copy_blocks(conn, run_id, blocks, places, filler)
-    packed = filler.finish()
-    return packed if _covers(conn, run_id, packed) else None
+    return list(zip((np.cumsum(n) - n).tolist(), (np.cumsum(c) - c).tolist(), strict=True))
+
+
+def _check(got: tuple[int, int], row: tuple[int, int]) -> None:
+    if got != row:
+        raise ValueError("request_blocks: a body disagrees with its row's counts")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import pandas as pd
 import psycopg
 import pytest
 
-from analysis.store import cache
+from analysis.store import cache, fastload
 from tests.analysis.storedata import insert_run, request_row, synthetic_run
 
 RID = "00000000-0000-0000-0000-0000000000ca"
@@ -103,7 +104,46 @@ def test_an_entry_removed_under_its_reader_is_a_miss(
     df1, _, _ = cache.load_run_cached(pg_conn, RID, directory=tmp_path)
     cache.wait_for_writes()
     (entry,) = tmp_path.glob("*/*")
-    (entry / "tokens.npy").unlink()  # another process rewriting the entry, say
+    (entry / cache.CHUNKS / "tokens.npy").unlink()  # another process rewriting it, say
     df2, _, hit = cache.load_run_cached(pg_conn, RID, directory=tmp_path)
     assert not hit
     pd.testing.assert_frame_equal(df2, df1)
+
+
+@pytest.mark.integration
+def test_a_deferred_load_keeps_the_frame_and_its_arrays_join_the_entry_later(
+    pg_conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """A page that needs no chunk array caches the frame alone (the blocks it read named in the
+    entry); the arrays, read when a page needs them, join that entry, and the next reader of
+    either kind gets them from disk, equal to a full load's."""
+    from workers.store.backfill import pack_run
+
+    insert_run(pg_conn, *synthetic_run(RID, regions=("eu", "us"), fail_every=5, per_level=50))
+    url = pg_conn.peakload_url  # type: ignore[attr-defined]
+    assert pack_run(url, RID, batch_rows=20) > 1
+    full_df, full_ch = fastload.load_requests_fast(url, RID)
+    df1, got1, hit1 = cache.load_run_deferred(url, RID, directory=tmp_path)
+    cache.wait_for_writes()
+    (entry,) = tmp_path.glob("*/*")
+    assert not hit1 and isinstance(got1, fastload.PendingChunks)
+    assert not (entry / cache.CHUNKS).exists()
+    df2, got2, hit2 = cache.load_run_deferred(url, RID, directory=tmp_path)
+    assert hit2 and isinstance(got2, fastload.PendingChunks)
+    for df in (df1, df2):
+        pd.testing.assert_frame_equal(df, full_df)
+    ch = cache.load_chunks_cached(url, got2, directory=tmp_path)
+    cache.wait_for_writes()
+    assert (entry / cache.CHUNKS).is_dir()
+    df3, got3, hit3 = cache.load_run_deferred(url, RID, directory=tmp_path)
+    assert hit3 and isinstance(got3, cache.ChunkArrays)
+    pd.testing.assert_frame_equal(df3, full_df)
+    for arrays in (ch, got3):
+        for name in ("offsets_us", "tokens", "ptr"):
+            assert np.array_equal(getattr(arrays, name), getattr(full_ch, name)), name
+    # a full reader of an entry still without its arrays reads them and completes the entry
+    shutil.rmtree(entry / cache.CHUNKS)
+    _, got4, hit4 = cache.load_run_cached(url, RID, directory=tmp_path)
+    cache.wait_for_writes()
+    assert hit4 and np.array_equal(got4.offsets_us, full_ch.offsets_us)
+    assert (entry / cache.CHUNKS).is_dir()

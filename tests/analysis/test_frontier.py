@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pandas as pd
 import pytest
 
+from analysis.reports.summary import level_summary
 from analysis.stats import frontier as fr
-from tests.analysis.storedata import T0, frame, level_row, streamed
+from tests.analysis.storedata import T0, frame, level_row, run_row, streamed
 
 RUN = "00000000-0000-0000-0000-0000000000a7"
 
@@ -92,3 +94,27 @@ def test_points_and_max_load() -> None:
     assert strict["max_value"] is None and strict["next_verdict"] == "insufficient samples"
     itl = fr.frontier_points(df, levels, metric="itl_ms", percentile=50, resamples=50)
     assert itl["latency"].tolist() == pytest.approx([20.0, 20.0, 20.0])
+
+
+def test_the_summary_s_rates_give_the_same_points_without_the_chunk_arrays() -> None:
+    """The throughput a run's kept summary holds is the frontier's own definition: points built
+    on it equal those counted from the arrivals, with no chunk array behind the frame (a
+    frame without them fails where it would have to count), and a level the summary lacks
+    is counted."""
+    df, levels = _sweep()
+    counted = fr.frontier_points(df, levels, metric="ttft_ms", percentile=99, resamples=50)
+    summary = json.loads(json.dumps(level_summary(df, levels, run_row(RUN))))  # as kept
+    rates = fr.summary_rates(summary)
+    assert sorted(rates) == [0, 1, 2]
+    bare = df.drop(columns=["chunk_offsets_us", "chunk_tokens"])
+    kept = fr.frontier_points(
+        bare, levels, metric="ttft_ms", percentile=99, resamples=50, rates=rates
+    )
+    pd.testing.assert_frame_equal(kept, counted)
+    with pytest.raises(KeyError):
+        fr.frontier_points(bare, levels, metric="ttft_ms", percentile=99, resamples=50)
+    partly = {k: v for k, v in rates.items() if k != 2}
+    mixed = fr.frontier_points(
+        df, levels, metric="ttft_ms", percentile=99, resamples=50, rates=partly
+    )
+    pd.testing.assert_frame_equal(mixed, counted)

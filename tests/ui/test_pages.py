@@ -206,6 +206,13 @@ def test_compare_page(app_page: Page, app_env: UiStore) -> None:
         ids["regions"],
     )
     assert float(priced["cost USD"].iloc[0]) == pytest.approx(3.0 * wall / 1e6 / 3600)
+    # per token: the chunk arrays the page left in the store are read now, for both charts
+    at.selectbox(key="cmp_metric").select("itl_ms").run()
+    at.selectbox(key="cmp_frontier_metric").select("itl_ms").run()
+    assert not at.exception
+    itl_curves, itl_frontier = figures(at)[:2]
+    assert len(trace_names(itl_curves)) == 3
+    assert "ITL per token" in itl_frontier["layout"]["title"]["text"]
 
 
 def test_sla_page_verdicts(app_page: Page, app_env: UiStore) -> None:

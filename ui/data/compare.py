@@ -12,6 +12,7 @@ import streamlit as st
 
 from analysis import metrics as m
 from analysis.stats import cost as acost
+from analysis.stats import frontier as afr
 from ui.data import derive, shared
 
 
@@ -57,7 +58,8 @@ def _compare_spectra(
     parts = []
     for rid in run_ids:
         df = shared.requests(rid)
-        v = derive.metric_samples(df, metric, derive.latency_rows(df), shared.chunks(rid))
+        ch = shared.chunks(rid) if metric == "itl_ms" else None  # per token: the arrays
+        v = derive.metric_samples(df, metric, derive.latency_rows(df), ch)
         parts.append(derive.curve(v, names.get(rid, rid)))
     parts = [p for p in parts if not p.empty]
     return (
@@ -75,7 +77,15 @@ def frontier(run_ids: Sequence[str], metric: str, percentile: float) -> pd.DataF
 def _frontier(
     run_ids: tuple[str, ...], versions: tuple[str, ...], metric: str, percentile: float
 ) -> pd.DataFrame:
-    per_run = {r: (shared.requests(r), shared.levels(r), shared.chunks(r)) for r in run_ids}
+    per_run: dict[str, derive.FrontierRun] = {}
+    for r in run_ids:
+        df, levels = shared.requests(r), shared.levels(r)
+        # throughput as the run's summary counted it (the same definitions): the chunk arrays
+        # are read only for ITL, or for a level the summary lacks
+        rates = afr.summary_rates(shared.summary(r))
+        every_level = set(df["level"].unique().tolist()) | set(levels["level"].tolist())
+        counted = metric == "itl_ms" or not every_level <= set(rates)
+        per_run[r] = (df, levels, shared.chunks(r) if counted else None, rates)
     return derive.frontier(per_run, shared.choices(shared.runs_for(run_ids)), metric, percentile)
 
 

@@ -67,19 +67,31 @@ def spectra_by(
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CURVE_COLUMNS)
 
 
+FrontierRun = tuple[
+    pd.DataFrame, pd.DataFrame, m.ChunkArrays | None, Mapping[int, tuple[float, float]] | None
+]
+
+
 def frontier(
-    runs: Mapping[str, tuple[pd.DataFrame, pd.DataFrame, m.ChunkArrays]],
+    runs: Mapping[str, FrontierRun],
     names: Mapping[str, str],
     metric: str,
     percentile: float,
 ) -> pd.DataFrame:
-    """Per run (requests, levels, chunks) the points of analysis.stats.frontier.frontier_points,
-    with `run`, `load`, `pareto` (on analysis.stats.frontier.pareto_frontier of that run) and `knee`
+    """Per run (requests, levels, chunks, the levels' rates as its summary has them) the points
+    of analysis.stats.frontier.frontier_points, with `run`, `load`, `pareto` (on
+    analysis.stats.frontier.pareto_frontier of that run) and `knee`
     (analysis.stats.frontier.knee) columns added."""
     parts = []
-    for rid, (df, levels, ch) in runs.items():
+    for rid, (df, levels, ch, rates) in runs.items():
         pts = afr.frontier_points(
-            df, levels, metric=metric, percentile=percentile, chunks=ch, resamples=RESAMPLES
+            df,
+            levels,
+            metric=metric,
+            percentile=percentile,
+            chunks=ch,
+            rates=rates,
+            resamples=RESAMPLES,
         )
         if pts.empty:
             continue

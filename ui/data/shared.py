@@ -23,6 +23,7 @@ from analysis import metrics as m
 from analysis.reports.summary import level_summary
 from analysis.store import cache as acache
 from analysis.store import load as al
+from analysis.store.fastload import PendingChunks
 from analysis.store.summaries import load_summary, run_version, store_summary
 
 _log = logging.getLogger(__name__)
@@ -160,11 +161,22 @@ def versions(run_ids: Sequence[str]) -> tuple[str, ...]:
 
 
 @st.cache_resource(ttl=RESULT_TTL_S, max_entries=12, show_spinner=False)
-def _loaded(run_id: str, version: str) -> tuple[pd.DataFrame, m.ChunkArrays]:
-    """The run's requests and chunk arrays (analysis.store.cache.load_run_cached: fast binary load,
-    kept on disk once the run has ended), shared read-only; no content columns."""
-    df, ch, _hit = acache.load_run_cached(store().url, run_id, parallel=LOAD_CONNECTIONS)
+def _loaded(run_id: str, version: str) -> tuple[pd.DataFrame, m.ChunkArrays | PendingChunks]:
+    """The run's requests, and its chunk arrays where they came with them
+    (analysis.store.cache.load_run_deferred: fast binary load, kept on disk once the run has
+    ended; a page that shows no per-token figure never reads the arrays), shared read-only; no
+    content columns."""
+    df, ch, _hit = acache.load_run_deferred(store().url, run_id, parallel=LOAD_CONNECTIONS)
     return df, ch
+
+
+@st.cache_resource(ttl=RESULT_TTL_S, max_entries=12, show_spinner=False)
+def _chunks(run_id: str, version: str) -> m.ChunkArrays:
+    got = _loaded(run_id, version)[1]
+    if isinstance(got, m.ChunkArrays):
+        return got
+    with store().conn() as c:
+        return acache.load_chunks_cached(c, got)
 
 
 def requests(run_id: str) -> pd.DataFrame:
@@ -174,7 +186,7 @@ def requests(run_id: str) -> pd.DataFrame:
 
 def chunks(run_id: str) -> m.ChunkArrays:
     """Every request's chunk offsets (µs from send) and tokens, aligned with `requests`."""
-    return _loaded(run_id, version(run_id))[1]
+    return _chunks(run_id, version(run_id))
 
 
 @st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)

@@ -112,6 +112,32 @@ def test_packed_and_arrays_give_the_same_run(store_url: str, tmp_path: Path) -> 
     assert df["prompt_tokens"].isna().sum() == 175
 
 
+def test_a_load_without_chunk_arrays_reads_them_later_from_the_same_blocks(
+    store_url: str, tmp_path: Path
+) -> None:
+    """The frame of a load that leaves the chunk arrays in the store is the full load's, and
+    the arrays read afterwards are too; once a block it read is gone, the late read says the
+    run changed instead of returning arrays that no longer match the frame."""
+    run_id = str(uuid.uuid4())
+    _write(store_url, run_id, _varied(run_id, 500), tmp_path, 120)
+    full = fastload.load_requests_fast(store_url, run_id)
+    df, pending = fastload.load_requests_fast(store_url, run_id, chunks=False)
+    assert isinstance(pending, fastload.PendingChunks) and len(pending.blocks) == 5
+    pd.testing.assert_frame_equal(df, full[0])
+    with psycopg.connect(store_url, autocommit=True) as conn:
+        late = fastload.load_pending_chunks(conn, pending)
+        _assert_same((df, late), full)
+        assert np.array_equal(late.offsets_us, full[1].offsets_us)
+        conn.execute(
+            "DELETE FROM request_blocks WHERE block_id = %s::uuid", (pending.blocks[-1][0],)
+        )
+        with pytest.raises(fastload.RunChanged, match=run_id):
+            fastload.load_pending_chunks(conn, pending)
+    # a run the blocks do not cover comes with its arrays, whatever was asked
+    _, arrays = fastload.load_requests_fast(store_url, run_id, chunks=False)
+    assert isinstance(arrays, m.ChunkArrays)
+
+
 def test_incomplete_blocks_fall_back_to_the_arrays(store_url: str, tmp_path: Path) -> None:
     run_id = str(uuid.uuid4())
     records = _varied(run_id, 300)

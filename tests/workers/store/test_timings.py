@@ -224,6 +224,15 @@ def test_a_spool_of_the_previous_layout_replays_and_its_format_1_blocks_read(
     fast = fastload.load_requests_fast(store_url, run_id)[0].sort_values("idx")
     slow = fastload.load_requests_fast(store_url, run_id, packed=False)[0].sort_values("idx")
     pd.testing.assert_frame_equal(fast.reset_index(drop=True), slow.reset_index(drop=True))
+    # a load leaving the chunk arrays in the store reads each format's sections where they are
+    full_df, full_ch = fastload.load_requests_fast(store_url, run_id)
+    df, pending = fastload.load_requests_fast(store_url, run_id, chunks=False)
+    assert isinstance(pending, fastload.PendingChunks)
+    pd.testing.assert_frame_equal(df, full_df)
+    ch = fastload.load_pending_chunks(store_url, pending)
+    assert full_ch.offsets_us.size > 0
+    for name in ("offsets_us", "tokens", "ptr"):
+        assert np.array_equal(getattr(ch, name), getattr(full_ch, name)), name
 
 
 def test_a_run_packed_later_keeps_the_new_fields_and_their_nulls(
