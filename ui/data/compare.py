@@ -80,9 +80,11 @@ def _frontier(
     per_run: dict[str, derive.FrontierRun] = {}
     for r in run_ids:
         df, levels = shared.requests(r), shared.levels(r)
-        # throughput as the run's summary counted it (the same definitions): the chunk arrays
-        # are read only for ITL, or for a level the summary lacks
-        rates = afr.summary_rates(shared.summary(r))
+        # throughput as the run's kept summary counted it (the same definitions): the chunk
+        # arrays are read only for ITL, for a run without one (counting its arrivals costs
+        # less than its whole summary) or for a level it lacks
+        kept = shared.kept_summary(r)
+        rates = afr.summary_rates(kept) if kept is not None else {}
         every_level = set(df["level"].unique().tolist()) | set(levels["level"].tolist())
         counted = metric == "itl_ms" or not every_level <= set(rates)
         per_run[r] = (df, levels, shared.chunks(r) if counted else None, rates)

@@ -160,33 +160,59 @@ def versions(run_ids: Sequence[str]) -> tuple[str, ...]:
     return tuple(version(r) for r in run_ids)
 
 
-@st.cache_resource(ttl=RESULT_TTL_S, max_entries=12, show_spinner=False)
-def _loaded(run_id: str, version: str) -> tuple[pd.DataFrame, m.ChunkArrays | PendingChunks]:
-    """The run's requests, and its chunk arrays where they came with them
-    (analysis.store.cache.load_run_deferred: fast binary load, kept on disk once the run has
-    ended; a page that shows no per-token figure never reads the arrays), shared read-only; no
-    content columns."""
-    df, ch, _hit = acache.load_run_deferred(store().url, run_id, parallel=LOAD_CONNECTIONS)
-    return df, ch
+class _Loaded:
+    """One version of a run's frame and chunk arrays (analysis.store.cache: fast binary load,
+    kept on disk once the run has ended), shared read-only by every session; no content
+    columns. Read in one load when the arrays are asked for first (`preload`: a page whose
+    charts count arrivals), else the frame alone (cache.load_run_deferred: a page that shows
+    no per-token figure never reads the arrays) and the arrays when first asked for."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self._lock = threading.Lock()
+        self._frame: pd.DataFrame | None = None
+        self._chunks: m.ChunkArrays | PendingChunks | None = None
+
+    def frame(self) -> pd.DataFrame:
+        with self._lock:
+            if self._frame is None:
+                self._frame, self._chunks, _hit = acache.load_run_deferred(
+                    store().url, self.run_id, parallel=LOAD_CONNECTIONS
+                )
+            return self._frame
+
+    def arrays(self) -> m.ChunkArrays:
+        with self._lock:
+            if self._frame is None:
+                self._frame, self._chunks, _hit = acache.load_run_cached(
+                    store().url, self.run_id, parallel=LOAD_CONNECTIONS
+                )
+            if isinstance(self._chunks, PendingChunks):
+                with store().conn() as c:
+                    self._chunks = acache.load_chunks_cached(c, self._chunks)
+            assert self._chunks is not None
+            return self._chunks
 
 
 @st.cache_resource(ttl=RESULT_TTL_S, max_entries=12, show_spinner=False)
-def _chunks(run_id: str, version: str) -> m.ChunkArrays:
-    got = _loaded(run_id, version)[1]
-    if isinstance(got, m.ChunkArrays):
-        return got
-    with store().conn() as c:
-        return acache.load_chunks_cached(c, got)
+def _loaded(run_id: str, version: str) -> _Loaded:
+    return _Loaded(run_id)
 
 
 def requests(run_id: str) -> pd.DataFrame:
     """All of a run's requests (the frame of analysis.store.fastload, in store order)."""
-    return _loaded(run_id, version(run_id))[0]
+    return _loaded(run_id, version(run_id)).frame()
 
 
 def chunks(run_id: str) -> m.ChunkArrays:
     """Every request's chunk offsets (µs from send) and tokens, aligned with `requests`."""
-    return _chunks(run_id, version(run_id))
+    return _loaded(run_id, version(run_id)).arrays()
+
+
+def preload(run_id: str) -> None:
+    """The run's frame and chunk arrays in one load, for a page that needs both: before its
+    first `requests`, which would read the frame alone."""
+    chunks(run_id)
 
 
 @st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
@@ -200,16 +226,28 @@ def summary(run_id: str) -> dict[str, Any]:
     return _summary(run_id, version(run_id))
 
 
+def kept_summary(run_id: str) -> dict[str, Any] | None:
+    """The run's stored summary (analysis.store.summaries), None when it has none: for a
+    figure the summary holds, where computing the summary would cost more than the figure."""
+    return _kept_summary(run_id, version(run_id))
+
+
+@st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
+def _kept_summary(run_id: str, version: str) -> dict[str, Any] | None:
+    with store().conn() as c:
+        return load_summary(c, run(run_id))
+
+
 @st.cache_data(ttl=RESULT_TTL_S, show_spinner=False)
 def _summary(run_id: str, version: str) -> dict[str, Any]:
     """The stored summary of a finished run (analysis.store.summaries), else computed from its
     requests and then stored for the next reader (a failed write costs only that)."""
     row = run(run_id)
-    with store().conn() as c:
-        kept = load_summary(c, row)
+    kept = _kept_summary(run_id, version)
     if kept is not None:
         return kept
-    summary = level_summary(requests(run_id), levels(run_id), row, chunks=chunks(run_id))
+    arrays = chunks(run_id)  # first: frame and arrays in one load
+    summary = level_summary(requests(run_id), levels(run_id), row, chunks=arrays)
     try:
         with store().conn() as c:
             store_summary(c, row, summary)

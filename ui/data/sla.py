@@ -31,5 +31,6 @@ def verdicts(run_id: str, claims_text: str, where: str) -> pd.DataFrame:
 @st.cache_data(ttl=shared.RESULT_TTL_S, show_spinner=False)
 def _verdicts(run_id: str, version: str, claims_text: str, where: str) -> pd.DataFrame:
     claims = parse_claims(claims_text, where)
-    out = asla.evaluate(shared.requests(run_id), claims, chunks=shared.chunks(run_id))
+    arrays = shared.chunks(run_id)  # first: frame and arrays in one load
+    out = asla.evaluate(shared.requests(run_id), claims, chunks=arrays)
     return pd.DataFrame([v.to_json() for v in out])

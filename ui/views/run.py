@@ -24,6 +24,7 @@ if picked is None:
     st.stop()
 run_id: str = str(picked)
 run = shared.run(run_id)
+shared.preload(run_id)  # every chart below counts arrivals: the frame and its arrays at once
 summary = shared.summary(run_id)
 cards = run_data.headline(summary)
 
