@@ -13,13 +13,15 @@ import psycopg
 
 from analysis.store.connect import connect_reader
 
+_NO_NAMES = pd.Index(np.array([], dtype=object))
+
 
 def adapter_column(values: Any) -> pd.Categorical:
     """The `adapter` column as every reader gives it: categorical, as fastload's other text
     columns (the analysis cache stores their codes), NaN where NULL."""
     names = np.asarray(values, dtype=object)
     if not names.any():  # no adapter named (most runs): no pass over the values
-        return pd.Categorical.from_codes(np.full(names.size, -1), categories=pd.Index([], object))
+        return pd.Categorical.from_codes(np.full(names.size, -1), categories=_NO_NAMES)
     return pd.Categorical(names, categories=sorted({str(a) for a in names if a}))
 
 

@@ -16,6 +16,14 @@ from analysis.stats import frontier as afr
 from ui.data import derive, shared
 
 
+def preload(run_ids: Sequence[str]) -> None:
+    """A run without a kept summary gets its frame and chunk arrays in one load: the frontier
+    counts its arrivals (a run with one reads only the frame, until ITL is asked for)."""
+    for rid in run_ids:
+        if shared.kept_summary(rid) is None:
+            shared.preload(rid)
+
+
 def cost_overview(run_ids: Sequence[str]) -> pd.DataFrame:
     """One row per run (analysis.stats.cost.run_cost): price basis, what it cost, USD per million
     output tokens at its best level's throughput, and the break-even when both prices exist."""

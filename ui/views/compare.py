@@ -16,6 +16,7 @@ if len(chosen) < 2:
     st.info("Pick at least two runs (or select several on the Runs page).")
     st.stop()
 names = shared.choices(shared.runs_for(tuple(chosen)))
+compare_data.preload(chosen)
 
 st.subheader("Percentile curves")
 metric = pick_metric("cmp_metric")
