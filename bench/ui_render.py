@@ -107,6 +107,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5, help="runs on the Compare page")
     ap.add_argument("--repeat", type=int, default=3, help="timed renders of each kind")
     ap.add_argument("--run", help="a stored run's id: only its Run page, from the URL's database")
+    ap.add_argument(
+        "--cold-only",
+        action="store_true",
+        help="only the cold renders (caches emptied before each), --repeat times each",
+    )
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="peakload-bench-ui-"))
@@ -157,6 +162,11 @@ def main() -> None:
                             summarize_run(rid, url)
                     clear_caches(cache_dir)
                     cold = render(page, **params)
+                    if args.cold_only:
+                        results.setdefault(f"{label}: cold (nothing cached), {how}", []).append(
+                            cold
+                        )
+                        continue
                     cached = render(page, **params)
                     if not kept:
                         forget_summaries(url, ids)
