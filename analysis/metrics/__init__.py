@@ -24,6 +24,7 @@ from analysis.metrics.chunks import (
     itl_per_token_ms,
     max_itl_ms,
     per_token_values,
+    ptr_of,
 )
 from analysis.metrics.failures import (
     TOKEN_AGREEMENT_COLUMNS,
@@ -108,6 +109,7 @@ __all__ = [
     "per_request_values",
     "per_token_values",
     "percentile",
+    "ptr_of",
     "request_rate",
     "resent_total",
     "server_itl_ms",

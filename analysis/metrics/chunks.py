@@ -22,6 +22,14 @@ from loadgen.results.choices import grouped_order, has_choices
 SUM_BLOCK = 1 << 21  # chunks per block of a per-request sum (16 MB of int64 at a time)
 
 
+def ptr_of(lengths: npt.ArrayLike) -> IntArray:
+    """ChunkArrays.ptr of requests holding `lengths` chunks each: 0, then the running sum."""
+    counts = np.asarray(lengths)
+    ptr = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr
+
+
 @dataclass(frozen=True, slots=True)
 class ChunkArrays:
     """Every request's chunks concatenated: request i owns `offsets_us[ptr[i]:ptr[i+1]]` (µs from
@@ -64,8 +72,7 @@ class ChunkArrays:
             )
         lengths = np.diff(self.ptr)
         keep = np.repeat(sel, lengths)
-        ptr = np.zeros(int(sel.sum()) + 1, dtype=np.int64)
-        np.cumsum(lengths[sel], out=ptr[1:])
+        ptr = ptr_of(lengths[sel])
         choices = None if self.choices is None else self.choices[keep]
         return ChunkArrays(self.offsets_us[keep], self.tokens[keep], ptr, choices)
 
@@ -78,8 +85,7 @@ class ChunkArrays:
         lengths = np.fromiter((a.size for a in offs), dtype=np.int64, count=len(offs))
         if any(a.size != b.size for a, b in zip(offs, toks, strict=True)):
             raise ValueError("a request's chunk_offsets_us and chunk_tokens differ in length")
-        ptr = np.zeros(len(offs) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=ptr[1:])
+        ptr = ptr_of(lengths)
         empty = np.zeros(0, dtype=np.int64)
         return cls(
             offsets_us=np.concatenate(offs) if offs else empty,

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import psycopg
 
-from analysis.metrics import ChunkArrays
+from analysis.metrics import ChunkArrays, ptr_of
 from analysis.store import fastload
 from analysis.store.connect import connect_reader
 from analysis.store.fastload import PendingChunks
@@ -225,8 +225,7 @@ def _read(
         pending = meta.get("pending_blocks")
         if pending is None:
             return None
-        ptr = np.zeros(len(cols["n_chunks"]) + 1, dtype=np.int64)
-        np.cumsum(cols["n_chunks"], out=ptr[1:])
+        ptr = ptr_of(cols["n_chunks"])
         blocks = tuple((str(b), int(n), int(c)) for b, n, c in pending)
         df = pd.DataFrame(cols, index=pd.RangeIndex(ptr.size - 1))
         return df, PendingChunks(str(fp["run_id"]), blocks, ptr)
@@ -267,7 +266,7 @@ def load_run_deferred(
     directory: Path | None = None,
 ) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks, bool]:
     """`load_run_cached`, leaving the chunk arrays in the store where the run's blocks allow
-    (fastload's `chunks=False`) unless the entry holds them: `load_chunks_cached` reads them
+    (fastload.load_requests_deferred) unless the entry holds them: `load_chunks_cached` reads them
     when a page needs them, and adds them to the entry."""
     return _load_run(source, run_id, parallel, directory, False)
 
@@ -312,10 +311,9 @@ def _load_fingerprinted(
     reader: psycopg.Connection[Any] | None,
     chunks: bool,
 ) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks, bool]:
+    load = fastload.load_requests_fast if chunks else fastload.load_requests_deferred
     if fp is None:  # nothing to key an entry by
-        df, got = fastload.load_requests_fast(
-            source, run_id, parallel=parallel, reader=reader, chunks=chunks
-        )
+        df, got = load(source, run_id, parallel=parallel, reader=reader)
         return df, got, False
     path = entry_path(fp, directory)
     wait_for_writes(path)  # this process is writing it: it is on disk in a moment
@@ -326,9 +324,7 @@ def _load_fingerprinted(
             got = fastload.load_pending_chunks(reader or source, got)
             _save_chunks(path, got)
         return df, got, True
-    df, got = fastload.load_requests_fast(
-        source, run_id, parallel=parallel, reader=reader, chunks=chunks
-    )
+    df, got = load(source, run_id, parallel=parallel, reader=reader)
     _save(path, fp, df, got)
     return df, got, False
 

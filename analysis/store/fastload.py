@@ -10,14 +10,14 @@ import itertools
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import psycopg
 from psycopg import sql
 
-from analysis.metrics import ChunkArrays
+from analysis.metrics import ChunkArrays, ptr_of
 from analysis.store.audioload import attach_audio, no_audio
 from analysis.store.choiceload import attach_choices
 from analysis.store.connect import connect_reader
@@ -257,7 +257,6 @@ def _parse_messages(
     return [_parse_block(raw, starts)] if starts.size else []
 
 
-@overload
 def load_requests_fast(
     conn: psycopg.Connection[Any] | str,
     run_id: str,
@@ -265,31 +264,7 @@ def load_requests_fast(
     parallel: int = 1,
     packed: bool = True,
     reader: psycopg.Connection[Any] | None = None,
-    chunks: Literal[True] = True,
-) -> tuple[pd.DataFrame, ChunkArrays]: ...
-
-
-@overload
-def load_requests_fast(
-    conn: psycopg.Connection[Any] | str,
-    run_id: str,
-    *,
-    parallel: int = 1,
-    packed: bool = True,
-    reader: psycopg.Connection[Any] | None = None,
-    chunks: bool,
-) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks]: ...
-
-
-def load_requests_fast(
-    conn: psycopg.Connection[Any] | str,
-    run_id: str,
-    *,
-    parallel: int = 1,
-    packed: bool = True,
-    reader: psycopg.Connection[Any] | None = None,
-    chunks: bool = True,
-) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks]:
+) -> tuple[pd.DataFrame, ChunkArrays]:
     """One run's requests as (frame, chunks): the columns of load_requests except request_id,
     error_detail, session/turn, retry_after and content (the connection and server timing
     columns included, NaN where NULL); arrays only in `chunks` (offsets µs
@@ -304,11 +279,33 @@ def load_requests_fast(
 
     Every read that needs one connection goes over one: `reader` (an open connection to the
     store `conn` names, which the caller has already), else `conn` itself, else one opened here
-    for the whole load (each opened connection costs an authentication: 7-15 ms here).
+    for the whole load (each opened connection costs an authentication: 7-15 ms here)."""
+    df, chunks = _load(conn, run_id, parallel, packed, reader, True)
+    assert isinstance(chunks, ChunkArrays)
+    return df, chunks
 
-    `chunks=False`: where the blocks are read, their chunk arrays stay in the store (a page
-    that shows no per-token figure never pays for them) and `chunks` is a PendingChunks that
-    `load_pending_chunks` reads later; elsewhere the arrays come as always."""
+
+def load_requests_deferred(
+    conn: psycopg.Connection[Any] | str,
+    run_id: str,
+    *,
+    parallel: int = 1,
+    reader: psycopg.Connection[Any] | None = None,
+) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks]:
+    """`load_requests_fast`, but where the blocks are read their chunk arrays stay in the store
+    (a page that shows no per-token figure never pays for them): the second value is then a
+    PendingChunks that `load_pending_chunks` reads later; elsewhere the arrays come as always."""
+    return _load(conn, run_id, parallel, True, reader, False)
+
+
+def _load(
+    conn: psycopg.Connection[Any] | str,
+    run_id: str,
+    parallel: int,
+    packed: bool,
+    reader: psycopg.Connection[Any] | None,
+    chunks: bool,
+) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks]:
     if parallel < 1:
         raise ValueError(f"parallel must be at least 1 (got {parallel})")
     if reader is not None:
@@ -321,7 +318,7 @@ def load_requests_fast(
 
 @dataclass(frozen=True, slots=True)
 class PendingChunks:
-    """A run's chunk arrays left in its blocks by `load_requests_fast(..., chunks=False)`:
+    """A run's chunk arrays left in its blocks by `load_requests_deferred`:
     which blocks, in the frame's order, and each request's place (`ptr`, as ChunkArrays')."""
 
     run_id: str
@@ -359,8 +356,7 @@ def _load_fast(
         got = load_packed(conn, run_id, chunks=chunks)
         if got is not None:
             codes = dict(zip(_CODED, got.dicts, strict=True))
-            ptr = np.zeros(got.fields.shape[0] + 1, dtype=np.int64)
-            np.cumsum(got.fields[:, 0], out=ptr[1:])
+            ptr = ptr_of(got.fields[:, 0])
             # blocks never hold a run with audio (deploy/sql/0210): its columns are NaN
             frame = no_audio(_frame(got.fields, codes))
             attach_workload(conn, run_id, frame)  # deploy/sql/0220: not in the blocks
@@ -391,9 +387,7 @@ def _assemble(
 ) -> tuple[pd.DataFrame, ChunkArrays]:
     nf = len(_SCALARS) + len(_CODED)
     fields = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, nf), np.int64)
-    n = fields[:, 0]
-    ptr = np.zeros(n.size + 1, dtype=np.int64)
-    np.cumsum(n, out=ptr[1:])
+    ptr = ptr_of(fields[:, 0])
     chunks = ChunkArrays(
         offsets_us=np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int32),
         tokens=np.concatenate([p[3] for p in parts]) if parts else np.zeros(0, np.int16),

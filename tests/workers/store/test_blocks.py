@@ -121,7 +121,7 @@ def test_a_load_without_chunk_arrays_reads_them_later_from_the_same_blocks(
     run_id = str(uuid.uuid4())
     _write(store_url, run_id, _varied(run_id, 500), tmp_path, 120)
     full = fastload.load_requests_fast(store_url, run_id)
-    df, pending = fastload.load_requests_fast(store_url, run_id, chunks=False)
+    df, pending = fastload.load_requests_deferred(store_url, run_id)
     assert isinstance(pending, fastload.PendingChunks) and len(pending.blocks) == 5
     pd.testing.assert_frame_equal(df, full[0])
     with psycopg.connect(store_url, autocommit=True) as conn:
@@ -134,7 +134,7 @@ def test_a_load_without_chunk_arrays_reads_them_later_from_the_same_blocks(
         with pytest.raises(fastload.RunChanged, match=run_id):
             fastload.load_pending_chunks(conn, pending)
     # a run the blocks do not cover comes with its arrays, whatever was asked
-    _, arrays = fastload.load_requests_fast(store_url, run_id, chunks=False)
+    _, arrays = fastload.load_requests_deferred(store_url, run_id)
     assert isinstance(arrays, m.ChunkArrays)
 
 

@@ -226,7 +226,7 @@ def test_a_spool_of_the_previous_layout_replays_and_its_format_1_blocks_read(
     pd.testing.assert_frame_equal(fast.reset_index(drop=True), slow.reset_index(drop=True))
     # a load leaving the chunk arrays in the store reads each format's sections where they are
     full_df, full_ch = fastload.load_requests_fast(store_url, run_id)
-    df, pending = fastload.load_requests_fast(store_url, run_id, chunks=False)
+    df, pending = fastload.load_requests_deferred(store_url, run_id)
     assert isinstance(pending, fastload.PendingChunks)
     pd.testing.assert_frame_equal(df, full_df)
     ch = fastload.load_pending_chunks(store_url, pending)
