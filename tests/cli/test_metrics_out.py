@@ -128,7 +128,11 @@ def test_prometheus_scrapes_a_run_and_holds_the_stores_counts(
     otlp_receiver: tuple[str, list[tuple[str, str, bytes]]],
 ) -> None:
     sim: SimProcess = sim_factory(
-        ["--preset", "fixed", "--fault", "http_503=0.1", "--fault", "error_event=0.05"]
+        # by arrival, seed 1: the preflight and calibration (arrivals 1-4) are answered
+        [
+            *("--preset", "fixed", "--seed", "1", "--fault", "http_503=0.1"),
+            *("--fault", "error_event=0.05", "--fault-draw", "arrival"),
+        ]
     )
     db = fresh_database(plain_url)
     spec = tmp_path / "spec.toml"
