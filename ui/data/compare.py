@@ -62,7 +62,7 @@ def compare_spectra(run_ids: Sequence[str], metric: str) -> pd.DataFrame:
 def _compare_spectra(
     run_ids: tuple[str, ...], versions: tuple[str, ...], metric: str
 ) -> pd.DataFrame:
-    names = shared.choices(shared.runs_for(run_ids))
+    names = shared.labels_for(run_ids)
     parts = []
     for rid in run_ids:
         df = shared.requests(rid)
@@ -96,7 +96,7 @@ def _frontier(
         every_level = set(df["level"].unique().tolist()) | set(levels["level"].tolist())
         counted = metric == "itl_ms" or not every_level <= set(rates)
         per_run[r] = (df, levels, shared.chunks(r) if counted else None, rates)
-    return derive.frontier(per_run, shared.choices(shared.runs_for(run_ids)), metric, percentile)
+    return derive.frontier(per_run, shared.labels_for(run_ids), metric, percentile)
 
 
 CHANGE_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
@@ -116,7 +116,7 @@ def _changes(
     if with_itl:  # analysis.verdicts.compare reads ITL from the frame's chunk columns
         frames = {r: with_chunk_columns(df, shared.chunks(r)) for r, df in frames.items()}
     metrics = (*CHANGE_METRICS, "itl_ms") if with_itl else CHANGE_METRICS
-    return derive.changes(frames, shared.choices(shared.runs_for(run_ids)), baseline, metrics)
+    return derive.changes(frames, shared.labels_for(run_ids), baseline, metrics)
 
 
 def with_chunk_columns(df: pd.DataFrame, ch: m.ChunkArrays) -> pd.DataFrame:

@@ -145,9 +145,21 @@ def choices(df: pd.DataFrame) -> dict[str, str]:
 
 
 @st.cache_data(ttl=RUNS_TTL_S, show_spinner=False)
-def runs_for(run_ids: Sequence[str]) -> pd.DataFrame:
+def labels(limit: int = 200) -> dict[str, str]:
+    """The newest runs' picker labels (`choices`), read without their request counts
+    (analysis.store.load.load_run_labels); a local run whose process died is reaped first."""
+    from workers.local_lease import reap_dead_local_runs
+
     with store().conn() as c:
-        return al.load_runs(c, run_ids=list(run_ids), limit=None)
+        reap_dead_local_runs(c)
+        return choices(al.load_run_labels(c, limit=limit))
+
+
+@st.cache_data(ttl=RUNS_TTL_S, show_spinner=False)
+def labels_for(run_ids: Sequence[str]) -> dict[str, str]:
+    """The picker labels of these runs (those stored), as `labels`."""
+    with store().conn() as c:
+        return choices(al.load_run_labels(c, run_ids=list(run_ids), limit=None))
 
 
 def version(run_id: str) -> str:

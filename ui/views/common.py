@@ -74,8 +74,7 @@ def fmt(x: Any, digits: int = 1, unit: str = "") -> str:
 
 def pick_run(label: str = "Run") -> str | None:
     """The run in `?run=`, else one picked from the newest runs (then written to the URL)."""
-    recent = shared.runs(limit=200)
-    options = shared.choices(recent)
+    options = shared.labels(limit=200)
     current = st.query_params.get(RUN_PARAM)
     if current and current not in options:
         try:
@@ -102,13 +101,11 @@ def pick_run(label: str = "Run") -> str | None:
 
 def pick_runs(label: str = "Runs") -> list[str]:
     """Several runs: `?runs=a,b,c`, editable with a multiselect (kept in the URL)."""
-    recent = shared.runs(limit=200)
-    options = shared.choices(recent)
+    options = shared.labels(limit=200)
     wanted = [r for r in (st.query_params.get(RUNS_PARAM) or "").split(",") if r]
     missing = [r for r in wanted if r not in options]
     if missing:
-        extra = shared.runs_for(tuple(missing))
-        options = {**shared.choices(extra), **options}
+        options = {**shared.labels_for(tuple(missing)), **options}
     chosen = st.multiselect(
         label,
         list(options),

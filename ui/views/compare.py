@@ -15,7 +15,7 @@ chosen = pick_runs("Runs to compare")
 if len(chosen) < 2:
     st.info("Pick at least two runs (or select several on the Runs page).")
     st.stop()
-names = shared.choices(shared.runs_for(tuple(chosen)))
+names = shared.labels_for(tuple(chosen))
 compare_data.preload(chosen)
 
 st.subheader("Percentile curves")

@@ -17,7 +17,7 @@ current = st.query_params.get(RUN_PARAM)
 options = dict(running)
 if current and current not in options:
     try:
-        options = {current: shared.choices(shared.runs_for((current,)))[current], **options}
+        options = {current: shared.labels_for((current,))[current], **options}
     except KeyError:
         st.error(f"Run {current} is not in the store.")
         current = None

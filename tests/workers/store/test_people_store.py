@@ -7,7 +7,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from analysis.store.load import load_runs
+from analysis.store.load import load_run_labels, load_runs
 from analysis.store.notes import load_notes, load_tags
 from tests.support.people import PASSWORDS, add_people, make_people_runs
 from workers.store import passwords, run_notes, users
@@ -75,6 +75,12 @@ def test_who_launched_tags_notes_and_the_filters(store_url: str) -> None:
         assert set(load_runs(conn, model="qwen3-8b")["name"]) == {"pp-vllm", "pp-plain"}
         assert set(load_runs(conn, labels={"engine": "sglang"})["name"]) == {"pp-plain"}
         everything = load_runs(conn)
+        # a picker's labels: the same runs in the same order (newest first), limit and ids too
+        cols = ["run_id", "name", "started_at"]
+        assert load_run_labels(conn).equals(everything[cols])
+        assert load_run_labels(conn, limit=2).equals(load_runs(conn, limit=2)[cols])
+        some = [ids["pp-plain"], ids["pp-vllm"]]
+        assert load_run_labels(conn, run_ids=some).equals(load_runs(conn, run_ids=some)[cols])
         row = everything.set_index("name").loc["pp-plain"]
         assert row["launched_by"] is None and row["preset"] is None and list(row["tags"]) == []
 
