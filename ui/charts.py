@@ -39,7 +39,7 @@ def client_and_server(ts: pd.DataFrame, server: pd.DataFrame, title: str) -> go.
     fig = make_subplots(
         rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.04, subplot_titles=panels
     )
-    # `server` (ui.data.run.server_view's rows) carries the client's TTFT per bucket too
+    # `server` (ui.data.run.server_rows) carries the client's TTFT per bucket too
     for s in client_server_series(client_totals(ts), server, server):
         fig.add_trace(
             go.Scatter(
@@ -89,7 +89,7 @@ def timeslices(slices: pd.DataFrame, server: pd.DataFrame, label: str, title: st
     """A metric per window over the run (analysis.stats.timeslices: p50/p90/p99, log scale when
     they span decades), the requests sent per window that succeeded and failed, and beneath,
     when the run has them, the server's own series on the same windows (`server` as
-    ui.data.run.server_view's rows at that window): queue / running, KV use, server TTFT."""
+    ui.data.run.server_rows at that window): queue / running, KV use, server TTFT."""
     lines = client_server_series(client_totals(pd.DataFrame()), server, server)
     own = [s for s in lines if s.row > FIRST_SERVER_PANEL]
     rows = sorted({s.row for s in own})

@@ -278,7 +278,22 @@ def server_section(
 ) -> dict[str, Any]:
     """The report's `server` block: which series were found, bucketed rows (server_series,
     with client TTFT), per-level stats and the diagnosis. Empty `rows` when the run scraped
-    nothing and no request reported server timings."""
+    nothing and no request reported server timings. `server_basis` and `server_rows` are its
+    two halves, for a caller that wants the rows at several bucket widths."""
+    basis = server_basis(conn, run, df, summary_levels)
+    ttft = client_ttft_series(df, bucket_s)
+    rows = server_rows(basis, df, bucket_s, ttft)
+    return {**{k: v for k, v in basis.items() if k != "series"}, "rows": rows, "client_ttft": ttft}
+
+
+def server_basis(
+    conn: psycopg.Connection[Any],
+    run: Mapping[str, Any],
+    df: pd.DataFrame,
+    summary_levels: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """What `server_section` finds whatever the bucket width: the server's `series` by role
+    (role_series), the `metrics` names found, per-level stats (`levels`) and the `diagnosis`."""
     names = metric_names(run.get("spec"))
     wanted = sorted(
         {
@@ -290,18 +305,13 @@ def server_section(
     )
     samples = load_samples(conn, str(run["run_id"]), wanted)
     series = role_series(samples, names)
-    rows = server_series(bucketed(series, bucket_s), bucket_request_timings(df, bucket_s))
-    ttft = client_ttft_series(df, bucket_s)
-    if len(rows):
-        rows = rows.merge(ttft, on="bucket", how="left")
     per_level = level_server_stats(series, level_spans(df), level_request_timings(df))
     found = (
         {str(r): str(g["metric"].iloc[0]) for r, g in series.groupby("role")} if len(series) else {}
     )
     return {
+        "series": series,
         "metrics": found,
-        "rows": rows,
-        "client_ttft": ttft,
         "levels": per_level,
         "diagnosis": diagnose(summary_levels, per_level)
         if "queue" in found or any(_queue_per_request(s) for s in per_level.values())
@@ -313,3 +323,19 @@ def server_section(
             "numbers": {},
         },
     }
+
+
+def server_rows(
+    basis: Mapping[str, Any],
+    df: pd.DataFrame,
+    bucket_s: float,
+    client_ttft: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Per `bucket_s` bucket: the server's series bucketed beside its requests' own timings
+    (server_series), with the client's TTFT p50/p90 joined (`client_ttft`, computed when not
+    given); empty, and the client's series not computed, when the server gave nothing."""
+    rows = server_series(bucketed(basis["series"], bucket_s), bucket_request_timings(df, bucket_s))
+    if len(rows):
+        ttft = client_ttft_series(df, bucket_s) if client_ttft is None else client_ttft
+        rows = rows.merge(ttft, on="bucket", how="left")
+    return rows

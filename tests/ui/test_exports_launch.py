@@ -111,7 +111,7 @@ def test_timeslices_per_window_beside_the_server(app_env: UiStore) -> None:
     ok = inside & (df["outcome"] == "ok")
     assert int(inside.sum()) == first["sent"]
     assert first["p90_ms"] == pytest.approx(np.quantile(m.ttft_ms(df[ok]), 0.9))
-    server = run_data.server_view(rid, 2.0)["rows"]
+    server = run_data.server_rows(rid, 2.0)
     fig = charts.timeslices(slices, server, "TTFT", "t")
     titles = [a.text for a in fig.layout.annotations]
     assert titles[:2] == ["TTFT per window (ms)", "requests per window"]

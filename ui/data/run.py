@@ -196,19 +196,31 @@ def _timeslices(run_id: str, version: str, metric: str, window_s: float) -> pd.D
     return aslices.timeslices(shared.requests(run_id), metric, window_s, shared.chunks(run_id))
 
 
-def server_view(run_id: str, bucket_s: float = 1.0) -> dict[str, Any]:
-    """The server's own series beside the client's (analysis.stats.server_metrics.server_section):
-    `rows` per bucket (queue, running, KV use, server TTFT/queue ms, client TTFT p50/p90),
-    `levels` per-level means, `diagnosis` and the `metrics` names that matched."""
-    return _server_view(run_id, shared.version(run_id), bucket_s)
+def server_view(run_id: str) -> dict[str, Any]:
+    """The server's own series beside the client's, whatever the bucket width
+    (analysis.stats.server_metrics.server_basis): `levels` per-level means, `diagnosis` and
+    the `metrics` names that matched, and the `series` `server_rows` buckets."""
+    return _server_view(run_id, shared.version(run_id))
 
 
 @st.cache_data(ttl=shared.RESULT_TTL_S, show_spinner=False)
-def _server_view(run_id: str, version: str, bucket_s: float) -> dict[str, Any]:
+def _server_view(run_id: str, version: str) -> dict[str, Any]:
     # read (or recall) what the section needs first: each takes the store's lock itself
     run, df, levels = shared.run(run_id), shared.requests(run_id), shared.summary(run_id)["levels"]
     with shared.store().conn() as c:
-        return asrv.server_section(c, run, df, levels, bucket_s)
+        return asrv.server_basis(c, run, df, levels)
+
+
+def server_rows(run_id: str, bucket_s: float) -> pd.DataFrame:
+    """The server's series per `bucket_s` bucket with the client's TTFT p50/p90 beside
+    (analysis.stats.server_metrics.server_rows; queue, running, KV use, server TTFT/queue ms);
+    empty when the run scraped nothing and no request reported server timings."""
+    return _server_rows(run_id, shared.version(run_id), bucket_s)
+
+
+@st.cache_data(ttl=shared.RESULT_TTL_S, show_spinner=False)
+def _server_rows(run_id: str, version: str, bucket_s: float) -> pd.DataFrame:
+    return asrv.server_rows(server_view(run_id), shared.requests(run_id), bucket_s)
 
 
 def region_network(run_id: str) -> pd.DataFrame:

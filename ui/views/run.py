@@ -121,12 +121,13 @@ with tabs["Over time"]:
             "trip; regions on the reference clock, each shard within its clock uncertainty."
         )
     srv = run_data.server_view(run_id)
+    srv_rows = run_data.server_rows(run_id, 1.0)
     st.subheader("Where the time went")
     st.info(f"**{srv['diagnosis']['verdict']}**: {srv['diagnosis']['sentence']}")
-    if len(srv["rows"]):
+    if len(srv_rows):
         chart(
-            charts.client_and_server(ts, srv["rows"], "Client and server on one time axis"),
-            srv["rows"],
+            charts.client_and_server(ts, srv_rows, "Client and server on one time axis"),
+            srv_rows,
             f"client-server-{run_id[:8]}",
         )
         st.table(run_data.server_level_table(srv))
@@ -143,7 +144,7 @@ with tabs["Timeslices"]:
     with right:
         window = st.select_slider("Window (s)", WINDOWS_S, value=5, key="slice_window")
     slices = run_data.timeslices(run_id, slice_metric, float(window))
-    server_rows = run_data.server_view(run_id, float(window))["rows"]
+    server_rows = run_data.server_rows(run_id, float(window))
     chart(
         charts.timeslices(
             slices,
