@@ -251,7 +251,7 @@ def build_report(
         span = float(duration) if duration and np.isfinite(duration) else 60.0
         bucket_s = max(1.0, math.ceil(span / 120.0))
     ts = throughput.with_arrival_throughput(
-        load.timeseries(conn, run_id, bucket_s), df, chunks, bucket_s
+        load.timeseries(conn, run_id, bucket_s, requests=False), df, chunks, bucket_s
     )
     server = srv.server_section(conn, run, df, summary["levels"], bucket_s)
     judged = verdict.judge_claims(run, df, claims, chunks=chunks) if claims else None

@@ -217,6 +217,47 @@ def arrival_throughput(
     )
 
 
+def completions(
+    df: pd.DataFrame, bucket_s: float, *, by: Literal["region", "none"] = "region"
+) -> pd.DataFrame:
+    """Per bucket (its start, UTC) and region: `ok_per_s` and `failed_per_s`, the requests
+    that ended in it by outcome / bucket_s, where a request ends at scheduled_at + end_ns to
+    the microsecond (a request never sent: at scheduled_at), the buckets and rounding of
+    analysis.store.load.timeseries' count in the store; rows by bucket, then region."""
+    width_us = round(bucket_s * 1e6)  # the store's make_interval(secs => w): rint(w * 1e6) µs
+    cols = ["bucket", "region", "ok_per_s", "failed_per_s"]
+    if df.empty or width_us <= 0:
+        return pd.DataFrame(
+            {
+                "bucket": pd.Series(dtype="datetime64[us, UTC]"),
+                "region": pd.Series(dtype=object),
+                **{c: pd.Series(dtype="float64") for c in cols[2:]},
+            }
+        )
+    end_ns = df["end_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+    added_us = np.rint(np.where(np.isnan(end_ns), 0.0, end_ns) / 1e9 * 1e6).astype(np.int64)
+    k = (m.epoch_ns(df["scheduled_at"]) // 1000 + added_us) // width_us
+    if by == "region":
+        code, names = sorted_codes(df["region"])
+    else:
+        code, names = np.zeros(len(df), dtype=np.int64), ["all"]
+    k0, groups = int(k.min()), int(code.max()) + 1
+    cell = (k - k0) * groups + code  # by bucket, then region
+    ok = (df["outcome"] == "ok").to_numpy(dtype=bool)
+    seen, inverse = np.unique(cell, return_inverse=True)
+    n_ok = np.bincount(inverse, weights=ok.astype(np.float64), minlength=seen.size)
+    n_all = np.bincount(inverse, minlength=seen.size).astype(np.float64)
+    bucket, group = np.divmod(seen, groups)
+    return pd.DataFrame(
+        {
+            "bucket": pd.to_datetime((bucket + k0) * width_us, unit="us", utc=True),
+            "region": np.asarray(names, dtype=object)[group],
+            "ok_per_s": n_ok / bucket_s,
+            "failed_per_s": (n_all - n_ok) / bucket_s,
+        }
+    )
+
+
 def with_arrival_throughput(
     ts: pd.DataFrame,
     df: pd.DataFrame,
@@ -225,16 +266,19 @@ def with_arrival_throughput(
     *,
     by: Literal["region", "none"] = "region",
 ) -> pd.DataFrame:
-    """`ts` (analysis.store.load.timeseries, same bucket_s and `by`) with its tokens/s counted
-    as every table counts them (`arrival_throughput`) instead of the shards' per-second ticks:
-    0 in a bucket where no token arrived, and a row for a bucket tokens arrived in but no tick
-    covers."""
+    """`ts` (analysis.store.load.timeseries, same bucket_s and `by`; `requests=False` spares
+    the store a pass) with its tokens/s counted as every table counts them
+    (`arrival_throughput`) instead of the shards' per-second ticks, and its ok/s and failed/s
+    counted from the frame (`completions`): 0 in a bucket where no token arrived or no request
+    ended, and a row for a bucket that tokens arrived or requests ended in but no tick covers."""
     arrived = arrival_throughput(df, chunks, bucket_s, by=by)
-    base = ts.drop(columns=["output_tokens_per_s"], errors="ignore")
+    ended = completions(df, bucket_s, by=by)
+    base = ts.drop(columns=["output_tokens_per_s", "ok_per_s", "failed_per_s"], errors="ignore")
     base = base.assign(bucket=pd.to_datetime(base["bucket"], utc=True))  # empty: object dtype
-    arrived["bucket"] = pd.to_datetime(arrived["bucket"], utc=True).astype(base["bucket"].dtype)
-    out = base.merge(arrived, on=["bucket", "region"], how="outer")
+    out = base
+    for side in (arrived, ended):
+        side["bucket"] = pd.to_datetime(side["bucket"], utc=True).astype(base["bucket"].dtype)
+        out = out.merge(side, on=["bucket", "region"], how="outer")
     for col in ("output_tokens_per_s", "ok_per_s", "failed_per_s"):  # nothing in it: zero
-        if col in out:
-            out[col] = out[col].fillna(0.0).astype("float64")
+        out[col] = out[col].fillna(0.0).astype("float64")
     return out.sort_values(["bucket", "region"]).reset_index(drop=True)

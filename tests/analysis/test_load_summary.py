@@ -232,3 +232,44 @@ def test_achieved_concurrency_counts_warmup_requests_in_flight() -> None:
     s = level_summary(frame(rows), lv, run_row(RUN))
     assert s["levels"][0]["achieved"] == pytest.approx(9 / 8)
     assert MS == 1_000_000
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("bucket_s", [0.25, 1.0, 7.0])
+def test_completions_from_the_frame_are_the_stores_count(
+    pg_conn: psycopg.Connection[Any], bucket_s: float
+) -> None:
+    """analysis.stats.throughput.completions (the charts of a stored run count ok/s and
+    failed/s from its frame) gives the store's own count of timeseries(requests=True), bucket
+    by bucket: end times at half microseconds (the store rounds them to even), requests never
+    sent, failures, three regions and every region as one."""
+    from analysis.stats.throughput import completions
+    from analysis.store.fastload import load_requests_fast
+
+    run_id = "00000000-0000-0000-0000-00000000c0de"
+    rng = np.random.default_rng(7)
+    reqs = []
+    for i in range(400):
+        end = None if i % 17 == 0 else int(rng.integers(0, 9_000_000_000)) + (500 * (i % 3 == 0))
+        row = request_row(
+            run_id,
+            i,
+            scheduled_at=T0 + dt.timedelta(microseconds=int(rng.integers(0, 20_000_000))),
+            outcome="ok" if i % 5 else "http_error",
+            end_ns=end,
+            sent_ns=None if end is None else 0,
+            region=["eu", "us-east", "ap"][i % 3],
+        )
+        reqs.append(row)
+    insert_run(pg_conn, run_row(run_id), [level_row(run_id, 0)], reqs)
+    df, _ = load_requests_fast(pg_conn, run_id)
+    for by in ("region", "none"):
+        stored = load.timeseries(pg_conn, run_id, bucket_s, by=by)  # type: ignore[arg-type]
+        stored = stored[(stored["ok_per_s"] > 0) | (stored["failed_per_s"] > 0)]
+        mine = completions(df, bucket_s, by=by)  # type: ignore[arg-type]
+        assert len(mine) == len(stored) >= 4
+        assert (mine["bucket"].to_numpy() == stored["bucket"].to_numpy()).all()
+        assert mine["region"].tolist() == stored["region"].tolist()
+        for col in ("ok_per_s", "failed_per_s"):
+            assert mine[col].tolist() == stored[col].tolist()
+        assert (load.timeseries(pg_conn, run_id, bucket_s, requests=False)["ok_per_s"] == 0).all()

@@ -120,7 +120,12 @@ def test_no_tick_or_no_token_is_an_empty_side_not_an_error() -> None:
     assert out["output_tokens_per_s"].sum() == float(chunks.tokens.sum())
     silent = frame([request_row(RUN, 0, outcome="error", error_phase="connect", sent_ns=None)])
     none = m.ChunkArrays.from_lists(silent["chunk_offsets_us"], silent["chunk_tokens"])
-    assert throughput.with_arrival_throughput(no_ticks, silent, none, 1.0).empty
+    # no token arrived, but the request failed in a bucket: a row counts it, as the store would
+    out = throughput.with_arrival_throughput(no_ticks, silent, none, 1.0)
+    assert out[["output_tokens_per_s", "ok_per_s", "failed_per_s"]].values.tolist() == [
+        [0.0, 0.0, 1.0]
+    ]
+    assert throughput.with_arrival_throughput(no_ticks, silent.iloc[0:0], none, 1.0).empty
 
 
 @pytest.mark.parametrize("dense", [True, False])

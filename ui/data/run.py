@@ -179,7 +179,7 @@ def series(run_id: str, bucket_s: float = 1.0) -> pd.DataFrame:
 @st.cache_data(ttl=shared.RESULT_TTL_S, show_spinner=False)
 def _series(run_id: str, version: str, bucket_s: float) -> pd.DataFrame:
     with shared.store().conn() as c:
-        ts = al.timeseries(c, run_id, bucket_s)
+        ts = al.timeseries(c, run_id, bucket_s, requests=False)
     return athroughput.with_arrival_throughput(
         ts, shared.requests(run_id), shared.chunks(run_id), bucket_s
     )
