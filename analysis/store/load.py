@@ -440,7 +440,7 @@ def timeseries(
         cur.execute(query, params)
         rows = cur.fetchall()
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(TIMESERIES_COLUMNS)
-    out = pd.DataFrame(
+    return pd.DataFrame(
         {
             "bucket": pd.to_datetime(np.asarray(columns[0], dtype=np.int64), unit="us", utc=True),
             "region": pd.Series(columns[1], dtype="str"),
@@ -450,4 +450,3 @@ def timeseries(
             },
         }
     )
-    return out
