@@ -249,11 +249,14 @@ def load_run_cached(
     *,
     parallel: int = 2,
     directory: Path | None = None,
+    reader: psycopg.Connection[Any] | None = None,
 ) -> tuple[pd.DataFrame, ChunkArrays, bool]:
     """(frame, chunks, hit): from the cache when it matches the store (`source`: its URL or a
     connection to it), else loaded with analysis.store.fastload (and cached if the run has
-    ended). Chunk arrays of a hit are memory-mapped, read-only."""
-    df, chunks, hit = _load_run(source, run_id, parallel, directory, True)
+    ended). Chunk arrays of a hit are memory-mapped, read-only. `reader`: an open connection to
+    the store `source` names, for the fingerprint and every one-connection read (else one is
+    opened: an authentication, 7-15 ms here, more over TLS)."""
+    df, chunks, hit = _load_run(source, run_id, parallel, directory, True, reader)
     assert isinstance(chunks, ChunkArrays)
     return df, chunks, hit
 
@@ -264,11 +267,12 @@ def load_run_deferred(
     *,
     parallel: int = 2,
     directory: Path | None = None,
+    reader: psycopg.Connection[Any] | None = None,
 ) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks, bool]:
     """`load_run_cached`, leaving the chunk arrays in the store where the run's blocks allow
     (fastload.load_requests_deferred) unless the entry holds them: `load_chunks_cached` reads them
     when a page needs them, and adds them to the entry."""
-    return _load_run(source, run_id, parallel, directory, False)
+    return _load_run(source, run_id, parallel, directory, False, reader)
 
 
 def _load_run(
@@ -277,7 +281,11 @@ def _load_run(
     parallel: int,
     directory: Path | None,
     chunks: bool,
+    reader: psycopg.Connection[Any] | None = None,
 ) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks, bool]:
+    if reader is not None:
+        fp = fingerprint(reader, run_id)
+        return _load_fingerprinted(source, run_id, fp, parallel, directory, reader, chunks)
     if isinstance(source, str):  # one connection for the fingerprint and the load's reads
         with connect_reader(source) as conn:
             fp = fingerprint(conn, run_id)

@@ -10,9 +10,9 @@ import io
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -23,6 +23,7 @@ from analysis import metrics as m
 from analysis.reports.summary import level_summary
 from analysis.store import cache as acache
 from analysis.store import load as al
+from analysis.store.connect import connect_reader
 from analysis.store.fastload import PendingChunks
 from analysis.store.summaries import load_summary, run_version, store_summary
 
@@ -34,6 +35,7 @@ RESULT_TTL_S = 600
 
 
 LOAD_CONNECTIONS = 2  # connections reading one run at once (analysis.store.fastload)
+T = TypeVar("T")
 
 
 class Store:
@@ -55,6 +57,63 @@ class Store:
                 self._conn.close()
                 self._conn = None
                 raise
+
+
+class Readers:
+    """Open connections for the runs' loads (analysis.store.cache), kept between loads and
+    lent to one load at a time: opening one is an authentication (7-15 ms here; more over TLS
+    and a network), and a page of five runs opened five. At most `keep` are kept idle; one that
+    failed is closed, and a load whose kept connection turns out dead (the store restarted) is
+    tried again on a new one."""
+
+    def __init__(self, url: str, keep: int) -> None:
+        self.url = url
+        self.keep = keep
+        self._lock = threading.Lock()
+        self._idle: list[psycopg.Connection[Any]] = []
+
+    def run(self, load: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """`load(connection)` on a kept connection, or on a new one if none is kept or the
+        kept one was lost before `load` could use it."""
+        with self._lock:
+            kept = self._idle.pop() if self._idle else None
+        if kept is not None:
+            try:
+                result = load(kept)
+            except psycopg.OperationalError:
+                kept.close()  # lost while kept: the store restarted, or it timed us out
+            except BaseException:
+                kept.close()
+                raise
+            else:
+                return self._done(kept, result)
+        fresh = connect_reader(self.url)
+        try:
+            return self._done(fresh, load(fresh))
+        except BaseException:
+            fresh.close()
+            raise
+
+    def close(self) -> None:
+        """Close the kept connections (a later load opens a new one)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def _done(self, conn: psycopg.Connection[Any], result: T) -> T:
+        with self._lock:
+            idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            if idle and not conn.closed and len(self._idle) < self.keep:
+                self._idle.append(conn)
+                return result
+        conn.close()
+        return result
+
+
+@st.cache_resource(show_spinner=False)
+def readers(url: str) -> Readers:
+    return Readers(url, LOAD_CONNECTIONS)
 
 
 def store_url() -> str:
@@ -188,16 +247,22 @@ class _Loaded:
     def frame(self) -> pd.DataFrame:
         with self._lock:
             if self._frame is None:
-                self._frame, self._chunks, _hit = acache.load_run_deferred(
-                    store().url, self.run_id, parallel=LOAD_CONNECTIONS
+                url = store().url
+                self._frame, self._chunks, _hit = readers(url).run(
+                    lambda c: acache.load_run_deferred(
+                        url, self.run_id, parallel=LOAD_CONNECTIONS, reader=c
+                    )
                 )
             return self._frame
 
     def arrays(self) -> m.ChunkArrays:
         with self._lock:
             if self._frame is None:
-                self._frame, self._chunks, _hit = acache.load_run_cached(
-                    store().url, self.run_id, parallel=LOAD_CONNECTIONS
+                url = store().url
+                self._frame, self._chunks, _hit = readers(url).run(
+                    lambda c: acache.load_run_cached(
+                        url, self.run_id, parallel=LOAD_CONNECTIONS, reader=c
+                    )
                 )
             if isinstance(self._chunks, PendingChunks):
                 with store().conn() as c:
