@@ -113,6 +113,7 @@ class Readers:
 
 @st.cache_resource(show_spinner=False)
 def readers(url: str) -> Readers:
+    """The app's kept load connections to the store at `url`, shared by its sessions."""
     return Readers(url, LOAD_CONNECTIONS)
 
 
