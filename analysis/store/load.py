@@ -54,6 +54,10 @@ def _frame(cur: psycopg.Cursor[Any]) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows, columns=names)
 
 
+def _limit(limit: int | None) -> sql.Composable:
+    return sql.SQL("LIMIT {}").format(sql.Literal(int(limit))) if limit else sql.SQL("")
+
+
 def _utc(series: pd.Series) -> pd.Series:
     return pd.to_datetime(series, utc=True)
 
@@ -133,7 +137,7 @@ def load_runs(
         """
     ).format(
         where=sql.SQL("WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL(""),
-        limit=sql.SQL("LIMIT {}").format(sql.Literal(int(limit))) if limit else sql.SQL(""),
+        limit=_limit(limit),
     )
     # The planner prices the two counts per listed run (rows x the limit) far above the JIT
     # thresholds and compiles the query for ~0.4 s; it runs in ~50 ms for 200 runs without.
@@ -165,7 +169,7 @@ def load_run_labels(
         "ORDER BY created_at DESC, run_id {limit}"
     ).format(
         where=where,
-        limit=sql.SQL("LIMIT {}").format(sql.Literal(int(limit))) if limit else sql.SQL(""),
+        limit=_limit(limit),
     )
     with conn.cursor() as cur:
         cur.execute(query, [list(run_ids)] if run_ids is not None else [])

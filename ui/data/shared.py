@@ -79,20 +79,20 @@ class Readers:
             kept = self._idle.pop() if self._idle else None
         if kept is not None:
             try:
-                result = load(kept)
+                return self._lend(kept, load)
             except psycopg.OperationalError:
-                kept.close()  # lost while kept: the store restarted, or it timed us out
-            except BaseException:
-                kept.close()
-                raise
-            else:
-                return self._done(kept, result)
-        fresh = connect_reader(self.url)
+                pass  # lost while kept (the store restarted, or it timed us out): a new one
+        return self._lend(connect_reader(self.url), load)
+
+    def _lend(
+        self, conn: psycopg.Connection[Any], load: Callable[[psycopg.Connection[Any]], T]
+    ) -> T:
         try:
-            return self._done(fresh, load(fresh))
+            result = load(conn)
         except BaseException:
-            fresh.close()
+            conn.close()
             raise
+        return self._done(conn, result)
 
     def close(self) -> None:
         """Close the kept connections (a later load opens a new one)."""
