@@ -192,7 +192,9 @@ def test_dispatch_delay_is_judged_at_the_send_the_record_stores(connect: bool) -
     """The self-check's dispatch delay is the stored `sent_ns` (schedule to wire), less the
     set-up of a connection opened for the request: 200 ms of the generator's own before the
     wire break a 100-ms bound, 200 ms spent connecting do not (they are in `connect_ns`). The
-    bound is far above what a loaded host adds (seen: 10 ms in a whole run's parallel phase)."""
+    bound is far above what a loaded host adds (seen: 10 ms in a whole run's parallel phase;
+    once, in one, 737 ms of CPU starvation: the connection's share is then checked as what is
+    subtracted, and the flag as following the bound)."""
     plan = make_plan(
         {"rate": [40.0], "arrival": "constant", "duration_s": 1.0},
         validity={"max_dispatch_delay_p99_ms": 100.0},
@@ -204,7 +206,9 @@ def test_dispatch_delay_is_judged_at_the_send_the_record_stores(connect: bool) -
     flagged = any("dispatch delay" in why for why in result.invalid_reasons)
     if connect:
         assert all(r.connect_ns is not None and r.connect_ns >= 200e6 for r in sink.records)
-        assert disp99 < 100.0 and not flagged, (disp99, result.invalid_reasons)
+        # the 200 ms of connecting are not the generator's: what is judged is sent - connect
+        assert disp99 <= np.percentile(sent, 99) - 190.0, (disp99, result.invalid_reasons)
+        assert flagged == (disp99 > 100.0), (disp99, result.invalid_reasons)
     else:
         assert disp99 >= 200.0 and flagged, (disp99, result.invalid_reasons)
 
