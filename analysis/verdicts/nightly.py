@@ -55,10 +55,12 @@ DEFAULT_CONFIDENCE = 0.95  # the family-wise rate of false change points is 1 - 
 
 
 def schedule_names(conn: psycopg.Connection[Any]) -> list[str]:
-    """Names of the schedules that have at least one stored run, alphabetically."""
+    """Names of the schedules that have at least one stored run, in code-point order (as
+    Python sorts them, whatever the database's collation)."""
     with conn.cursor() as cur:
         cur.execute(
-            "SELECT DISTINCT schedule_name FROM runs WHERE schedule_name IS NOT NULL ORDER BY 1"
+            'SELECT DISTINCT schedule_name COLLATE "C" FROM runs '
+            "WHERE schedule_name IS NOT NULL ORDER BY 1"
         )
         return [str(r[0]) for r in cur.fetchall()]
 

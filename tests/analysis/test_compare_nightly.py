@@ -165,6 +165,20 @@ def test_schedule_history_from_store(pg_conn: psycopg.Connection[Any]) -> None:
 
 
 @pytest.mark.integration
+def test_schedule_names_are_every_schedule_in_code_point_order(
+    pg_conn: psycopg.Connection[Any],
+) -> None:
+    """What the Nightly page and `peakload nightly` list: each schedule once, however old its
+    runs (the page read the newest 5,000 runs, counting each one's requests, for these names)."""
+    t0 = dt.datetime(2026, 10, 1, 2, 0, tzinfo=dt.UTC)
+    for i, schedule in enumerate(["nightly-b", "Nightly-A", None, "nightly-b", "alpha"]):
+        rid = f"00000000-0000-0000-0002-{i:012d}"
+        row = run_row(rid, name=f"r{i}", schedule_name=schedule, created_at=t0 + dt.timedelta(i))
+        insert_run(pg_conn, row, [level_row(rid)])
+    assert nightly.schedule_names(pg_conn) == ["Nightly-A", "alpha", "nightly-b"]
+
+
+@pytest.mark.integration
 def test_compare_cli_exit_codes(
     pg_conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,10 +14,11 @@ from ui.data import shared
 
 @st.cache_data(ttl=shared.RUNS_TTL_S, show_spinner=False)
 def schedules() -> list[str]:
-    """Schedule names that have runs, alphabetically."""
-    df = shared.runs(limit=5000)
-    names = df["schedule_name"].dropna().unique().tolist()
-    return sorted(str(n) for n in names)
+    """Schedule names that have runs, alphabetically (analysis.verdicts.nightly.schedule_names,
+    as `peakload nightly`: every schedule, read from the runs table alone, not from the newest
+    5,000 runs with their request counts)."""
+    with shared.store().conn() as c:
+        return anightly.schedule_names(c)
 
 
 NIGHTLY_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "ttfat_ms")

@@ -81,6 +81,9 @@ def test_who_launched_tags_notes_and_the_filters(store_url: str) -> None:
         assert load_run_labels(conn, limit=2).equals(load_runs(conn, limit=2)[cols])
         some = [ids["pp-plain"], ids["pp-vllm"]]
         assert load_run_labels(conn, run_ids=some).equals(load_runs(conn, run_ids=some)[cols])
+        for status in ("completed", "running"):  # the Live page's picker: running runs
+            by_status = load_run_labels(conn, status=status)
+            assert by_status.equals(load_runs(conn, status=status)[cols])
         row = everything.set_index("name").loc["pp-plain"]
         assert row["launched_by"] is None and row["preset"] is None and list(row["tags"]) == []
 
