@@ -70,23 +70,40 @@ def _median(x: pd.Series) -> float | None:
     return float(v.median()) if len(v) else None
 
 
-def _reported(sub: pd.DataFrame) -> dict[str, Any]:
+class _PerRequest:
+    """The per-request values the breakdown reads, computed once over the whole frame and
+    masked per region: masking the frame itself per region copied every column (at 10M
+    requests, 7 s of a Run page)."""
+
+    def __init__(self, df: pd.DataFrame) -> None:
+        n = len(df)
+        self.ttft = m.ttft_ms(df) if n else np.zeros(0)
+        nan = np.full(n, np.nan)
+        self.prefill = (
+            df["server_prefill_ms"].to_numpy(dtype="float64") if "server_prefill_ms" in df else nan
+        )
+        self.queue = (
+            df["server_queue_ms"].to_numpy(dtype="float64") if "server_queue_ms" in df else nan
+        )
+        self.server_ttft = m.server_prefill_ms(df) if n else np.zeros(0)
+        self.connect = (
+            df["connect_ns"].to_numpy(dtype="float64") / 1e6 if "connect_ns" in df else None
+        )
+
+
+def _reported(v: _PerRequest, rows: np.ndarray) -> dict[str, Any]:
     """The requests' own server timings: how many report any (`n`), the queue and prefill
     times and their sum (analysis.metrics.server_prefill_ms, over requests reporting both) at
     p50/p90/p99, and whether every request reports both parts (`all_both`)."""
-    nan = np.full(len(sub), np.nan)
-    prefill = (
-        sub["server_prefill_ms"].to_numpy(dtype="float64") if "server_prefill_ms" in sub else nan
-    )
-    queue = sub["server_queue_ms"].to_numpy(dtype="float64") if "server_queue_ms" in sub else nan
+    prefill, queue = v.prefill[rows], v.queue[rows]
     both = np.isfinite(prefill) & np.isfinite(queue)
-    total = m.server_prefill_ms(sub)[both] if both.any() else np.zeros(0)
+    total = v.server_ttft[rows][both] if both.any() else np.zeros(0)
     return {
         "n": int((np.isfinite(prefill) | np.isfinite(queue)).sum()),
         "queue_ms": _pcts(queue),
         "prefill_ms": _pcts(prefill),
         "ttft_ms": _pcts(total),
-        "all_both": bool(len(sub)) and bool(both.all()),
+        "all_both": bool(prefill.size) and bool(both.all()),
     }
 
 
@@ -97,16 +114,21 @@ def region_breakdown(df: pd.DataFrame, shards: pd.DataFrame) -> list[dict[str, A
     over the region's shards); the clock offset range and the largest uncertainty, with the
     shards whose offset is uncertain beyond the bound."""
     out = []
-    regions = sorted(set(shards["region"]) | (set(df["region"]) if len(df) else set()))
-    ok = (df["outcome"] == "ok") & (df["phase"] == "steady") if len(df) else pd.Series(dtype=bool)
+    codes, names = pd.factorize(df["region"]) if len(df) else (np.zeros(0, np.int64), [])
+    code_of = {name: i for i, name in enumerate(names)}  # codes, not 10M string comparisons
+    regions = sorted(set(shards["region"]) | set(code_of))
+    ok = ((df["outcome"] == "ok") & (df["phase"] == "steady")).to_numpy() if len(df) else None
+    values = _PerRequest(df)
     for region in regions:
         sh = shards[shards["region"] == region]
-        sub = df[ok & (df["region"] == region)] if len(df) else df
-        ttft = m.ttft_ms(sub) if len(sub) else np.zeros(0)
+        rows = codes == code_of.get(region, -2)  # -1 is a missing region: in none
+        if ok is not None:
+            rows &= ok
+        ttft = values.ttft[rows]
         rtt_ns = _median(sh["network_rtt_ns"])
         rtt = rtt_ns / 1e6 if rtt_ns is not None else None
         ttft_p = _pcts(ttft)
-        reported = _reported(sub)
+        reported = _reported(values, rows)
         if reported["all_both"]:
             server, source = reported["ttft_ms"], FROM_SERVER
         else:
@@ -116,8 +138,8 @@ def region_breakdown(df: pd.DataFrame, shards: pd.DataFrame) -> list[dict[str, A
             }
             source = FROM_RTT
         per_req_connect = (
-            _pcts(sub["connect_ns"].to_numpy(dtype="float64") / 1e6)
-            if "connect_ns" in sub
+            _pcts(values.connect[rows])
+            if values.connect is not None
             else {f"p{q:g}": None for q in PCTS}
         )
         unc = sh["clock_uncertainty_ns"].dropna() / 1e6
@@ -133,7 +155,7 @@ def region_breakdown(df: pd.DataFrame, shards: pd.DataFrame) -> list[dict[str, A
         out.append(
             {
                 "region": str(region),
-                "requests_ok": len(sub),
+                "requests_ok": int(rows.sum()),
                 "ttft_ms": ttft_p,
                 "network_rtt_ms": rtt,
                 "server_time_ms": server,

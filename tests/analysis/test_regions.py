@@ -59,3 +59,34 @@ def test_compare_regions() -> None:
     assert rows["server_time_p50_ms"]["baseline"] == pytest.approx(60.0)
     assert rows["server_time_p50_ms"]["change_pct"] == pytest.approx(50.0)
     assert rows["network_rtt_ms"]["change_pct"] == pytest.approx(0.0)
+
+
+def test_each_region_of_a_mixed_frame_is_its_rows_alone() -> None:
+    """The breakdown masks per-request values computed once over the whole frame: a region's
+    entry equals the entry of a frame holding only its steady-phase ok rows, whatever the
+    other rows, with the region column categorical (as loaded) or text, and
+    server timings reported by some requests only."""
+    rng = np.random.default_rng(7)
+    parts = []
+    for region, rtt in (("eu", 10.0), ("us", 40.0), ("ap", 120.0)):
+        part = _requests(region, list(rtt + rng.exponential(30.0, 200)))
+        part["outcome"] = np.where(rng.random(200) < 0.1, "http_error", "ok")
+        part["phase"] = np.where(rng.random(200) < 0.2, "warmup", "steady")
+        part["server_prefill_ms"] = np.where(rng.random(200) < 0.3, np.nan, rng.random(200) * 9)
+        part["server_queue_ms"] = np.where(rng.random(200) < 0.5, np.nan, rng.random(200))
+        parts.append(part)
+    mixed = pd.concat(parts, ignore_index=True).sample(frac=1.0, random_state=3)
+    shards = pd.concat([_shards(r, 5.0, 0.2, False) for r in ("eu", "us", "ap", "sa")])
+    counted = mixed[(mixed["outcome"] == "ok") & (mixed["phase"] == "steady")]
+    alone = {
+        r: region_breakdown(counted[counted["region"] == r], shards[shards["region"] == r])[0]
+        for r in ("eu", "us", "ap")
+    }
+    for region_column in (mixed["region"], mixed["region"].astype("category")):
+        entries = region_breakdown(mixed.assign(region=region_column), shards)
+        assert [e["region"] for e in entries] == ["ap", "eu", "sa", "us"]  # "sa": probes only
+        for e in entries:
+            if e["region"] == "sa":
+                assert e["requests_ok"] == 0 and e["ttft_ms"]["p50"] is None
+            else:
+                assert e == alone[e["region"]]
