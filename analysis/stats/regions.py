@@ -114,8 +114,11 @@ def region_breakdown(df: pd.DataFrame, shards: pd.DataFrame) -> list[dict[str, A
     over the region's shards); the clock offset range and the largest uncertainty, with the
     shards whose offset is uncertain beyond the bound."""
     out = []
-    codes, names = pd.factorize(df["region"]) if len(df) else (np.zeros(0, np.int64), [])
-    code_of = {name: i for i, name in enumerate(names)}  # codes, not 10M string comparisons
+    codes: np.ndarray = np.zeros(0, np.int64)
+    code_of: dict[Any, int] = {}  # codes, not 10M string comparisons
+    if len(df):
+        codes, names = pd.factorize(df["region"])
+        code_of = {name: i for i, name in enumerate(names.tolist())}
     regions = sorted(set(shards["region"]) | set(code_of))
     ok = ((df["outcome"] == "ok") & (df["phase"] == "steady")).to_numpy() if len(df) else None
     values = _PerRequest(df)
