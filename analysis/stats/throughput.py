@@ -217,6 +217,10 @@ def arrival_throughput(
     )
 
 
+DENSE_CELLS_PER_ROW = 4  # `completions` counts on the whole grid of cells up to this many a row
+DENSE_CELLS_MIN = 1 << 16
+
+
 def completions(
     df: pd.DataFrame, bucket_s: float, *, by: Literal["region", "none"] = "region"
 ) -> pd.DataFrame:
@@ -244,9 +248,17 @@ def completions(
     k0, groups = int(k.min()), int(code.max()) + 1
     cell = (k - k0) * groups + code  # by bucket, then region
     ok = (df["outcome"] == "ok").to_numpy(dtype=bool)
-    seen, inverse = np.unique(cell, return_inverse=True)
-    n_ok = np.bincount(inverse, weights=ok.astype(np.float64), minlength=seen.size)
-    n_all = np.bincount(inverse, minlength=seen.size).astype(np.float64)
+    if int(cell.max()) < DENSE_CELLS_PER_ROW * cell.size + DENSE_CELLS_MIN:
+        # counted on the whole grid of cells, the empty ones dropped after: no sort of every
+        # row's cell (np.unique's, 1.3 s at 10M requests)
+        dense_all = np.bincount(cell)
+        seen = np.flatnonzero(dense_all)
+        n_all = dense_all[seen].astype(np.float64)
+        n_ok = np.bincount(cell, weights=ok.astype(np.float64))[seen]
+    else:  # few rows over a long grid (fine buckets of a long, sparse run)
+        seen, inverse = np.unique(cell, return_inverse=True)
+        n_ok = np.bincount(inverse, weights=ok.astype(np.float64), minlength=seen.size)
+        n_all = np.bincount(inverse, minlength=seen.size).astype(np.float64)
     bucket, group = np.divmod(seen, groups)
     return pd.DataFrame(
         {

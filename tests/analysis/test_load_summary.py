@@ -235,16 +235,23 @@ def test_achieved_concurrency_counts_warmup_requests_in_flight() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("grid", ["dense", "sparse"])
 @pytest.mark.parametrize("bucket_s", [0.25, 1.0, 7.0])
 def test_completions_from_the_frame_are_the_stores_count(
-    pg_conn: psycopg.Connection[Any], bucket_s: float
+    pg_conn: psycopg.Connection[Any], bucket_s: float, grid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """analysis.stats.throughput.completions (the charts of a stored run count ok/s and
     failed/s from its frame) gives the store's own count of timeseries(requests=True), bucket
     by bucket: end times at half microseconds (the store rounds them to even), requests never
-    sent, failures, three regions and every region as one."""
+    sent, failures, three regions and every region as one; counted on the grid of cells or,
+    where it would be too long for the rows (`sparse`, forced here), on the cells seen."""
+    from analysis.stats import throughput
     from analysis.stats.throughput import completions
     from analysis.store.fastload import load_requests_fast
+
+    if grid == "sparse":
+        monkeypatch.setattr(throughput, "DENSE_CELLS_PER_ROW", 0)
+        monkeypatch.setattr(throughput, "DENSE_CELLS_MIN", 0)
 
     run_id = "00000000-0000-0000-0000-00000000c0de"
     rng = np.random.default_rng(7)
