@@ -30,7 +30,9 @@ def timeslices(
     sent = np.isfinite(sent_ns)
     if not sent.any():
         return pd.DataFrame(columns=COLUMNS)
-    at = df["scheduled_at"] + pd.to_timedelta(np.where(sent, sent_ns, 0.0), "ns")
+    # whole nanoseconds (stored as integers: exact in a float64), converted as int64: pandas
+    # converts a float array value by value (0.9 s at 10M requests, 0.05 s as integers)
+    at = df["scheduled_at"] + pd.to_timedelta(np.where(sent, sent_ns, 0.0).astype(np.int64), "ns")
     values = m.per_request_values(df, metric, chunks)
     frame = pd.DataFrame(
         {
