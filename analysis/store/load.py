@@ -54,6 +54,11 @@ def _frame(cur: psycopg.Cursor[Any]) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows, columns=names)
 
 
+def _where(clauses: Sequence[sql.Composable]) -> sql.Composable:
+    """WHERE and the clauses joined by AND; nothing without clauses."""
+    return sql.SQL("WHERE ") + sql.SQL(" AND ").join(clauses) if clauses else sql.SQL("")
+
+
 def _limit(limit: int | None) -> sql.Composable:
     return sql.SQL("LIMIT {}").format(sql.Literal(int(limit))) if limit else sql.SQL("")
 
@@ -136,7 +141,7 @@ def load_runs(
         {limit}
         """
     ).format(
-        where=sql.SQL("WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL(""),
+        where=_where(where),
         limit=_limit(limit),
     )
     # The planner prices the two counts per listed run (rows x the limit) far above the JIT
@@ -179,7 +184,7 @@ def load_run_labels(
         "SELECT run_id::text AS run_id, name, started_at FROM runs {where} "
         "ORDER BY created_at DESC, run_id {limit}"
     ).format(
-        where=sql.SQL("WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL(""),
+        where=_where(where),
         limit=_limit(limit),
     )
     with conn.cursor() as cur:

@@ -16,9 +16,9 @@ LIVE_TTL_S = 1
 @st.cache_data(ttl=LIVE_TTL_S, show_spinner=False)
 def running_runs() -> dict[str, str]:
     """Runs with status `running` (newest first): run_id -> label, read without their
-    request counts (every second: a running run's count is an index scan of its rows)."""
-    with shared.store().conn() as c:
-        return shared.choices(al.load_run_labels(c, status="running", limit=50))
+    request counts (every second: a running run's count is an index scan of its rows), a
+    local run whose process died reaped first (shared.read_labels)."""
+    return shared.read_labels(status="running", limit=50)
 
 
 @st.cache_data(ttl=LIVE_TTL_S, show_spinner=False)

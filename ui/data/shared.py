@@ -204,15 +204,21 @@ def choices(df: pd.DataFrame) -> dict[str, str]:
     return out
 
 
-@st.cache_data(ttl=RUNS_TTL_S, show_spinner=False)
-def labels(limit: int = 200) -> dict[str, str]:
-    """The newest runs' picker labels (`choices`), read without their request counts
-    (analysis.store.load.load_run_labels); a local run whose process died is reaped first."""
+def read_labels(*, status: str | None = None, limit: int = 200) -> dict[str, str]:
+    """The newest runs' picker labels (`choices`), of this status if given, read without their
+    request counts (analysis.store.load.load_run_labels); a local run whose process died is
+    reaped first (listed failed, not running). Not cached: `labels` is, the Live page's own."""
     from workers.local_lease import reap_dead_local_runs
 
     with store().conn() as c:
         reap_dead_local_runs(c)
-        return choices(al.load_run_labels(c, limit=limit))
+        return choices(al.load_run_labels(c, status=status, limit=limit))
+
+
+@st.cache_data(ttl=RUNS_TTL_S, show_spinner=False)
+def labels(limit: int = 200) -> dict[str, str]:
+    """`read_labels` of every status, cached for RUNS_TTL_S."""
+    return read_labels(limit=limit)
 
 
 @st.cache_data(ttl=RUNS_TTL_S, show_spinner=False)
