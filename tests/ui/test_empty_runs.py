@@ -53,31 +53,16 @@ def test_pages_of_a_run_without_requests_say_so(kind: str, empty_store: dict[str
 
 
 def test_the_runs_page_marks_a_run_whose_process_died(empty_store: dict[str, str]) -> None:
-    import socket
-    import subprocess
-    import sys
     import uuid
 
     import psycopg
 
-    from loadgen.runspec.spec import spec_from_dict
-    from workers.store import runs as store_runs
+    from tests.support.local_runs import gone_owner, start_local_run
 
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
-    run_spec = spec_from_dict(
-        {
-            "name": "killed",
-            "target": {"api": "openai-chat", "base_url": "http://127.0.0.1:9/v1", "model": "m"},
-            "load": {"concurrency": [1], "duration_s": 1.0},
-        }
-    )
     run_id = str(uuid.uuid4())
     url = os.environ["PEAKLOAD_DATABASE_URL"]
     with psycopg.connect(url, autocommit=True) as conn:
-        owner = f"{socket.gethostname()}:{gone.stdout.strip()}"
-        store_runs.create_run(conn, run_id, run_spec, mode="local", owner=owner)
-        store_runs.start_run(conn, run_id)
+        start_local_run(conn, run_id, "killed", gone_owner())
     import streamlit as st
 
     st.cache_data.clear()  # the runs list of an earlier page in this process is cached

@@ -4,19 +4,15 @@ running runs only, read without request counts, a local run whose process died r
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 import uuid
 
 import psycopg
 import pytest
 
-from loadgen.runspec.spec import spec_from_dict
+from tests.support.local_runs import gone_owner, start_local_run
 from tests.support.stores import FreshDatabase
 from ui.data import shared
 from workers.local_lease import owner_id
-from workers.store import runs as store_runs
 
 pytestmark = pytest.mark.integration
 
@@ -24,23 +20,13 @@ pytestmark = pytest.mark.integration
 def test_running_runs_are_listed_and_a_dead_local_one_is_reaped_first(
     plain_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
-    spec = spec_from_dict(
-        {
-            "name": "picked",
-            "target": {"api": "openai-chat", "base_url": "http://127.0.0.1:9/v1", "model": "m"},
-            "load": {"concurrency": [1], "duration_s": 1.0},
-        }
-    )
     db = FreshDatabase(plain_url)
     dead, live, ended = (str(uuid.uuid4()) for _ in range(3))
     try:
         with psycopg.connect(db.url, autocommit=True) as conn:
-            owners = {dead: f"{socket.gethostname()}:{gone.stdout.strip()}", live: owner_id()}
+            owners = {dead: gone_owner(), live: owner_id()}
             for run_id in (dead, live, ended):
-                store_runs.create_run(conn, run_id, spec, mode="local", owner=owners.get(run_id))
-                store_runs.start_run(conn, run_id)
+                start_local_run(conn, run_id, "picked", owners.get(run_id))
             conn.execute("UPDATE runs SET status = 'completed' WHERE run_id = %s", (ended,))
         monkeypatch.setenv("PEAKLOAD_DATABASE_URL", db.url)
         assert list(shared.read_labels(status="running")) == [live]

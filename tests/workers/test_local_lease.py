@@ -9,13 +9,12 @@ import sys
 
 import pytest
 
+from tests.support.local_runs import gone_owner
 from workers.local_lease import LEASE_S, UNVERIFIED_S, death_reason, owner_id, process_birth
 
 
 def test_a_process_on_this_host_is_asked_directly() -> None:
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
-    owner = f"{socket.gethostname()}:{gone.stdout.strip()}"
+    owner = gone_owner()
     reason = death_reason(owner, age_s=0.5)
     assert reason is not None and "is gone" in reason and owner in reason
     # alive here: a late heartbeat (the store was out) does not make it dead
@@ -72,19 +71,11 @@ def test_the_reaper_fails_a_run_whose_pid_was_reused(plain_url: str) -> None:
 
     import psycopg
 
-    from loadgen.runspec.spec import spec_from_dict
+    from tests.support.local_runs import start_local_run
     from tests.support.stores import FreshDatabase
     from workers.local_lease import reap_dead_local_runs
-    from workers.store import runs as store_runs
 
     db = FreshDatabase(plain_url)
-    spec = spec_from_dict(
-        {
-            "name": "reused",
-            "target": {"api": "openai-chat", "base_url": "http://127.0.0.1:9/v1", "model": "m"},
-            "load": {"concurrency": [1], "duration_s": 1.0},
-        }
-    )
     host, pid, birth = owner_id().split(":", 2)
     boot, _, ticks = birth.rpartition(".")
     reused, live = str(uuid.uuid4()), str(uuid.uuid4())
@@ -92,8 +83,7 @@ def test_the_reaper_fails_a_run_whose_pid_was_reused(plain_url: str) -> None:
         with psycopg.connect(db.url, autocommit=True) as conn:
             for run_id, owner in ((reused, f"{host}:{pid}:{boot}.{int(ticks) - 7}"),
                                   (live, owner_id())):  # fmt: skip
-                store_runs.create_run(conn, run_id, spec, mode="local", owner=owner)
-                store_runs.start_run(conn, run_id)
+                start_local_run(conn, run_id, "reused", owner)
             dead = dict(reap_dead_local_runs(conn))
             assert set(dead) == {reused}
             status: dict[str, str] = dict(
