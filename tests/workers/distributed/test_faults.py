@@ -1,6 +1,7 @@
-"""Distribution faults (RELIABILITY.md C1-C5) with real worker processes, Redis and PostgreSQL:
-a killed pool child and a killed worker, a shard outliving the visibility timeout plus a
-duplicated task, Redis killed and restarted mid-run, a missing worker, a soft time limit."""
+"""Distribution faults (RELIABILITY.md C1-C5, D3) with real worker processes, Redis and
+PostgreSQL: a killed pool child and a killed worker, a shard outliving the visibility timeout
+plus a duplicated task, Redis killed and restarted mid-run, a missing worker, a soft time limit,
+and the database unreachable from a worker mid-run (it spools and replays, the ledger holds)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import psycopg
 import pytest
 
 from tests.support.celery_workers import Cluster, RedisServer, SimServer
+from tests.support.stores import host_port, with_hostport
+from tests.support.tcpproxy import TcpProxy
 from tests.workers.distributed.helpers import (
     coordinator,
     killed_shard_rows,
@@ -167,3 +170,33 @@ def test_c5_soft_time_limit_flushes_and_marks_timed_out(
         assert 0 < n < 8 * 12  # cut short, everything scheduled so far kept
         assert row["records_written"] == n
     assert w.proc.poll() is None  # a soft stop, not a hard kill
+
+
+def test_d3_database_outage_mid_run_spools_and_replays(
+    cluster: Cluster, cluster_env: dict[str, str], sim_server: SimServer
+) -> None:
+    url = cluster_env["PEAKLOAD_DATABASE_URL"]
+    host, port = host_port(url)
+    with TcpProxy(host, port) as pg:
+        # the worker reaches PostgreSQL only through the proxy; its lease outlasts the outage
+        cluster.start(
+            "a",
+            extra_env={
+                "PEAKLOAD_DATABASE_URL": with_hostport(url, "127.0.0.1", pg.port),
+                "PEAKLOAD_LEASE_TTL_S": "20",
+            },
+        )
+        spec = make_spec(sim_server.base_url, [("a", 1.0)], rate=8, duration_s=8)
+        coord = coordinator(cluster_env)
+        launch = coord.submit(spec, SubmitOptions(ready_timeout_s=30))
+        assert launch.started, launch.reason
+        time.sleep(1.5)
+        pg.pause()
+        pg.reset_all()
+        time.sleep(6.0)
+        pg.resume()
+        status = coord.wait(launch.run_id, timeout_s=90)
+        assert status == "completed", cluster.logs()[-4000:]
+    with psycopg.connect(url, autocommit=True) as conn:
+        n = ledger(conn, launch.run_id, ["a-0"])
+        assert 55 <= n <= 70
