@@ -7,8 +7,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 PYTEST_ARGS ?=
-# pytest-xdist workers for the parallel phase (most tests wait on servers, so more than the cores)
-TEST_WORKERS ?= 4
+# pytest-xdist workers for the parallel phase (empty: tests/phases.py's default, 3 per usable core:
+# most tests wait on servers, so more than the cores)
+TEST_WORKERS ?=
 
 .PHONY: demo test test-fast check audit bench bytecode services venv install install-test clean
 
@@ -60,7 +61,7 @@ services: $(BIN)/python
 ## `alone` ones (they fill the cores).
 test: $(TEST_STAMP) services bytecode
 	set -a; eval "$$(bash deploy/local/env.sh)"; set +a; $(WRITE_BYTECODE) \
-	$(BIN)/python -m tests.phases --workers $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/python -m tests.phases $(if $(TEST_WORKERS),--workers $(TEST_WORKERS)) $(PYTEST_ARGS)
 
 ## The quick local loop: the tests your change can break (tests/affected.py: the working
 ## tree's changes, else the last commit's; SINCE=REV for every change since REV), slow group out,
@@ -68,7 +69,7 @@ test: $(TEST_STAMP) services bytecode
 ## but a timing test may fail there that passes in `make test`).
 test-fast: $(TEST_STAMP) services bytecode
 	set -a; eval "$$(bash deploy/local/env.sh)"; set +a; $(WRITE_BYTECODE) \
-	$(BIN)/python -m tests.phases --workers $(TEST_WORKERS) --select "not slow" --overlap \
+	$(BIN)/python -m tests.phases $(if $(TEST_WORKERS),--workers $(TEST_WORKERS)) --select "not slow" --overlap \
 		--affected $(if $(SINCE),--since $(SINCE)) $(PYTEST_ARGS)
 
 ## The project's own modules compiled once (into __pycache__/, git-ignored). Where the

@@ -12,7 +12,10 @@ import pytest
 from tests.phases import (
     MARKERS,
     NO_TESTS_RAN,
+    WORKERS_PER_CORE,
+    default_workers,
     hungriest,
+    main,
     narrowed_to_marked_modules,
     phase_command,
     run_exit_code,
@@ -37,7 +40,7 @@ def test_the_parallel_phase_has_workers_and_the_serial_ones_run_without(tmp_path
     par = phase_command(3, "not slow", "parallel", junit, ["-x"])
     assert par[:3] == [sys.executable, "-m", "pytest"]
     assert par[par.index("-m", 3) + 1] == "(not slow) and (not serial and not alone)"
-    assert par[par.index("-n") + 1] == "3"
+    assert par[par.index("-n") + 1] == "3" and par[par.index("--dist") + 1] == "worksteal"
     assert par[-2:] == [f"--junitxml={junit}", "-x"]
     ser = phase_command(3, None, "serial", junit, [])
     assert ser[ser.index("-m", 3) + 1] == "serial and not alone"
@@ -48,6 +51,17 @@ def test_the_parallel_phase_has_workers_and_the_serial_ones_run_without(tmp_path
     alone = phase_command(3, "not slow", "alone", junit, [])
     assert alone[alone.index("-m", 3) + 1] == "(not slow) and (alone)"
     assert "-n" not in alone
+
+
+def test_the_parallel_phase_has_workers_per_usable_core_and_refuses_none(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 5}, raising=False)
+    assert default_workers() == 2 * WORKERS_PER_CORE
+    with pytest.raises(SystemExit) as exited:
+        main(["--workers", "0"])
+    assert exited.value.code == 2
+    assert "--workers must be at least 1 (got 0)" in capsys.readouterr().err
 
 
 def test_every_test_is_in_exactly_one_phase(pytester: pytest.Pytester) -> None:
