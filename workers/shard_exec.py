@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg
 
 from loadgen.checks import admission
+from loadgen.engine.levels import wake_offset_ns
 from loadgen.engine.livemetrics import LiveMetrics, MetricsSink
 from loadgen.engine.plan import ShardPlan
 from loadgen.engine.runner import ShardResult, run_shard
@@ -267,6 +268,7 @@ class _Job:
             if not ready:
                 self.status, self.reason = "interrupted", "fenced out before check-in"
                 return
+            wake_ns = wake_offset_ns(plan, spec.load)  # for its own first send (levels.py)
             start_ref = await asyncio.to_thread(self.control.wait_for_start, READY_WAIT_S)
             if start_ref is None:
                 self.status = "aborted"
@@ -276,6 +278,7 @@ class _Job:
                 return
             start_mono = clock.ref_to_mono(start_ref)
             self.start_mono = start_mono
+            wake_mono = start_mono + wake_ns
             abort = asyncio.Event()
             self.control.bind_abort(asyncio.get_running_loop(), abort)
             # everything the start needs is made before it, so that at the instant each shard
@@ -292,6 +295,7 @@ class _Job:
                     target,
                     ScrubbingSink(sink, secret_values(target_spec)),
                     start_at_mono_ns=start_mono,
+                    begin_at_mono_ns=wake_mono,
                     abort=abort,
                     deadline_mono_ns=self.deadline_mono,
                     tokens_per_word=self.tpw,
@@ -303,26 +307,24 @@ class _Job:
                     on_shard=self._keep,
                 )
             )
-            wait_ns = start_mono - time.perf_counter_ns() - LOOP_SLEEP_MARGIN_NS
+            wait_ns = wake_mono - time.perf_counter_ns() - LOOP_SLEEP_MARGIN_NS
             if wait_ns > 0:
                 await asyncio.sleep(wait_ns / 1e9)  # the runner's set-up runs meanwhile
-            # the last stretch in one kernel sleep to the instant (a high-resolution timer), not
-            # polled: on a host running many shards, every poller due at the same instant
-            # would take the cores from the very processes whose start is due
-            while (left_ns := start_mono - time.perf_counter_ns()) > 0:
+            # the last stretch in one kernel sleep (a high-resolution timer), not polled: pollers
+            # due at one instant would take the cores from the processes whose start is due
+            while (left_ns := wake_mono - time.perf_counter_ns()) > 0:
                 time.sleep(left_ns / 1e9)
-            self.skew_ns = time.perf_counter_ns() - start_mono
-            # the shards of a host wake at this one instant: each gives up its core once, so
-            # those still waking note it before any starts its work (64 shards on 2 cores: skew
-            # p50 3.4-4.1 ms, not 6.0-9.7; bench/RESULTS.md). A no-op when no other process is
-            # waiting for a core.
+            self.skew_ns = time.perf_counter_ns() - wake_mono  # how late it woke for its start
+            # shards due at one instant (a closed loop) wake together: each gives up its core once,
+            # so those still waking note it before any starts its work (64 shards on 2 cores:
+            # skew p50 3.4-4.1 ms, not 6.0-9.7; bench/RESULTS.md). A no-op on an idle host.
             if hasattr(os, "sched_yield"):
                 os.sched_yield()
             # noted, and nothing more at the instant: the store hears of the start a moment
             # later (a database round trip per shard at one instant held the cores from the
             # shards still waking), with the instant the shard noted as its started_at
             marking = asyncio.create_task(
-                self._mark_running(self.skew_ns, start_ref + self.skew_ns)
+                self._mark_running(self.skew_ns, start_ref + wake_ns + self.skew_ns)
             )
             try:
                 self.result = await task

@@ -5,24 +5,39 @@ rate), and the load model that drives it until the window ends.
 from __future__ import annotations
 
 import asyncio
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from loadgen.engine.loadmodels import SPAWN_INTERVAL_NS, closed_loop_user, open_loop
+from loadgen.engine.plan import ShardPlan
 from loadgen.engine.pool import Pooled, SamplePool
 from loadgen.engine.samples import SAMPLE_KEYS
-from loadgen.engine.schedule import Level, open_loop_offsets, static_levels, trace_share
+from loadgen.engine.schedule import (
+    Level,
+    TraceEntry,
+    open_loop_offsets,
+    search_level,
+    static_levels,
+    trace_share,
+)
 from loadgen.engine.shard import NS, LevelWindow, Shard
 from loadgen.engine.traces import trace_entries
 from loadgen.results.reasons import LEVEL_ENDED
+from loadgen.runspec.load_spec import LoadSpec
 
 SPAWN_LEAD_NS = 50_000_000  # a user is created this long before its start: its prompt is ready
 # After a pool closes, the shards start their next level this long after the close (on the run's
 # reference clock): long enough for every one of them to see it (64 shards on 2 cores took up to
 # 0.6 s to, bench/fleet.py), so they start together rather than each when it happened to look.
 NEXT_LEVEL_LEAD_NS = 500_000_000
+# A shard of a fleet wakes for the run's start this long before its own first send (its
+# runner's first steps fit in it), within this span after the start (before its first tick)
+WAKE_LEAD_NS = 5_000_000
+WAKE_SPAN_NS = 900_000_000
 
 
 @dataclass(slots=True)
@@ -119,7 +134,6 @@ async def run_level(shard: Shard, level: Level, start: int) -> LevelWindow:
         window.samples = {name: [] for name in SAMPLE_KEYS}
     shard.level_index = level.index
     p, load = shard.plan, shard.spec.load
-    seed = int(np.random.default_rng([p.seed, level.index]).integers(0, 2**62))
     if level.kind == "concurrency":
         users = p.users_per_level[level.index] if level.index < len(p.users_per_level) else 0
         # Users are created as their start comes near, not all up front: memory follows the
@@ -140,29 +154,60 @@ async def run_level(shard: Shard, level: Level, start: int) -> LevelWindow:
             await shard.sleep_until(next_start - SPAWN_LEAD_NS)
         await shard.sleep_until(window.end)
         return window
+    offsets, forced = open_loop_sends(p, load, level)
+    await open_loop(shard, window, offsets, forced)
+    await shard.sleep_until(window.end)
+    return window
+
+
+def _level_seed(plan: ShardPlan, level: Level) -> int:
+    return int(np.random.default_rng([plan.seed, level.index]).integers(0, 2**62))
+
+
+def open_loop_sends(
+    plan: ShardPlan, load: LoadSpec, level: Level
+) -> tuple[Iterator[float], list[TraceEntry] | None]:
+    """This shard's send offsets (s from the level's start) in an open-loop or trace `level`,
+    and for a trace its entries (their lengths); no offsets at a rate of 0."""
     if level.kind == "trace":
         assert load.trace is not None
         entries = trace_entries(load)
-        lo = float(p.extra.get("fraction_lo", 0.0))
-        mine = [entries[i] for i in trace_share(len(entries), load.seed, lo, lo + p.fraction)]
-        await open_loop(shard, window, (e.t_s for e in mine), mine)
+        lo = float(plan.extra.get("fraction_lo", 0.0))
+        mine = [entries[i] for i in trace_share(len(entries), load.seed, lo, lo + plan.fraction)]
+        return (e.t_s for e in mine), mine
+    r0 = level.value * plan.fraction
+    r1 = (level.ramp_to if level.ramp_to is not None else level.value) * plan.fraction
+    if r0 <= 0 and r1 <= 0:
+        return iter(()), None
+    offsets = open_loop_offsets(
+        load.arrival,
+        load.burstiness,
+        r0,
+        r1,
+        level.duration_s,
+        _level_seed(plan, level),
+        plan.max_requests,
+        phase=float(plan.extra.get("fraction_lo", 0.0)),
+    )
+    return offsets, None
+
+
+def first_send_s(plan: ShardPlan, load: LoadSpec) -> float:
+    """When this shard's first request is due, in s after the run's start: at 0 under a closed
+    loop (its first user starts then), else its first level's first send offset (an open-loop
+    shard's phase puts the shards of one rate one after another, not all at the start; inf when
+    the level sends nothing). The level is the first static one, or a search's first try."""
+    levels = static_levels(load)
+    if load.saturation is not None:
+        first = search_level(load, 0, load.saturation.start)
+    elif levels:
+        first = levels[0]
     else:
-        r0 = level.value * p.fraction
-        r1 = (level.ramp_to if level.ramp_to is not None else level.value) * p.fraction
-        if r0 > 0 or r1 > 0:
-            offs = open_loop_offsets(
-                load.arrival,
-                load.burstiness,
-                r0,
-                r1,
-                level.duration_s,
-                seed,
-                p.max_requests,
-                phase=float(p.extra.get("fraction_lo", 0.0)),
-            )
-            await open_loop(shard, window, offs)
-    await shard.sleep_until(window.end)
-    return window
+        return 0.0
+    if first.kind == "concurrency":
+        return 0.0
+    offsets, _ = open_loop_sends(plan, load, first)
+    return next(offsets, math.inf)
 
 
 def level_result(
@@ -199,3 +244,17 @@ async def drain(r: Shard, until: int) -> bool:
             return False
         await asyncio.wait(set(r.in_flight), timeout=left)
     return True
+
+
+def wake_offset_ns(plan: ShardPlan, load: LoadSpec) -> int:
+    """How long after the run's start instant this shard wakes for it: WAKE_LEAD_NS before its
+    first send (`first_send_s`); at the instant under a closed loop, when that send is sooner,
+    or when the first level sends nothing; a send due past WAKE_SPAN_NS has its time folded
+    into that span (the shards' wakes as spread as their first sends). The shards of a host,
+    each woken for its own first send, do not all wake at one instant and take the cores from
+    each other (64 on 2 cores: tens of ms for the last to wake); every send is scheduled from
+    the start either way."""
+    due_s = first_send_s(plan, load)
+    if not math.isfinite(due_s):
+        return 0
+    return max(0, int(due_s * NS) - WAKE_LEAD_NS) % WAKE_SPAN_NS

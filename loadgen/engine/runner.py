@@ -45,6 +45,7 @@ async def run_shard(
     sink: Sink,
     *,
     start_at_mono_ns: int | None = None,
+    begin_at_mono_ns: int | None = None,
     abort: asyncio.Event | None = None,
     on_tick: Callable[[Tick], None] | None = None,
     deadline_mono_ns: int | None = None,
@@ -56,7 +57,10 @@ async def run_shard(
 ) -> ShardResult:
     """Run one shard to the end. Never raises for failed requests: each is a record.
 
-    `start_at_mono_ns` (monotonic ns) is when the first level begins; `deadline_mono_ns` a hard
+    `start_at_mono_ns` (monotonic ns) is when the first level begins (every send is scheduled from
+    it); `begin_at_mono_ns`, when the shard starts its work (loop-lag probe, ticks, first
+    level), if later: at most a second later, before its first send (`levels.wake_offset_ns`).
+    `deadline_mono_ns` a hard
     end (soft time limit) after which in-flight requests are cancelled and the shard is
     `timed_out`; setting `abort` cancels in-flight requests and ends it as `aborted`.
     `pool`, shared by the shards of one run: they meet after each level (so under `drain` and
@@ -83,7 +87,7 @@ async def run_shard(
         start = start_at_mono_ns if start_at_mono_ns is not None else clock()
         status = "completed"
         levels_done: list[LevelResult] = []
-        await r.sleep_until(start)
+        await r.sleep_until(max(start, begin_at_mono_ns or start))
         # the loop-lag probe from the start on, not before: until then the process has nothing to
         # measure, and a host's shards waiting for one instant would only take turns at the cores
         background = [asyncio.create_task(r.check.lag.run()), asyncio.create_task(r.ticker(start))]

@@ -63,6 +63,11 @@ def static_levels(load: LoadSpec) -> list[Level]:
     return []
 
 
+def search_level(load: LoadSpec, index: int, rate: float) -> Level:
+    """A saturation search's `index`-th level, at `rate` requests/s (the run's, before shares)."""
+    return Level(index, "rate", rate, load.duration_s, load.warmup_s, load.cooldown_s)
+
+
 def unit_gaps(arrival: str, burstiness: float, rng: np.random.Generator, n: int) -> np.ndarray:
     """`n` gaps of a unit-rate arrival process (mean 1)."""
     if arrival == "constant":

@@ -25,7 +25,7 @@ import numpy as np
 from loadgen.engine.levels import LevelResult, drain, level_result, next_level_start, run_level
 from loadgen.engine.pool import SamplePool
 from loadgen.engine.samples import DELIVERED, ITL_COUNTS, OUTCOMES, SAMPLE_KEYS, TOKEN_METRICS
-from loadgen.engine.schedule import Level, saturation_levels
+from loadgen.engine.schedule import saturation_levels, search_level
 from loadgen.engine.shard import NS, Shard
 from loadgen.results.binomial import Verdict, decide, decide_error_budget
 from loadgen.results.clustered import RULE as CLUSTERED_RULE
@@ -153,9 +153,7 @@ async def run_search(
         pooled: dict[str, list[float]] = {name: [] for name in SAMPLE_KEYS}
         verdict: Verdict = "insufficient samples"
         for run in range(1 + sat.max_extensions):
-            lvl = Level(
-                i, "rate", value, spec.load.duration_s, spec.load.warmup_s, spec.load.cooldown_s
-            )
+            lvl = search_level(spec.load, i, value)
             i += 1
             try:
                 w = await run_level(r, lvl, t0)
