@@ -24,6 +24,7 @@ from loadgen.engine.plan import ShardPlan
 from loadgen.engine.runner import ShardResult, run_shard
 from loadgen.engine.runtime import run_measurement
 from loadgen.engine.scrubbing import ScrubbingSink
+from loadgen.engine.timer import wake_at
 from loadgen.runspec.secrets import resolve_target, secret_values
 from loadgen.targets.factory import build_target, paced_by
 from loadgen.targets.policy import policy_from_env
@@ -48,9 +49,6 @@ T = TypeVar("T")
 READY_WAIT_S = 300.0  # how long a checked-in shard waits for the coordinator's start time
 SOFT_LIMIT_GRACE_S = 20.0  # the runner stops this long before the soft limit, to flush
 DB_RETRY_S = 300.0  # how long the final bookkeeping retries through a store outage
-# the event loop's sleep may overshoot by a millisecond (epoll's timeout is in ms): it sleeps to
-# this long before the start, a blocking sleep the rest
-LOOP_SLEEP_MARGIN_NS = 3_000_000
 POOL_CONNECT_S = 1.0  # how long a shard waits for its sample pool's Redis before the start
 POOL_LEAVE_S = 2.0  # how long a shard that stopped early tries to tell its sample pool so
 # how long after its start a shard tells the store it is running: past the instant at which
@@ -187,6 +185,7 @@ class _Job:
         self.result: ShardResult | None = None
         self.skew_ns: int | None = None
         self.start_mono: int | None = None
+        self.wake_ns: int | None = None  # when it woke for the start, after it (levels.py)
         self.shard: Shard | None = None  # the runner's state, read after a stop from outside
         self.live: LiveMetrics | None = None  # this process's live metrics, if served
 
@@ -278,7 +277,7 @@ class _Job:
                 return
             start_mono = clock.ref_to_mono(start_ref)
             self.start_mono = start_mono
-            wake_mono = start_mono + wake_ns
+            wake_mono, self.wake_ns = start_mono + wake_ns, wake_ns
             abort = asyncio.Event()
             self.control.bind_abort(asyncio.get_running_loop(), abort)
             # everything the start needs is made before it, so that at the instant each shard
@@ -307,14 +306,7 @@ class _Job:
                     on_shard=self._keep,
                 )
             )
-            wait_ns = wake_mono - time.perf_counter_ns() - LOOP_SLEEP_MARGIN_NS
-            if wait_ns > 0:
-                await asyncio.sleep(wait_ns / 1e9)  # the runner's set-up runs meanwhile
-            # the last stretch in one kernel sleep (a high-resolution timer), not polled: pollers
-            # due at one instant would take the cores from the processes whose start is due
-            while (left_ns := wake_mono - time.perf_counter_ns()) > 0:
-                time.sleep(left_ns / 1e9)
-            self.skew_ns = time.perf_counter_ns() - wake_mono  # how late it woke for its start
+            self.skew_ns = await wake_at(wake_mono)  # the runner's set-up runs meanwhile
             # shards due at one instant (a closed loop) wake together: each gives up its core once,
             # so those still waking note it before any starts its work (64 shards on 2 cores:
             # skew p50 3.4-4.1 ms, not 6.0-9.7; bench/RESULTS.md). A no-op on an idle host.
@@ -420,6 +412,7 @@ class _Job:
                 invalid_reasons=list(res.invalid_reasons) if res else [],
                 extra={
                     "start_mono_ns": self.start_mono,
+                    "wake_offset_ns": self.wake_ns,  # started_at = the start + this + the skew
                     "outcomes": dict(res.outcomes) if res else {},
                     "health": dict(res.health) if res else {},
                     "levels": [level_row(lv) for lv in (res.levels if res else [])],

@@ -211,3 +211,21 @@ def shard_timer(clock: Callable[[], int]) -> ShardTimer:
         if timer is not None:
             return timer
     return LoopSleep(clock)
+
+
+# the event loop's sleep may overshoot by a millisecond (epoll's timeout is in ms): `wake_at`
+# sleeps in it to this long before the instant, in one blocking kernel sleep the rest
+LOOP_SLEEP_MARGIN_NS = 3_000_000
+
+
+async def wake_at(mono_ns: int) -> int:
+    """Sleep to the instant `mono_ns` on time.perf_counter_ns (other tasks run until
+    LOOP_SLEEP_MARGIN_NS before it) and return how late it woke, in ns. The last stretch is one
+    kernel sleep (a high-resolution timer), not polled: pollers due at one instant would take
+    the cores from the very processes whose start is due (a host's shards)."""
+    wait_ns = mono_ns - time.perf_counter_ns() - LOOP_SLEEP_MARGIN_NS
+    if wait_ns > 0:
+        await asyncio.sleep(wait_ns / 1e9)
+    while (left_ns := mono_ns - time.perf_counter_ns()) > 0:
+        time.sleep(left_ns / 1e9)
+    return time.perf_counter_ns() - mono_ns

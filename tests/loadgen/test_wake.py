@@ -16,6 +16,7 @@ import pytest
 from loadgen.engine.levels import WAKE_LEAD_NS, WAKE_SPAN_NS, first_send_s, wake_offset_ns
 from loadgen.engine.plan import ShardPlan
 from loadgen.engine.runner import run_shard
+from loadgen.engine.timer import wake_at
 from tests.loadgen.test_runner import ScriptedTarget, make_plan
 from tests.support.memsink import MemorySink, ledger
 
@@ -110,3 +111,14 @@ def test_the_first_send_is_the_one_the_run_schedules_and_a_later_begin_keeps_it(
     # within two clock readings (the shard's wall and monotonic anchors), not one send later
     assert abs(at_start[0] - round(due_s * 1e9)) <= 50_000
     assert woken == pytest.approx(at_start, abs=50_000)  # the same schedule from the same start
+
+
+def test_wake_at_never_returns_before_the_instant_and_says_how_late() -> None:
+    async def main() -> tuple[int, int, int]:
+        due = time.perf_counter_ns() + 20 * MS
+        late = await wake_at(due)
+        return due, late, time.perf_counter_ns()
+
+    due, late, after = asyncio.run(main())
+    assert 0 <= late <= after - due
+    assert asyncio.run(wake_at(time.perf_counter_ns() - MS)) >= MS  # already past: at once

@@ -54,15 +54,19 @@ def test_two_regions_run_synchronized_and_complete(
         net = network_breakdown(conn, launch.run_id)
         assert [r["region"] for r in net] == ["eu", "us"]
         assert all(r["ttft_p50_ms"] is not None and r["ttft_p50_ms"] >= 15 for r in net)
-        start_at_ref_ns, late_us = conn.execute(
+        start_at_ref_ns, late_us, last_wake_ns = conn.execute(
             "SELECT r.start_at_ref_ns, max(abs(extract(epoch FROM s.started_at) * 1e6"
-            " - (r.start_at_ref_ns + s.start_skew_ns) / 1e3))"
+            " - (r.start_at_ref_ns + (s.extra->>'wake_offset_ns')::bigint + s.start_skew_ns)"
+            " / 1e3)), max((s.extra->>'wake_offset_ns')::bigint)"
             " FROM runs r JOIN shards s USING (run_id) WHERE run_id = %s"
             " GROUP BY r.start_at_ref_ns",
             (launch.run_id,),
-        ).fetchone() or (None, None)
-        # each shard's started_at is the coordinated start plus its own skew (to the µs)
+        ).fetchone() or (None, None, None)
+        # each shard's started_at is the coordinated start, plus when it woke for its first send
+        # (us-0's, at 5 requests/s from half a unit in: 0.1 s less the 5-ms lead), plus its own
+        # skew (to the µs)
         assert start_at_ref_ns is not None and late_us is not None and late_us <= 2
+        assert last_wake_ns == 95_000_000
         levels: Any = conn.execute(
             "SELECT started_at, ended_at FROM run_levels WHERE run_id = %s", (launch.run_id,)
         ).fetchall()
