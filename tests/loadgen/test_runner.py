@@ -446,6 +446,8 @@ def _probe_samples(block_s: float = 0.0) -> list[float]:
     return asyncio.run(main())
 
 
+@pytest.mark.serial  # an idle loop's lag on an idle host: in a parallel phase of 8 workers on 2
+# cores its median was over 1 ms (2026-12-07)
 def test_an_idle_loop_reads_near_zero_lag(probe_source: str) -> None:
     """On an idle loop the probe reads a fraction of a millisecond (the process's wake-up, and
     on the thread one socket hop), far below the validity bound. (The median is used: another
@@ -456,6 +458,7 @@ def test_an_idle_loop_reads_near_zero_lag(probe_source: str) -> None:
     assert float(np.median(samples)) < 1.0  # far below the 2 ms validity bound
 
 
+@pytest.mark.serial  # 5-ms instants to within 0.5 ms: failed beside a loaded parallel phase
 def test_a_blocked_loop_is_seen_late_by_the_time_it_was_blocked(probe_source: str) -> None:
     """Blocked 60 ms, the loop reads the instant due as the block began about 60 ms late; from
     the timerfd, each instant missed meanwhile is a sample of its own (55, 50, ... ms late), as
