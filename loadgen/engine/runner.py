@@ -58,11 +58,11 @@ async def run_shard(
     """Run one shard to the end. Never raises for failed requests: each is a record.
 
     `start_at_mono_ns` (monotonic ns) is when the first level begins (every send is scheduled from
-    it); `begin_at_mono_ns`, when the shard starts its work (loop-lag probe, ticks, first
-    level), if later: at most a second later, before its first send (`levels.wake_offset_ns`).
-    `deadline_mono_ns` a hard
-    end (soft time limit) after which in-flight requests are cancelled and the shard is
-    `timed_out`; setting `abort` cancels in-flight requests and ends it as `aborted`.
+    it); `begin_at_mono_ns`, if later, when the shard starts its work (loop-lag probe, ticks,
+    first level): under a second later, before its first send (`levels.wake_offset_ns`).
+    `deadline_mono_ns` is a hard end (soft time limit) after which in-flight requests are
+    cancelled and the shard is `timed_out`; setting `abort` cancels in-flight requests and ends
+    it as `aborted`.
     `pool`, shared by the shards of one run: they meet after each level (so under `drain` and
     `cancel` every shard's next level starts once all have drained), and a saturation search is
     one search, decided on their pooled samples. `on_shard` is handed the shard's state once
