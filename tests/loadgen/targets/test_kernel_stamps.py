@@ -171,6 +171,8 @@ def _stream_idle(base_url: str) -> list[StreamEvent]:
     return asyncio.run(main())
 
 
+@pytest.mark.serial  # every earlier segment read alone within 5 ms: a loop late on a loaded host
+# reads two at once, and the count no longer proves this read's (ci3 of 2026-12-07: 0.53 ms)
 def test_tokens_in_one_segment_are_exact() -> None:
     """Two tokens in one write: one segment, one arrival. The read holds them both, and the
     kernel's segment count (one per read so far) says so: their stamp is exact."""
