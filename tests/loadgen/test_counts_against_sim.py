@@ -118,7 +118,8 @@ def test_odd_chunking_gives_the_same_counts(sim: SimProcess, fault: str) -> None
         if fault.startswith("reasoning"):
             assert r.reasoning_tokens == 6
             assert r.first_answer_ns is not None and r.first_token_ns is not None
-            assert r.first_answer_ns > r.first_token_ns
+            # later, or in the same read (one stamp) when a starved loop read them together
+            assert r.first_answer_ns >= r.first_token_ns
 
 
 @pytest.mark.slow
