@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 PYTEST_ARGS ?=
-# pytest-xdist workers for the parallel phase (empty: tests/phases.py's default, 3 per usable core:
+# pytest-xdist workers for the parallel phase (empty: tests/phases.py's default, 2 per usable core:
 # most tests wait on servers, so more than the cores)
 TEST_WORKERS ?=
 
