@@ -64,10 +64,10 @@ BAD_USAGE = 2
 SLOWEST = 25
 # xdist workers per core the process may use: most parallel tests wait on servers, timers and
 # sleeps, so more workers than cores fill the waits. Measured on 2 cores (fresh clones,
-# 2026-12-07, the runner's figures): 4 workers 446 s; 6 with work stealing 330-362 s, but two of
-# three runs failed a timing test the extra load bent (each since moved to the serial phase);
-# 8 saturated the cores (410 s). 2 per core until no such test is left in the parallel phase:
-# `--workers 6` (TEST_WORKERS=6) is the faster, less strict choice.
+# 2026-12-07): 4 workers 446 s; 4 with work stealing (an idle worker takes queued tests from a
+# busy one) 370 s alone; 6 with it 330-362 s, but two of three runs failed a timing test the
+# extra load bent (each since moved to the serial phase); 8 saturated the cores (410 s). 2 per
+# core: `--workers 6` (TEST_WORKERS=6) is the faster, less strict choice.
 WORKERS_PER_CORE = 2
 
 
