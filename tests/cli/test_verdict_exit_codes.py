@@ -16,9 +16,13 @@ from tests.support.sim import SimProcess
 
 pytestmark = pytest.mark.integration
 
+# far off, the load shortfall too: a starved client leaves gaps between a fast 429 and its next
+# send, and a level short of its load by more than 5 % makes every claim on it undecidable (exit 3
+# twice in CI's parallel phase, 2026-12-07; pytest at nice 10 beside 4 busy loops: "mean in flight
+# 3.57 of 4, 10.8% short")
 LOOSE = (
     "[validity]\nmax_loop_lag_p99_ms = 1e6\nmax_dispatch_delay_p99_ms = 1e6\n"
-    "max_cpu_percent = 1e6\n"
+    "max_cpu_percent = 1e6\nmax_load_shortfall = 0.99\n"
 )
 TIGHT = "[validity]\nmax_dispatch_delay_p99_ms = 1e-9\n"
 
@@ -72,30 +76,32 @@ def test_every_command_exits_by_the_one_table(
         'max_error_rate = 0.9\n[[claims]]\nmetric = "ttft_ms"\npercentile = 10\nthreshold = 10000\n'
     )
 
-    def cli(*args: str) -> int:
-        return peakload(list(args), store_url, tmp_path).returncode
+    def cli(code: int, *args: str) -> None:
+        """`peakload ARGS` exits with `code`; else what it printed says why."""
+        proc = peakload(list(args), store_url, tmp_path)
+        assert proc.returncode == code, (args, proc.stdout[-3000:], proc.stderr[-2000:])
 
     # ~50% failed < the file's 90%, and <= 90% of requests over 10 s (failures count): provable
     # from a handful of requests, so exactly 0 however many the run sent
-    assert cli("sla", "lossy", "--claims", str(claims)) == 0
+    cli(0, "sla", "lossy", "--claims", str(claims))
     tight = tmp_path / "tight.toml"
     tight.write_text('[[claims]]\nmetric = "ttft_ms"\npercentile = 50\nthreshold = 10000\n')
-    assert cli("sla", "lossy", "--claims", str(tight)) == 1  # the run spec's 1% budget
-    assert cli("report", "lossy", "--claims", str(tight)) == 1
-    assert cli("sla", "invalid", "--claims", str(claims)) == 4
-    assert cli("report", "invalid", "--claims", str(claims)) == 4
-    assert cli("report", "clean") == 0
+    cli(1, "sla", "lossy", "--claims", str(tight))  # the run spec's 1% budget
+    cli(1, "report", "lossy", "--claims", str(tight))
+    cli(4, "sla", "invalid", "--claims", str(claims))
+    cli(4, "report", "invalid", "--claims", str(claims))
+    cli(0, "report", "clean")
     # the error rate as the one primary test (per level pair): half the requests failing is a
     # regression Holm (two level pairs) finds once a level has 10 requests a side (0/10 vs 5/10:
     # Fisher p = 0.016 < 0.025), which the 4-stream level gives even on a host 4x slower than this
     # one; over the whole family (12 rows) a slow host's few requests may not be
-    assert cli("compare", "lenient", "lossy", "--metric", "ttft_ms", "--primary", "error_rate") == 1
-    assert cli("compare", "lenient", "invalid", "--metric", "ttft_ms") == 7
+    cli(1, "compare", "lenient", "lossy", "--metric", "ttft_ms", "--primary", "error_rate")
+    cli(7, "compare", "lenient", "invalid", "--metric", "ttft_ms")
     for args in (
         ["sla", "nope", "--claims", str(claims)],
         ["report", "nope", "--claims", str(claims)],
         ["compare", "clean", "nope"],
         ["export", "nope", "--format", "csv", "--out", str(tmp_path / "x.csv")],
     ):
-        assert cli(*args) == 6, args
-    assert cli("sla", "clean", "--claims", str(tmp_path / "absent.toml")) == 2
+        cli(6, *args)
+    cli(2, "sla", "clean", "--claims", str(tmp_path / "absent.toml"))
