@@ -44,11 +44,12 @@ def mann_whitney_p(x: np.ndarray, y: np.ndarray, *, presorted: bool = False) -> 
     at = np.minimum(below, uy.size - 1)
     both = uy[at] == ux  # x values y holds too
     a, b = cx[both], cy[at[both]]
-    y_below = np.r_[0.0, np.cumsum(cy)][below]  # y values below each distinct x value
-    u1 = float(np.dot(cx, y_below)) + 0.5 * float(np.dot(a, b))
+    y_below = np.empty(uy.size + 1)  # [k]: y values below the k-th distinct one (k = size: all)
+    y_below[0] = 0.0
+    np.cumsum(cy, out=y_below[1:])
+    u1 = float(np.dot(cx, y_below[below])) + 0.5 * float(np.dot(a, b))
     u2 = n1 * n2 - u1
-    ties = float(np.sum(cx**3 - cx)) + float(np.sum(cy**3 - cy))
-    ties += float(np.sum(3.0 * a * b * (a + b)))
+    ties = _cubed_less(cx) + _cubed_less(cy) + 3.0 * float(np.dot(a * b, a + b))
     sd = math.sqrt(n1 * n2 / 12.0 * ((n + 1) - ties / (n * (n - 1))))
     mean = n1 * n2 / 2.0
     return _upper_tail(u1 - mean - 0.5, sd), _upper_tail(u2 - mean - 0.5, sd)
@@ -56,8 +57,20 @@ def mann_whitney_p(x: np.ndarray, y: np.ndarray, *, presorted: bool = False) -> 
 
 def _runs(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct values of sorted `s` and how many times each occurs (float64)."""
-    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-    return s[starts], np.diff(np.r_[starts, s.size]).astype(np.float64)
+    new = np.empty(s.size, dtype=bool)
+    new[:1] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    counts = np.empty(starts.size)
+    counts[:-1] = np.diff(starts)
+    counts[-1:] = s.size - starts[-1:]
+    return s[starts], counts
+
+
+def _cubed_less(counts: np.ndarray) -> float:
+    """The sum of t^3 - t over the counts t (only ties add: t = 1 gives 0)."""
+    t = counts[counts > 1.0]
+    return float(np.dot(t * t - 1.0, t))
 
 
 def _upper_tail(numerator: float, sd: float) -> float:
