@@ -20,9 +20,14 @@ def adapter_column(values: Any) -> pd.Categorical:
     """The `adapter` column as every reader gives it: categorical, as fastload's other text
     columns (the analysis cache stores their codes), NaN where NULL."""
     names = np.asarray(values, dtype=object)
-    if not names.any():  # no adapter named (most runs): no pass over the values
-        return pd.Categorical.from_codes(np.full(names.size, -1), categories=_NO_NAMES)
+    if not names.any():
+        return no_adapters(names.size)
     return pd.Categorical(names, categories=sorted({str(a) for a in names if a}))
+
+
+def no_adapters(n: int) -> pd.Categorical:
+    """`adapter_column` of `n` NULLs (most runs), from codes alone: no pass over n values."""
+    return pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=_NO_NAMES)
 
 
 def _rows(conn: psycopg.Connection[Any], run_id: str) -> list[tuple[Any, ...]]:
@@ -37,26 +42,29 @@ def attach_workload(conn: psycopg.Connection[Any] | str, run_id: str, df: pd.Dat
     """Add loadgen.results.storeformat.WORKLOAD_COLUMNS to `df` in place: `adapter` (categorical,
     NaN where NULL) and `shared_prefix_tokens` (float64, NaN where NULL). A request is
     (shard_id, idx, attempt)."""
-    adapter = np.full(len(df), None, dtype=object)
     prefix = np.full(len(df), np.nan)
     if isinstance(conn, str):
         with connect_reader(conn) as own:
             rows = _rows(own, run_id)
     else:
         rows = _rows(conn, run_id)
-    if rows:
-        where = {
-            (s, int(i), int(a)): k
-            for k, (s, i, a) in enumerate(
-                zip(df["shard_id"].astype(object), df["idx"], df["attempt"], strict=True)
-            )
-        }
-        for shard, idx, attempt, name, shared in rows:
-            k = where.get((shard, int(idx), int(attempt)))
-            if k is None:
-                continue
-            adapter[k] = name
-            if shared is not None:
-                prefix[k] = float(shared)
+    if not rows:  # no adapter, no shared prefix: the run's requests are not passed over
+        df["adapter"] = no_adapters(len(df))
+        df["shared_prefix_tokens"] = prefix
+        return
+    adapter = np.full(len(df), None, dtype=object)
+    where = {
+        (s, int(i), int(a)): k
+        for k, (s, i, a) in enumerate(
+            zip(df["shard_id"].astype(object), df["idx"], df["attempt"], strict=True)
+        )
+    }
+    for shard, idx, attempt, name, shared in rows:
+        k = where.get((shard, int(idx), int(attempt)))
+        if k is None:
+            continue
+        adapter[k] = name
+        if shared is not None:
+            prefix[k] = float(shared)
     df["adapter"] = adapter_column(adapter)
     df["shared_prefix_tokens"] = prefix
