@@ -332,7 +332,8 @@ def _load_fingerprinted(
             got = fastload.load_pending_chunks(reader or source, got)
             _save_chunks(path, got)
         return df, got, True
-    df, got = load(source, run_id, parallel=parallel, reader=reader)
+    # the count the fingerprint just read is the blocks' check's (fastload: not counted again)
+    df, got = load(source, run_id, parallel=parallel, reader=reader, rows=int(fp["rows"]))
     _save(path, fp, df, got)
     return df, got, False
 

@@ -264,6 +264,7 @@ def load_requests_fast(
     parallel: int = 1,
     packed: bool = True,
     reader: psycopg.Connection[Any] | None = None,
+    rows: int | None = None,
 ) -> tuple[pd.DataFrame, ChunkArrays]:
     """One run's requests as (frame, chunks): the columns of load_requests except request_id,
     error_detail, session/turn, retry_after and content (the connection and server timing
@@ -279,8 +280,9 @@ def load_requests_fast(
 
     Every read that needs one connection goes over one: `reader` (an open connection to the
     store `conn` names, which the caller has already), else `conn` itself, else one opened here
-    for the whole load (each opened connection costs an authentication: 7-15 ms here)."""
-    df, chunks = _load(conn, run_id, parallel, packed, reader, True)
+    for the whole load (each opened connection costs an authentication: 7-15 ms here). `rows`:
+    the run's request count, when the caller has just read it (packed.load_packed)."""
+    df, chunks = _load(conn, run_id, parallel, packed, reader, True, rows)
     assert isinstance(chunks, ChunkArrays)
     return df, chunks
 
@@ -291,11 +293,12 @@ def load_requests_deferred(
     *,
     parallel: int = 1,
     reader: psycopg.Connection[Any] | None = None,
+    rows: int | None = None,
 ) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks]:
     """`load_requests_fast`, but where the blocks are read their chunk arrays stay in the store
     (a page that shows no per-token figure never pays for them): the second value is then a
     PendingChunks that `load_pending_chunks` reads later; elsewhere the arrays come as always."""
-    return _load(conn, run_id, parallel, True, reader, False)
+    return _load(conn, run_id, parallel, True, reader, False, rows)
 
 
 def _load(
@@ -305,15 +308,16 @@ def _load(
     packed: bool,
     reader: psycopg.Connection[Any] | None,
     chunks: bool,
+    rows: int | None,
 ) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks]:
     if parallel < 1:
         raise ValueError(f"parallel must be at least 1 (got {parallel})")
     if reader is not None:
-        return _load_fast(conn, reader, run_id, parallel, packed, chunks)
+        return _load_fast(conn, reader, run_id, parallel, packed, chunks, rows)
     if isinstance(conn, str):
         with connect_reader(conn) as own:
-            return _load_fast(conn, own, run_id, parallel, packed, chunks)
-    return _load_fast(conn, conn, run_id, parallel, packed, chunks)
+            return _load_fast(conn, own, run_id, parallel, packed, chunks, rows)
+    return _load_fast(conn, conn, run_id, parallel, packed, chunks, rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,11 +353,12 @@ def _load_fast(
     parallel: int,
     packed: bool,
     chunks: bool,
+    rows: int | None,
 ) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks]:
     """load_requests_fast's reads: one-connection ones over `conn`, the parallel partitions of
     the int[] path each over its own connection to `source` (a URL; else one partition)."""
     if packed:
-        got = load_packed(conn, run_id, chunks=chunks)
+        got = load_packed(conn, run_id, chunks=chunks, rows=rows)
         if got is not None:
             codes = dict(zip(_CODED, got.dicts, strict=True))
             ptr = ptr_of(got.fields[:, 0])

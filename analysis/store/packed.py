@@ -110,10 +110,11 @@ class Packed:
     blocks: tuple[Block, ...]
 
 
-def _blocks(conn: psycopg.Connection[Any], run_id: str) -> list[Block] | None:
+def _blocks(conn: psycopg.Connection[Any], run_id: str, rows: int | None) -> list[Block] | None:
     """(block_id, n_requests, n_chunks) of the run's blocks, ordered; None when their request
-    count differs from `requests`' (some rows have no block: an older writer, a block-less
-    batch) or the store has no request_blocks."""
+    count differs from `requests`' (`rows` when the caller has just counted them, else counted
+    here; some rows have no block: an older writer, a block-less batch) or the store has no
+    request_blocks."""
     row = conn.execute("SELECT to_regclass('request_blocks') IS NOT NULL").fetchone()
     if not row or not row[0]:
         return None
@@ -124,9 +125,13 @@ def _blocks(conn: psycopg.Connection[Any], run_id: str) -> list[Block] | None:
     ).fetchall()
     if not blocks:
         return None
-    counted = conn.execute(
-        "SELECT count(*) FROM requests WHERE run_id = %s::uuid", (run_id,)
-    ).fetchone()
+    counted = (
+        (rows,)
+        if rows is not None
+        else conn.execute(
+            "SELECT count(*) FROM requests WHERE run_id = %s::uuid", (run_id,)
+        ).fetchone()
+    )
     other = conn.execute(
         "SELECT count(*) FROM request_blocks WHERE run_id = %s::uuid AND format <> ALL(%s)",
         (run_id, list(FORMATS)),
@@ -334,21 +339,29 @@ def _covers(conn: psycopg.Connection[Any], run_id: str, p: Packed) -> bool:
 
 
 def load_packed(
-    conn: psycopg.Connection[Any] | str, run_id: str, *, chunks: bool = True
+    conn: psycopg.Connection[Any] | str,
+    run_id: str,
+    *,
+    chunks: bool = True,
+    rows: int | None = None,
 ) -> Packed | None:
     """The run from its blocks, or None when they do not cover exactly its rows (the caller
     then reads `requests`). `chunks=False` leaves the chunk arrays in the store (about 6 bytes
     of every 10 at 64 chunks a request): `load_packed_chunks` reads them when they are needed.
     Over one connection: the fastest here (the server sends a bytea with a copy, and the
-    client's copies into the results contend when two threads do them; measured on 2 cores)."""
+    client's copies into the results contend when two threads do them; measured on 2 cores).
+    `rows`: the run's request count, when the caller has just read it (analysis.store.cache's
+    fingerprint): a count is a scan of the run's index, about 15 ms at 100k requests, 1 s at 10M."""
     if isinstance(conn, str):
         with connect_reader(conn) as c:
-            return _load(c, run_id, chunks)
-    return _load(conn, run_id, chunks)
+            return _load(c, run_id, chunks, rows)
+    return _load(conn, run_id, chunks, rows)
 
 
-def _load(conn: psycopg.Connection[Any], run_id: str, chunks: bool) -> Packed | None:
-    blocks = _blocks(conn, run_id)
+def _load(
+    conn: psycopg.Connection[Any], run_id: str, chunks: bool, rows: int | None
+) -> Packed | None:
+    blocks = _blocks(conn, run_id, rows)
     if blocks is None:
         return None
     places = _places(blocks)
