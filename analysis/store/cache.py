@@ -65,14 +65,28 @@ def entry_path(fp: dict[str, Any], directory: Path | None = None) -> Path:
     return (directory or cache_dir()) / store / str(fp["run_id"])
 
 
-def fingerprint(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any] | None:
-    """What must match for an entry to be used; None if the run has not ended (no caching)."""
-    row = conn.execute(
-        "SELECT r.status, r.ended_at, q.n, q.last FROM runs r, LATERAL (SELECT count(*) AS n, "
-        "max(scheduled_at) AS last FROM requests WHERE run_id = r.run_id) q "
-        "WHERE r.run_id = %s::uuid",
-        (run_id,),
-    ).fetchone()
+# what identifies an ended run's rows: how many (counted, or as the caller read them with the
+# run's row) and the last scheduled time (one probe of the run's index)
+_FINGERPRINT_COUNTED = (
+    "SELECT r.status, r.ended_at, q.n, q.last FROM runs r, LATERAL (SELECT count(*) AS n, "
+    "max(scheduled_at) AS last FROM requests WHERE run_id = r.run_id) q "
+    "WHERE r.run_id = %(run)s::uuid"
+)
+_FINGERPRINT_GIVEN = (
+    "SELECT r.status, r.ended_at, %(rows)s::int8, (SELECT max(scheduled_at) FROM requests "
+    "WHERE run_id = r.run_id) FROM runs r WHERE r.run_id = %(run)s::uuid"
+)
+
+
+def fingerprint(
+    conn: psycopg.Connection[Any], run_id: str, *, rows: int | None = None
+) -> dict[str, Any] | None:
+    """What must match for an entry to be used; None if the run has not ended (no caching).
+    `rows`: the run's request count as the caller read it with the run's row (`requests` of
+    analysis.store.load.load_run; an ended run's rows do not change): not counted again (a
+    scan of the run's index: about 15 ms at 100k requests, 1 s at 10M)."""
+    query = _FINGERPRINT_COUNTED if rows is None else _FINGERPRINT_GIVEN
+    row = conn.execute(query, {"run": run_id, "rows": rows}).fetchone()
     if row is None or row[0] not in ENDED or row[1] is None:
         return None
     return {
@@ -250,13 +264,15 @@ def load_run_cached(
     parallel: int = 2,
     directory: Path | None = None,
     reader: psycopg.Connection[Any] | None = None,
+    rows: int | None = None,
 ) -> tuple[pd.DataFrame, ChunkArrays, bool]:
     """(frame, chunks, hit): from the cache when it matches the store (`source`: its URL or a
     connection to it), else loaded with analysis.store.fastload (and cached if the run has
     ended). Chunk arrays of a hit are memory-mapped, read-only. `reader`: an open connection to
     the store `source` names, for the fingerprint and every one-connection read (else one is
-    opened: an authentication, 7-15 ms here, more over TLS)."""
-    df, chunks, hit = _load_run(source, run_id, parallel, directory, True, reader)
+    opened: an authentication, 7-15 ms here, more over TLS). `rows`: the run's request count
+    as read with its row (`fingerprint`)."""
+    df, chunks, hit = _load_run(source, run_id, parallel, directory, True, reader, rows)
     assert isinstance(chunks, ChunkArrays)
     return df, chunks, hit
 
@@ -268,11 +284,12 @@ def load_run_deferred(
     parallel: int = 2,
     directory: Path | None = None,
     reader: psycopg.Connection[Any] | None = None,
+    rows: int | None = None,
 ) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks, bool]:
     """`load_run_cached`, leaving the chunk arrays in the store where the run's blocks allow
     (fastload.load_requests_deferred) unless the entry holds them: `load_chunks_cached` reads them
     when a page needs them, and adds them to the entry."""
-    return _load_run(source, run_id, parallel, directory, False, reader)
+    return _load_run(source, run_id, parallel, directory, False, reader, rows)
 
 
 def _load_run(
@@ -281,16 +298,17 @@ def _load_run(
     parallel: int,
     directory: Path | None,
     chunks: bool,
-    reader: psycopg.Connection[Any] | None = None,
+    reader: psycopg.Connection[Any] | None,
+    rows: int | None,
 ) -> tuple[pd.DataFrame, ChunkArrays | PendingChunks, bool]:
     if reader is not None:
-        fp = fingerprint(reader, run_id)
+        fp = fingerprint(reader, run_id, rows=rows)
         return _load_fingerprinted(source, run_id, fp, parallel, directory, reader, chunks)
     if isinstance(source, str):  # one connection for the fingerprint and the load's reads
         with connect_reader(source) as conn:
-            fp = fingerprint(conn, run_id)
+            fp = fingerprint(conn, run_id, rows=rows)
             return _load_fingerprinted(source, run_id, fp, parallel, directory, conn, chunks)
-    fp = fingerprint(source, run_id)
+    fp = fingerprint(source, run_id, rows=rows)
     return _load_fingerprinted(source, run_id, fp, parallel, directory, None, chunks)
 
 

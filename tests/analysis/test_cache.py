@@ -13,6 +13,7 @@ import pytest
 
 from analysis.store import cache, fastload
 from tests.analysis.storedata import insert_run, request_row, synthetic_run
+from tests.support.stores import StatementLog
 
 RID = "00000000-0000-0000-0000-0000000000ca"
 
@@ -147,3 +148,29 @@ def test_a_deferred_load_keeps_the_frame_and_its_arrays_join_the_entry_later(
     cache.wait_for_writes()
     assert hit4 and np.array_equal(got4.offsets_us, full_ch.offsets_us)
     assert (entry / cache.CHUNKS).is_dir()
+
+
+@pytest.mark.integration
+def test_a_count_read_with_the_run_row_is_not_counted_again(
+    pg_conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """`rows` (the run row's `requests`, which a page has read already) stands for the
+    fingerprint's count: the same fingerprint, no scan of the run's index; a count that no
+    longer matches the kept entry is a miss, and the load still reads what the store holds."""
+    rid = "00000000-0000-0000-0000-0000000000cb"
+    insert_run(pg_conn, *synthetic_run(rid, regions=("eu",), per_level=40))
+    url = pg_conn.peakload_url  # type: ignore[attr-defined]
+    counted = cache.fingerprint(pg_conn, rid)
+    assert counted is not None and counted["rows"] == 40
+    assert cache.fingerprint(pg_conn, rid, rows=40) == counted
+    with psycopg.connect(url, autocommit=True, cursor_factory=StatementLog) as conn:
+        StatementLog.SEEN.clear()
+        df, _, hit = cache.load_run_deferred(url, rid, directory=tmp_path, reader=conn, rows=40)
+        assert not hit and len(df) == 40
+        assert StatementLog.counts_of_requests() == [], StatementLog.SEEN
+        _, _, hit = cache.load_run_deferred(url, rid, directory=tmp_path, reader=conn, rows=40)
+        assert hit
+        df, _, hit = cache.load_run_deferred(url, rid, directory=tmp_path, reader=conn, rows=41)
+        assert not hit and len(df) == 40  # the store's rows, whatever count was handed in
+    pg_conn.execute("UPDATE runs SET status = 'running' WHERE run_id = %s", (rid,))
+    assert cache.fingerprint(pg_conn, rid, rows=40) is None  # a running run: never cached

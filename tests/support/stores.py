@@ -83,6 +83,22 @@ def host_port(url: str) -> tuple[str, int]:
     return p.hostname, p.port
 
 
+class StatementLog(psycopg.Cursor):  # type: ignore[type-arg]
+    """A cursor (`psycopg.connect(..., cursor_factory=StatementLog)`) keeping the text of every
+    statement its connection runs in `SEEN` (class-wide: clear it first)."""
+
+    SEEN: list[str] = []
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        StatementLog.SEEN.append(query if isinstance(query, str) else repr(query))
+        return super().execute(query, params, **kwargs)
+
+    @classmethod
+    def counts_of_requests(cls) -> list[str]:
+        """The statements seen that count a run's `requests` rows (a scan of its index)."""
+        return [q for q in cls.SEEN if "count(*)" in q and "FROM requests WHERE" in q]
+
+
 class FreshDatabase:
     """CREATE DATABASE with a unique name on a server; dropped (sessions forced out) on close.
     Migrated ones are copies of this process's migrated template on that server (`_template`):

@@ -245,8 +245,9 @@ class _Loaded:
     charts count arrivals), else the frame alone (cache.load_run_deferred: a page that shows
     no per-token figure never reads the arrays) and the arrays when first asked for."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, rows: int | None) -> None:
         self.run_id = run_id
+        self._rows = rows  # the run's request count, read with its row (`run`): not recounted
         self._lock = threading.Lock()
         self._frame: pd.DataFrame | None = None
         self._chunks: m.ChunkArrays | PendingChunks | None = None
@@ -257,7 +258,7 @@ class _Loaded:
                 url = store().url
                 self._frame, self._chunks, _hit = readers(url).run(
                     lambda c: acache.load_run_deferred(
-                        url, self.run_id, parallel=LOAD_CONNECTIONS, reader=c
+                        url, self.run_id, parallel=LOAD_CONNECTIONS, reader=c, rows=self._rows
                     )
                 )
             return self._frame
@@ -268,7 +269,7 @@ class _Loaded:
                 url = store().url
                 self._frame, self._chunks, _hit = readers(url).run(
                     lambda c: acache.load_run_cached(
-                        url, self.run_id, parallel=LOAD_CONNECTIONS, reader=c
+                        url, self.run_id, parallel=LOAD_CONNECTIONS, reader=c, rows=self._rows
                     )
                 )
             if isinstance(self._chunks, PendingChunks):
@@ -280,7 +281,8 @@ class _Loaded:
 
 @st.cache_resource(ttl=RESULT_TTL_S, max_entries=12, show_spinner=False)
 def _loaded(run_id: str, version: str) -> _Loaded:
-    return _Loaded(run_id)
+    counted = run(run_id).get("requests")  # what `version` holds too
+    return _Loaded(run_id, None if counted is None or pd.isna(counted) else int(counted))
 
 
 def requests(run_id: str) -> pd.DataFrame:

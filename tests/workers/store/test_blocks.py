@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -19,7 +18,7 @@ from analysis.stats import percentiles as pc
 from analysis.store import cache, fastload, packed
 from loadgen.results.records import Batch, Outcome, Phase, RequestRecord
 from tests.analysis.storedata import insert_run, synthetic_run
-from tests.support.stores import FreshDatabase
+from tests.support.stores import FreshDatabase, StatementLog
 from tests.workers.store._records import make_records
 from workers.store import copyenc
 from workers.store.spool import EncodedBatch
@@ -177,16 +176,6 @@ def test_incomplete_blocks_fall_back_to_the_arrays(store_url: str, tmp_path: Pat
     _assert_same(*_both(store_url, run_id))
 
 
-class _Seen(psycopg.Cursor):  # type: ignore[type-arg]
-    """A cursor that keeps the text of every statement it runs (in `SEEN`)."""
-
-    SEEN: list[str] = []
-
-    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        _Seen.SEEN.append(query if isinstance(query, str) else repr(query))
-        return super().execute(query, params, **kwargs)
-
-
 def test_a_cached_load_counts_the_run_once_and_its_count_still_guards_the_blocks(
     store_url: str, tmp_path: Path
 ) -> None:
@@ -197,13 +186,13 @@ def test_a_cached_load_counts_the_run_once_and_its_count_still_guards_the_blocks
     with psycopg.connect(store_url, autocommit=True) as conn:
         insert_run(conn, synthetic_run(run_id, per_level=0)[0])  # the run's row: ended
     _write(store_url, run_id, _varied(run_id, 300), tmp_path, 100)
-    with psycopg.connect(store_url, autocommit=True, cursor_factory=_Seen) as conn:
-        _Seen.SEEN.clear()
+    with psycopg.connect(store_url, autocommit=True, cursor_factory=StatementLog) as conn:
+        StatementLog.SEEN.clear()
         df, got, hit = cache.load_run_deferred(store_url, run_id, directory=tmp_path, reader=conn)
         assert not hit and len(df) == 300
         assert isinstance(got, fastload.PendingChunks)  # read from the blocks
-        counted = [q for q in _Seen.SEEN if "count(*)" in q and "FROM requests WHERE" in q]
-        assert len(counted) == 1 and "max(scheduled_at)" in counted[0], _Seen.SEEN  # its own
+        counted = StatementLog.counts_of_requests()
+        assert len(counted) == 1 and "max(scheduled_at)" in counted[0], counted  # its own
         extra = dataclasses.replace(make_records(run_id, 1, start=5000)[0], shard_id="old")
         copy = f"COPY requests ({', '.join(copyenc.REQUEST_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
         with conn.cursor() as cur, cur.copy(copy) as cp:  # a row written without a block
