@@ -48,23 +48,22 @@ def attach_workload(conn: psycopg.Connection[Any] | str, run_id: str, df: pd.Dat
             rows = _rows(own, run_id)
     else:
         rows = _rows(conn, run_id)
-    if not rows:  # no adapter, no shared prefix: the run's requests are not passed over
+    if not rows:  # no adapter, no shared prefix (most runs): no pass over the requests
         df["adapter"] = no_adapters(len(df))
-        df["shared_prefix_tokens"] = prefix
-        return
-    adapter = np.full(len(df), None, dtype=object)
-    where = {
-        (s, int(i), int(a)): k
-        for k, (s, i, a) in enumerate(
-            zip(df["shard_id"].astype(object), df["idx"], df["attempt"], strict=True)
-        )
-    }
-    for shard, idx, attempt, name, shared in rows:
-        k = where.get((shard, int(idx), int(attempt)))
-        if k is None:
-            continue
-        adapter[k] = name
-        if shared is not None:
-            prefix[k] = float(shared)
-    df["adapter"] = adapter_column(adapter)
+    else:
+        adapter = np.full(len(df), None, dtype=object)
+        where = {
+            (s, int(i), int(a)): k
+            for k, (s, i, a) in enumerate(
+                zip(df["shard_id"].astype(object), df["idx"], df["attempt"], strict=True)
+            )
+        }
+        for shard, idx, attempt, name, shared in rows:
+            k = where.get((shard, int(idx), int(attempt)))
+            if k is None:
+                continue
+            adapter[k] = name
+            if shared is not None:
+                prefix[k] = float(shared)
+        df["adapter"] = adapter_column(adapter)
     df["shared_prefix_tokens"] = prefix

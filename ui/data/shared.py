@@ -245,7 +245,7 @@ class _Loaded:
     charts count arrivals), else the frame alone (cache.load_run_deferred: a page that shows
     no per-token figure never reads the arrays) and the arrays when first asked for."""
 
-    def __init__(self, run_id: str, rows: int | None) -> None:
+    def __init__(self, run_id: str, rows: int) -> None:
         self.run_id = run_id
         self._rows = rows  # the run's request count, read with its row (`run`): not recounted
         self._lock = threading.Lock()
@@ -280,19 +280,24 @@ class _Loaded:
 
 
 @st.cache_resource(ttl=RESULT_TTL_S, max_entries=12, show_spinner=False)
-def _loaded(run_id: str, version: str) -> _Loaded:
-    counted = run(run_id).get("requests")  # what `version` holds too
-    return _Loaded(run_id, None if counted is None or pd.isna(counted) else int(counted))
+def _loaded(run_id: str, version: str, rows: int) -> _Loaded:
+    return _Loaded(run_id, rows)
+
+
+def _handle(run_id: str) -> _Loaded:
+    """The run's current version's loads, its row read once for the version and the count."""
+    row = run(run_id)
+    return _loaded(run_id, run_version(row), int(row["requests"]))
 
 
 def requests(run_id: str) -> pd.DataFrame:
     """All of a run's requests (the frame of analysis.store.fastload, in store order)."""
-    return _loaded(run_id, version(run_id)).frame()
+    return _handle(run_id).frame()
 
 
 def chunks(run_id: str) -> m.ChunkArrays:
     """Every request's chunk offsets (µs from send) and tokens, aligned with `requests`."""
-    return _loaded(run_id, version(run_id)).arrays()
+    return _handle(run_id).arrays()
 
 
 def preload(run_id: str) -> None:
