@@ -144,9 +144,7 @@ async def run_level(shard: Shard, level: Level, start: int) -> LevelWindow:
             ahead = shard.clock() + SPAWN_LEAD_NS - window.start
             due = min(users, ahead // SPAWN_INTERVAL_NS + 1) if ahead >= 0 else 0
             for u in range(spawned, due):
-                tk = asyncio.create_task(closed_loop_user(shard, window, u))
-                shard.in_flight.add(tk)
-                tk.add_done_callback(shard.in_flight.discard)
+                shard.track(asyncio.create_task(closed_loop_user(shard, window, u)))
             spawned = max(spawned, due)
             next_start = window.start + spawned * SPAWN_INTERVAL_NS
             if spawned >= users or next_start >= window.end:

@@ -106,6 +106,4 @@ async def open_loop(
                 shard.not_sent(index, window, sched, "concurrency_cap")
                 continue
             coro = execute(shard, index, window, sched, prompt)
-        task = asyncio.create_task(coro)
-        shard.in_flight.add(task)
-        task.add_done_callback(shard.in_flight.discard)
+        shard.track(asyncio.create_task(coro))

@@ -76,6 +76,7 @@ class Shard:
             clock,
             activity=lambda: self.chunks_seen,
             bound_ms=self.spec.validity.max_loop_lag_p99_ms,
+            busy=lambda: bool(self.in_flight),  # the lag probe measures while a read may come
         )
         self.stopping = False
         self.stop_reason = ""
@@ -89,6 +90,13 @@ class Shard:
     def mono(self, wall_ns: int) -> int:
         """The monotonic instant of a wall-clock one (the inverse of `wall`)."""
         return self.anchor_mono + (wall_ns - self.anchor_wall)
+
+    def track(self, task: asyncio.Task[None]) -> None:
+        """Count a request's task (or a closed-loop user's) in flight until it ends; the lag
+        probe measures while any is."""
+        self.in_flight.add(task)
+        task.add_done_callback(self.in_flight.discard)
+        self.check.lag.wake()
 
     def take_index(self) -> int | None:
         if self.stopping or self.next_index >= self.plan.max_requests:

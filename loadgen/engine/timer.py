@@ -170,8 +170,8 @@ class PeriodicTimerFd:
     for a loop to watch as a reader: the kernel counts the expirations the reader has not yet
     taken, so a late reader learns how many instants it missed."""
 
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
+    def __init__(self, libc: ctypes.CDLL, fd: int) -> None:
+        self._libc, self._fd = libc, fd
 
     @classmethod
     def open(cls, first_ns: int, interval_ns: int) -> PeriodicTimerFd | None:
@@ -181,12 +181,28 @@ class PeriodicTimerFd:
         fd = _LIBC.timerfd_create(CLOCK_MONOTONIC, os.O_NONBLOCK | os.O_CLOEXEC)
         if fd < 0:
             return None
-        every = _TimeSpec(*divmod(interval_ns, NS))
-        spec = _ITimerSpec(every, _TimeSpec(*divmod(first_ns, NS)))
-        if _LIBC.timerfd_settime(fd, TFD_TIMER_ABSTIME, ctypes.byref(spec), None) != 0:
-            os.close(fd)
+        timer = cls(_LIBC, fd)
+        if not timer.arm(first_ns, interval_ns):
+            timer.close()
             return None
-        return cls(fd)
+        return timer
+
+    def arm(self, first_ns: int, interval_ns: int) -> bool:
+        """Expire every `interval_ns` from `first_ns` on (replacing any earlier arming and its
+        count of expirations not yet taken); False when the kernel refused."""
+        every, first = _TimeSpec(*divmod(interval_ns, NS)), _TimeSpec(*divmod(first_ns, NS))
+        return self._settime(_ITimerSpec(every, first))
+
+    def disarm(self) -> None:
+        """Expire no more until armed again. Setting the timer resets the kernel's count: take
+        `expirations()` first."""
+        self._settime(_ITimerSpec(_TimeSpec(0, 0), _TimeSpec(0, 0)))
+
+    def _settime(self, spec: _ITimerSpec) -> bool:
+        code: int = self._libc.timerfd_settime(
+            self._fd, TFD_TIMER_ABSTIME, ctypes.byref(spec), None
+        )
+        return code == 0
 
     def fileno(self) -> int:
         return self._fd

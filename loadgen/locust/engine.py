@@ -202,11 +202,11 @@ class _Session:
             prompt = Prompt(messages, -1, prompt.max_tokens, adapter=prompt.adapter)
         session = tuple(msg["session"]) if msg.get("session") else None
         self.taken[index] = (window, sched)
-        task = asyncio.create_task(
-            self._one(msg["id"], index, window, sched, prompt, messages, session)
+        shard.track(
+            asyncio.create_task(
+                self._one(msg["id"], index, window, sched, prompt, messages, session)
+            )
         )
-        shard.in_flight.add(task)
-        task.add_done_callback(shard.in_flight.discard)
 
     async def _one(
         self,
