@@ -82,12 +82,13 @@ def test_an_open_loop_shard_probes_while_its_requests_are_in_flight(
 ) -> None:
     """2 requests a second of about 45 ms each for 2 s: the probe samples during the requests
     (and up to an instant after each), a few dozen instants, not the 400 of a probe that ticks
-    through the idle time between them."""
+    through the idle time between them (a timerfd counts every instant, however late the loop
+    takes them: 400 on any host; 200 would need each request to last 250 ms)."""
     samples = _Counted(monkeypatch)
     plan = make_plan({"rate": [2.0], "arrival": "constant", "duration_s": 2.0})
     result, sink = run(plan, ScriptedTarget(ttft_s=0.02, itl_s=0.005, tokens=5))
     assert result.status == "completed" and len(sink.records) == 4
-    assert 4 <= samples.n <= 150, samples.n
+    assert 4 <= samples.n <= 200, samples.n
 
 
 def test_a_closed_loop_user_thinking_keeps_the_probe_running(
