@@ -98,6 +98,16 @@ def reads_clock_monotonic(clock: Callable[[], int]) -> bool:
     return "CLOCK_MONOTONIC" in info.implementation
 
 
+def _settime(libc: ctypes.CDLL, fd: int, first_ns: int, interval_ns: int = 0) -> bool:
+    """Arm timerfd `fd` to expire at `first_ns` (absolute, CLOCK_MONOTONIC), then every
+    `interval_ns` (0: once); a `first_ns` of 0 disarms it. False when the kernel refused (errno
+    kept for ctypes.get_errno)."""
+    every, first = _TimeSpec(*divmod(interval_ns, NS)), _TimeSpec(*divmod(first_ns, NS))
+    spec = _ITimerSpec(every, first)
+    code: int = libc.timerfd_settime(fd, TFD_TIMER_ABSTIME, ctypes.byref(spec), None)
+    return code == 0
+
+
 class PreciseTimer:
     """Sleepers in a heap by due time; one timerfd armed for the earliest, read by the loop."""
 
@@ -146,9 +156,7 @@ class PreciseTimer:
             self._arm(heap[0][0])
 
     def _arm(self, due_ns: int) -> None:
-        sec, nsec = divmod(due_ns, NS)
-        spec = _ITimerSpec(_TimeSpec(0, 0), _TimeSpec(sec, nsec))
-        if self._libc.timerfd_settime(self._fd, TFD_TIMER_ABSTIME, ctypes.byref(spec), None) != 0:
+        if not _settime(self._libc, self._fd, due_ns):
             err = ctypes.get_errno()
             raise OSError(err, f"timerfd_settime: {os.strerror(err)}")
         self.armed_for = due_ns
@@ -190,19 +198,12 @@ class PeriodicTimerFd:
     def arm(self, first_ns: int, interval_ns: int) -> bool:
         """Expire every `interval_ns` from `first_ns` on (replacing any earlier arming and its
         count of expirations not yet taken); False when the kernel refused."""
-        every, first = _TimeSpec(*divmod(interval_ns, NS)), _TimeSpec(*divmod(first_ns, NS))
-        return self._settime(_ITimerSpec(every, first))
+        return _settime(self._libc, self._fd, first_ns, interval_ns)
 
     def disarm(self) -> None:
         """Expire no more until armed again. Setting the timer resets the kernel's count: take
         `expirations()` first."""
-        self._settime(_ITimerSpec(_TimeSpec(0, 0), _TimeSpec(0, 0)))
-
-    def _settime(self, spec: _ITimerSpec) -> bool:
-        code: int = self._libc.timerfd_settime(
-            self._fd, TFD_TIMER_ABSTIME, ctypes.byref(spec), None
-        )
-        return code == 0
+        _settime(self._libc, self._fd, 0)
 
     def fileno(self) -> int:
         return self._fd
