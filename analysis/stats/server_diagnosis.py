@@ -61,7 +61,7 @@ def diagnose(
     # by configured load where it is known, else level order
     rows.sort(key=lambda r: (float(r[1]) if r[1] is not None else float(r[0]), r[0]))
     lo, hi = rows[-2], rows[-1]
-    ttft_x, tpot_x = hi[2] / lo[2], hi[3] / lo[3]
+    ttft_x, tpot_x = _growth(hi[2], lo[2]), _growth(hi[3], lo[3])
     q_lo, q_hi = lo[4] or 0.0, hi[4] or 0.0
     if gauge:
         queue_formed = q_hi >= QUEUE_FORMS and q_hi > q_lo
@@ -78,13 +78,14 @@ def diagnose(
         "queue_mean": [q_lo, q_hi] if gauge else None,
         "server_queue_ms": [lo[5], hi[5]],
         "queue_evidence": "queue gauge" if gauge else "per-request server queue times",
-        "ttft_ratio": ttft_x,
-        "tpot_ratio": tpot_x,
+        "ttft_ratio": ttft_x if math.isfinite(ttft_x) else None,
+        "tpot_ratio": tpot_x if math.isfinite(tpot_x) else None,
         "thresholds": {"grows": GROWS, "flat": FLAT, "queue_forms": QUEUE_FORMS},
     }
     facts = (
-        f"from level {lo[0]} to {hi[0]}, p50 TTFT {lo[2]:.0f} -> {hi[2]:.0f} ms (x{ttft_x:.2f}), "
-        f"p50 TPOT {lo[3]:.1f} -> {hi[3]:.1f} ms (x{tpot_x:.2f}), {queue_text}"
+        f"from level {lo[0]} to {hi[0]}, "
+        f"p50 TTFT {lo[2]:.0f} -> {hi[2]:.0f} ms ({_times(ttft_x)}), "
+        f"p50 TPOT {lo[3]:.1f} -> {hi[3]:.1f} ms ({_times(tpot_x)}), {queue_text}"
     )
     split = split_sentence(hi[0], server.get(hi[0]) or {})
     if split:
@@ -118,6 +119,19 @@ def diagnose(
     if split:
         sentence += " " + split
     return {"verdict": verdict, "sentence": sentence, "numbers": numbers}
+
+
+def _growth(hi: float, lo: float) -> float:
+    """How many times `lo` a p50 became: hi / lo. From a zero p50 (a level whose typical
+    request the client read whole in one go, so its time per token was 0 ms): 1 when it is still
+    zero (nothing grew), else infinite (it grew from nothing)."""
+    if lo > 0:
+        return hi / lo
+    return 1.0 if hi <= 0 else math.inf
+
+
+def _times(ratio: float) -> str:
+    return f"x{ratio:.2f}" if math.isfinite(ratio) else "up from 0"
 
 
 def split_sentence(level: int, stats: Mapping[str, Any]) -> str:

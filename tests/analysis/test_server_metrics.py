@@ -3,6 +3,8 @@ bucketing of gauges and histogram deltas, per-level stats, and the diagnosis rul
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -84,6 +86,22 @@ def test_diagnosis_admission_decoding_neither() -> None:
     assert both["verdict"] == "both"
     assert server_diagnosis.diagnose(levels, {})["verdict"] == "unknown"
     assert server_diagnosis.diagnose(levels[:1], server)["verdict"] == "unknown"
+
+
+def test_diagnosis_from_a_zero_p50_names_growth_without_dividing_by_it() -> None:
+    """A level whose typical request the client read whole in one go has a p50 TPOT of 0 ms (a
+    loaded CPU engine, seen with vLLM at 4 streams): it grew from nothing, or stayed flat. Before,
+    `peakload run` ended in a ZeroDivisionError while summarising such a sweep."""
+    queue = {0: {"queue_mean": 0.0}, 1: {"queue_mean": 6.0}}
+    still_zero = server_diagnosis.diagnose([_lv(0, 4, 60, 0.0), _lv(1, 8, 400, 0.0)], queue)
+    assert still_zero["verdict"] == "admission"
+    assert still_zero["numbers"]["tpot_ratio"] == 1.0
+    no_queue = {0: {"queue_mean": 0.0}, 1: {"queue_mean": 0.0}}
+    grew = server_diagnosis.diagnose([_lv(0, 4, 60, 0.0), _lv(1, 8, 62, 3.0)], no_queue)
+    assert grew["verdict"] == "decoding"
+    assert grew["numbers"]["tpot_ratio"] is None  # no finite ratio, and the JSON stays strict
+    assert "0.0 -> 3.0 ms (up from 0)" in grew["sentence"]
+    json.dumps(grew, allow_nan=False)
 
 
 def test_preset_selector_goes_first() -> None:
