@@ -58,7 +58,14 @@ def print_verdict(summary: dict[str, Any], console: Console, title: str = "crite
     v = summary["verdict"]
     verdicts = [sla.ClaimVerdict(**c) for c in v["criteria"]]
     if verdicts:
-        where = f" at level {v['level']}" if v["level"] is not None else ""
+        levels = len(summary.get("levels") or [])
+        where = (
+            f" at level {v['level']}"
+            if v["level"] is not None
+            else f", every steady request of the run's {levels} levels pooled"
+            if levels > 1
+            else ""
+        )
         console.print(verdict_table(verdicts, title=title + where))
     style = "green" if v["exit_code"] == 0 else "bold red"
     name = v["verdict"].replace("_", " ").upper()
