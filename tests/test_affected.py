@@ -154,7 +154,7 @@ def test_the_change_is_the_working_tree_else_the_last_commit_else_since(project:
 
 def test_on_this_project_a_page_and_a_formula_reach_their_tests() -> None:
     page = affected_tests(ROOT, ["ui/views/runs.py"])
-    cost = affected_tests(ROOT, ["analysis/stats/cost.py"])
+    cost = affected_tests(ROOT, ["analysis/reports/cost.py"])
     assert page is not None and "tests/ui/test_browser.py" in page
     assert cost is not None and "tests/analysis/test_cost.py" in cost
     assert "tests/ui/test_browser.py" not in (affected_tests(ROOT, ["tests/test_phases.py"]) or [])

@@ -9,11 +9,11 @@ from typing import Any
 
 from rich.console import Console
 
+from analysis.reports.cost import run_cost
 from analysis.reports.summary import level_summary
 from analysis.reports.summary_audio import render_audio_table
 from analysis.reports.summary_table import render_client_vs_server_table, render_summary_table
 from analysis.reports.workload_table import render_adapter_table, render_prefix_table
-from analysis.stats.cost import run_cost
 from analysis.stats.server_metrics import server_section
 from analysis.store.fastload import load_requests_fast
 from analysis.store.load import load_levels, load_run

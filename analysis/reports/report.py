@@ -17,8 +17,8 @@ import psycopg
 
 from analysis import metrics as m
 from analysis.metrics.audio import has_audio
+from analysis.reports import cost as acost
 from analysis.reports.summary import level_summary
-from analysis.stats import cost as acost
 from analysis.stats import frontier as fr
 from analysis.stats import percentiles as pc
 from analysis.stats import prefix_counters, throughput

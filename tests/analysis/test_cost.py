@@ -1,4 +1,4 @@
-"""analysis.stats.cost against hand-computed values: what a run cost, per million tokens per level
+"""analysis.reports.cost against hand-computed values: what a run cost, per million tokens per level
 at the measured throughput, billed tokens (usage first; a 429 is not billed), the break-even."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.stats.cost import billed_tokens, cost_basis, cost_spec, run_cost
+from analysis.reports.cost import billed_tokens, cost_basis, cost_spec, run_cost
 
 
 def _df() -> pd.DataFrame:

@@ -1,6 +1,6 @@
-"""`compare` shows the cost change (analysis.stats.cost.cost_change) beside its verdict, from a real
-store: the same load at twice the hourly price costs twice as much per million output tokens;
-per-token runs keep their prices; the verdict and exit code are untouched by cost."""
+"""`compare` shows the cost change (analysis.reports.cost.cost_change) beside its verdict, from a
+real store: the same load at twice the hourly price costs twice as much per million output
+tokens; per-token runs keep their prices; the verdict and exit code are untouched by cost."""
 
 from __future__ import annotations
 

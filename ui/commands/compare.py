@@ -20,7 +20,7 @@ import psycopg
 from rich.table import Table
 
 from analysis.metrics.audio import has_audio
-from analysis.stats.cost import cost_change
+from analysis.reports.cost import cost_change
 from analysis.stats.regions import compare_regions, region_breakdown, shard_probes
 from analysis.store.load import load_levels, load_requests, load_run
 from analysis.verdicts.compare import label_differences

@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from analysis import metrics as m
-from analysis.stats import cost as acost
+from analysis.reports import cost as acost
 from analysis.stats import frontier as afr
 from ui.data import derive, shared
 
@@ -25,7 +25,7 @@ def preload(run_ids: Sequence[str]) -> None:
 
 
 def cost_overview(run_ids: Sequence[str]) -> pd.DataFrame:
-    """One row per run (analysis.stats.cost.run_cost): price basis, what it cost, USD per million
+    """One row per run (analysis.reports.cost.run_cost): price basis, what it cost, USD per million
     output tokens at its best level's throughput, and the break-even when both prices exist."""
     rows = []
     for rid in run_ids:
