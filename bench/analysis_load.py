@@ -38,6 +38,7 @@ from analysis.reports.report import kept_curves, kept_frontier
 from analysis.reports.summary import level_summary
 from analysis.stats import frontier, percentiles
 from analysis.store import cache, derived, fastload, load
+from analysis.verdicts import max_load
 from workers.store.backfill import pack_run
 
 DB = "peakload_bench"
@@ -232,7 +233,7 @@ def main() -> None:
         timed(
             f"{tag}: max load meeting SLOs",
             results,
-            frontier.max_load_meeting_slos,
+            max_load.max_load_meeting_slos,
             df,
             levels,
             run["spec"]["slos"],

@@ -29,6 +29,7 @@ from analysis.store.imports import load_import
 from analysis.store.probe import load_probe
 from analysis.store.summaries import load_summary, store_summary
 from analysis.verdicts import sla, verdict
+from analysis.verdicts.max_load import max_load_meeting_slos
 
 REPORT_VERSION = 1
 _log = logging.getLogger(__name__)
@@ -289,7 +290,7 @@ def build_report(
                 "pareto": _records(fr.pareto_frontier(points)) if len(points) else [],
                 "knee_level": int(points["level"].iloc[knee_i]) if knee_i is not None else None,
                 "knee_method": "Kneedle: max of x_n - y_n, throughput vs latency normalised",
-                "max_load_meeting_slos": fr.max_load_meeting_slos(df, levels, slos, chunks=chunks)
+                "max_load_meeting_slos": max_load_meeting_slos(df, levels, slos, chunks=chunks)
                 if slos
                 else None,
             },

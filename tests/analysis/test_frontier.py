@@ -10,6 +10,7 @@ import pytest
 
 from analysis.reports.summary import level_summary
 from analysis.stats import frontier as fr
+from analysis.verdicts import max_load
 from tests.analysis.storedata import T0, frame, level_row, run_row, streamed
 
 RUN = "00000000-0000-0000-0000-0000000000a7"
@@ -81,14 +82,14 @@ def test_points_and_max_load() -> None:
     assert pts["latency"].tolist()[:2] == [100.0, 100.0]
     assert pts["latency"].iloc[2] == 2000.0  # 20% slow: p99 is slow
     slos = [{"metric": "ttft_ms", "percentile": 99, "threshold": 800}]
-    best = fr.max_load_meeting_slos(df, levels, slos)
+    best = max_load.max_load_meeting_slos(df, levels, slos)
     # 500 samples, no exceedance: passes (>= 459); level 2 has 100 exceedances: fails
     assert (best["max_value"], best["next_value"], best["next_verdict"]) == (10.0, 20.0, "fail")
-    loose = fr.max_load_meeting_slos(
+    loose = max_load.max_load_meeting_slos(
         df, levels, [{"metric": "ttft_ms", "percentile": 99, "threshold": 5000}]
     )
     assert (loose["max_value"], loose["next_value"]) == (20.0, None)  # every level passes
-    strict = fr.max_load_meeting_slos(
+    strict = max_load.max_load_meeting_slos(
         df, levels, [{"metric": "ttft_ms", "percentile": 99.9, "threshold": 800}]
     )
     assert strict["max_value"] is None and strict["next_verdict"] == "insufficient samples"
