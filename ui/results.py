@@ -21,6 +21,7 @@ from analysis.store.summaries import store_summary
 from analysis.verdicts import sla
 from analysis.verdicts.exitcodes import Exit
 from analysis.verdicts.verdict import judge_run
+from ui.verdict_table import verdict_table
 from workers.store.connect import connect_store
 
 
@@ -53,8 +54,6 @@ def summary_exit_code(summary: dict[str, Any]) -> Exit:
 
 def print_verdict(summary: dict[str, Any], console: Console, title: str = "criteria") -> None:
     """The criteria table and the one-line verdict under the summary."""
-    from ui.commands.sla import verdict_table
-
     v = summary["verdict"]
     verdicts = [sla.ClaimVerdict(**c) for c in v["criteria"]]
     if verdicts:
