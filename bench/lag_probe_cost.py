@@ -30,17 +30,17 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.engine import health
+from loadgen.engine import lagprobe
 
 
 def probe_alone(source: str, seconds: float, start_at: float, out: Any) -> None:
     """One process: the probe on an idle loop from `start_at` (wall) for `seconds`."""
     if source == "thread":
-        health.PeriodicTimerFd.open = classmethod(lambda cls, *a: None)  # type: ignore[method-assign]
+        lagprobe.PeriodicTimerFd.open = classmethod(lambda cls, *a: None)  # type: ignore[method-assign]
 
     async def main() -> list[float]:
         await asyncio.sleep(max(0.0, start_at - time.time()))
-        probe = health.LoopLagProbe(time.perf_counter_ns)
+        probe = lagprobe.LoopLagProbe(time.perf_counter_ns)
         task = asyncio.create_task(probe.run())
         await asyncio.sleep(seconds)
         task.cancel()

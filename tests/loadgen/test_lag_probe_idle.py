@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from loadgen.engine import health
-from loadgen.engine.health import LoopLagProbe
+from loadgen.engine import lagprobe
+from loadgen.engine.lagprobe import LoopLagProbe
 from loadgen.engine.timer import PeriodicTimerFd
 from tests.loadgen.test_runner import ScriptedTarget, make_plan, run
 
@@ -74,7 +74,7 @@ class _Counted:
             self.n += 1
             real(probe, now, due)
 
-        monkeypatch.setattr(health.LoopLagProbe, "_sample", counted)
+        monkeypatch.setattr(lagprobe.LoopLagProbe, "_sample", counted)
 
 
 def test_an_open_loop_shard_probes_while_its_requests_are_in_flight(

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loadgen.engine import health
-from loadgen.engine.health import LoopLagProbe
+from loadgen.engine import lagprobe
+from loadgen.engine.lagprobe import LoopLagProbe
 from loadgen.engine.plan import ShardPlan
 from loadgen.engine.runner import ShardResult, run_shard
 from loadgen.errors import HttpStatusError, StreamProtocolError
@@ -425,8 +425,8 @@ def test_the_same_server_beside_a_late_loop_is_judged_by_the_probe() -> None:
 def probe_source(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The lag probe's instants from a periodic timerfd (Linux) or from its fallback thread."""
     if request.param == "thread":
-        monkeypatch.setattr(health.PeriodicTimerFd, "open", classmethod(lambda cls, *a: None))
-    elif health.PeriodicTimerFd.open(time.perf_counter_ns() + 10**9, 10**6) is None:
+        monkeypatch.setattr(lagprobe.PeriodicTimerFd, "open", classmethod(lambda cls, *a: None))
+    elif lagprobe.PeriodicTimerFd.open(time.perf_counter_ns() + 10**9, 10**6) is None:
         pytest.skip("no timerfd on this system")
     return str(request.param)
 
