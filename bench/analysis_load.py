@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analysis.reports.report import kept_curves, kept_frontier
 from analysis.reports.summary import level_summary
 from analysis.stats import frontier, percentiles
-from analysis.store import cache, derived, fastload, load
+from analysis.store import buckets, cache, derived, fastload, load
 from analysis.verdicts import max_load
 from workers.store.backfill import pack_run
 
@@ -196,7 +196,7 @@ def main() -> None:
                     "SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'"
                 ).fetchone()
             )
-            if load.has_timescaledb(conn)
+            if buckets.has_timescaledb(conn)
             else "PostgreSQL (no TimescaleDB)"
         )
         server = conn.execute("SHOW server_version").fetchone()

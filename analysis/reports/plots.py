@@ -196,7 +196,7 @@ OVER_TIME_PANELS = ("output tokens/s", "in flight (mean)", "failed requests/s")
 
 def over_time_figure(ts: pd.DataFrame, title: str) -> go.Figure:
     """Three stacked panels per region: output tokens/s, mean in flight, failed/s, against each
-    bucket's start (UTC); `ts` as analysis.store.load.timeseries with arrival throughput
+    bucket's start (UTC); `ts` as analysis.store.buckets.timeseries with arrival throughput
     (analysis.stats.throughput); failed/s from `failed_per_s`."""
     fig = make_subplots(
         rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06, subplot_titles=OVER_TIME_PANELS

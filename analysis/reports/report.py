@@ -24,7 +24,7 @@ from analysis.stats import percentiles as pc
 from analysis.stats import prefix_counters, throughput
 from analysis.stats import regions as rg
 from analysis.stats import server_metrics as srv
-from analysis.store import cache, derived, load
+from analysis.store import buckets, cache, derived, load
 from analysis.store.imports import load_import
 from analysis.store.probe import load_probe
 from analysis.store.summaries import load_summary, store_summary
@@ -252,7 +252,7 @@ def build_report(
         span = float(duration) if duration and np.isfinite(duration) else 60.0
         bucket_s = max(1.0, math.ceil(span / 120.0))
     ts = throughput.with_arrival_throughput(
-        load.timeseries(conn, run_id, bucket_s, requests=False), df, chunks, bucket_s
+        buckets.timeseries(conn, run_id, bucket_s, requests=False), df, chunks, bucket_s
     )
     server = srv.server_section(conn, run, df, summary["levels"], bucket_s)
     judged = verdict.judge_claims(run, df, claims, chunks=chunks) if claims else None

@@ -163,8 +163,8 @@ def role_series(samples: pd.DataFrame, names: Mapping[str, Sequence[str]]) -> pd
 
 
 def bucketed(series: pd.DataFrame, bucket_s: float) -> pd.DataFrame:
-    """Per time bucket (the buckets of analysis.store.load.timeseries): mean queue, running and KV
-    use over the bucket's scrapes, and the server's mean TTFT and queue time (ms) of the
+    """Per time bucket (the buckets of analysis.store.buckets.timeseries): mean queue, running and
+    KV use over the bucket's scrapes, and the server's mean TTFT and queue time (ms) of the
     requests its histograms counted in the bucket (delta sum / delta count)."""
     cols = ["bucket", "queue", "running", "kv_cache", "server_ttft_ms", "server_queue_ms"]
     if series.empty:

@@ -14,12 +14,13 @@ import pandas as pd
 
 from analysis import metrics as m
 
-_ORIGIN = pd.Timestamp("1970-01-01", tz="UTC")  # analysis.store.load.timeseries buckets from here
+# the epoch: analysis.store.buckets.timeseries buckets from here
+_ORIGIN = pd.Timestamp("1970-01-01", tz="UTC")
 
 
 def bucket_of(t: pd.Series, bucket_s: float) -> pd.Series:
     """The start (UTC) of the `bucket_s`-second bucket holding each time, buckets counted from
-    the epoch as analysis.store.load.timeseries counts them."""
+    the epoch as analysis.store.buckets.timeseries counts them."""
     w = pd.Timedelta(seconds=bucket_s)
     return _ORIGIN + ((t - _ORIGIN) // w) * w
 

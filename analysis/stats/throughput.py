@@ -1,6 +1,6 @@
 """Output throughput over time by the one definition every table uses (analysis.metrics
 .tokens_arrived: each chunk's tokens count at its arrival, sent_at + its offset, whatever the
-request's outcome), per time bucket and region on the buckets of analysis.store.load.timeseries
+request's outcome), per time bucket and region on the buckets of analysis.store.buckets.timeseries
 (aligned to the Unix epoch). A chart's tokens/s over a window of whole buckets is the table's
 tokens/s for that window, to the token.
 """
@@ -227,7 +227,7 @@ def completions(
     """Per bucket (its start, UTC) and region: `ok_per_s` and `failed_per_s`, the requests
     that ended in it by outcome / bucket_s, where a request ends at scheduled_at + end_ns to
     the microsecond (a request never sent: at scheduled_at), the buckets and rounding of
-    analysis.store.load.timeseries' count in the store; rows by bucket, then region."""
+    analysis.store.buckets.timeseries' count in the store; rows by bucket, then region."""
     width_us = round(bucket_s * 1e6)  # the store's make_interval(secs => w): rint(w * 1e6) µs
     cols = ["bucket", "region", "ok_per_s", "failed_per_s"]
     if df.empty or width_us <= 0:
@@ -278,7 +278,7 @@ def with_arrival_throughput(
     *,
     by: Literal["region", "none"] = "region",
 ) -> pd.DataFrame:
-    """`ts` (analysis.store.load.timeseries, same bucket_s and `by`; `requests=False` spares
+    """`ts` (analysis.store.buckets.timeseries, same bucket_s and `by`; `requests=False` spares
     the store a pass) with its tokens/s counted as every table counts them
     (`arrival_throughput`) instead of the shards' per-second ticks, and its ok/s and failed/s
     counted from the frame (`completions`): 0 in a bucket where no token arrived or no request

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from analysis.reports.summary import level_summary, summarize_run
 from analysis.reports.summary_table import render_summary_table
-from analysis.store import load, refs
+from analysis.store import buckets, load, refs
 from tests.analysis.storedata import (
     MS,
     T0,
@@ -171,8 +171,8 @@ def _render(summary: dict[str, Any]) -> str:
 @pytest.mark.integration
 def test_timeseries_date_bin(pg_conn: psycopg.Connection[Any]) -> None:
     _store_run(pg_conn)
-    assert load.bucket_function(pg_conn) == "date_bin"
-    ts = load.timeseries(pg_conn, RUN, bucket_s=2.0)
+    assert buckets.bucket_function(pg_conn) == "date_bin"
+    ts = buckets.timeseries(pg_conn, RUN, bucket_s=2.0)
     eu = ts[ts["region"] == "eu"].set_index("bucket")
     # ticks at T0+0..3 s, 2 s buckets: mean in flight 2; 10 tokens per second -> 10 tok/s
     tick_buckets = eu["in_flight"].dropna()
@@ -181,7 +181,7 @@ def test_timeseries_date_bin(pg_conn: psycopg.Connection[Any]) -> None:
     assert eu.loc[T0, "errors_per_s"] == 0.5
     # requests: eu ok at T0 (A, B, warmup) ... completion = scheduled + end
     assert ts["ok_per_s"].sum() * 2 == 5 and ts["failed_per_s"].sum() * 2 == 1
-    both = load.timeseries(pg_conn, RUN, bucket_s=1.0, by="none")
+    both = buckets.timeseries(pg_conn, RUN, bucket_s=1.0, by="none")
     assert set(both["region"]) == {"all"}
     assert both.loc[both["bucket"] == T0 + dt.timedelta(seconds=1), "errors_per_s"].item() == 2.0
 
@@ -271,7 +271,7 @@ def test_completions_from_the_frame_are_the_stores_count(
     insert_run(pg_conn, run_row(run_id), [level_row(run_id, 0)], reqs)
     df, _ = load_requests_fast(pg_conn, run_id)
     for by in ("region", "none"):
-        stored = load.timeseries(pg_conn, run_id, bucket_s, by=by)  # type: ignore[arg-type]
+        stored = buckets.timeseries(pg_conn, run_id, bucket_s, by=by)  # type: ignore[arg-type]
         stored = stored[(stored["ok_per_s"] > 0) | (stored["failed_per_s"] > 0)]
         mine = completions(df, bucket_s, by=by)  # type: ignore[arg-type]
         assert len(mine) == len(stored) >= 4
@@ -279,4 +279,6 @@ def test_completions_from_the_frame_are_the_stores_count(
         assert mine["region"].tolist() == stored["region"].tolist()
         for col in ("ok_per_s", "failed_per_s"):
             assert mine[col].tolist() == stored[col].tolist()
-        assert (load.timeseries(pg_conn, run_id, bucket_s, requests=False)["ok_per_s"] == 0).all()
+        assert (
+            buckets.timeseries(pg_conn, run_id, bucket_s, requests=False)["ok_per_s"] == 0
+        ).all()

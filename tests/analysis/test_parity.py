@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from analysis.reports.report import build_report
-from analysis.store import load
+from analysis.store import buckets
 from tests.analysis.storedata import insert_run, synthetic_run
 
 RID = "00000000-0000-0000-0000-0000000000c7"
@@ -38,8 +38,8 @@ def test_same_numbers_on_both_stores(
 ) -> None:
     _store(pg_conn)
     _store(ts_conn)
-    assert load.bucket_function(pg_conn) == "date_bin"
-    assert load.bucket_function(ts_conn) == "time_bucket"
+    assert buckets.bucket_function(pg_conn) == "date_bin"
+    assert buckets.bucket_function(ts_conn) == "time_bucket"
     pg = build_report(pg_conn, RID, resamples=200, bucket_s=3.0)
     ts = build_report(ts_conn, RID, resamples=200, bucket_s=3.0)
     assert pg == ts
@@ -51,7 +51,7 @@ def test_same_numbers_on_both_stores(
 def test_time_bucket_equals_date_bin(ts_conn: psycopg.Connection[Any]) -> None:
     _store(ts_conn)
     for width in (1.0, 2.5, 7.0, 60.0):
-        a = load.timeseries(ts_conn, RID, width, bucket_fn="time_bucket")
-        b = load.timeseries(ts_conn, RID, width, bucket_fn="date_bin")
+        a = buckets.timeseries(ts_conn, RID, width, bucket_fn="time_bucket")
+        b = buckets.timeseries(ts_conn, RID, width, bucket_fn="date_bin")
         pd.testing.assert_frame_equal(a, b)
         assert len(a) > 0

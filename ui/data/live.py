@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from analysis.store import buckets
 from analysis.store import load as al
 from ui.data import shared
 
@@ -31,7 +32,7 @@ def run_status(run_id: str) -> dict[str, Any]:
 @st.cache_data(ttl=LIVE_TTL_S, show_spinner=False)
 def live_series(run_id: str) -> pd.DataFrame:
     with shared.store().conn() as c:
-        return al.timeseries(c, run_id, 1.0)
+        return buckets.timeseries(c, run_id, 1.0)
 
 
 @st.cache_data(ttl=LIVE_TTL_S, show_spinner=False)

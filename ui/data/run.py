@@ -26,6 +26,7 @@ from analysis.stats import server_diagnosis
 from analysis.stats import server_metrics as asrv
 from analysis.stats import throughput as athroughput
 from analysis.stats import timeslices as aslices
+from analysis.store import buckets
 from analysis.store import load as al
 from analysis.store.imports import import_lines, load_import
 from analysis.store.probe import load_probe, probe_rows
@@ -171,7 +172,7 @@ def _spectra(run_id: str, version: str, metric: str, by: str) -> pd.DataFrame:
 
 def series(run_id: str, bucket_s: float = 1.0) -> pd.DataFrame:
     """Throughput, in-flight and errors per time bucket and region
-    (analysis.store.load.timeseries), tokens/s counted at arrival as every table counts them
+    (analysis.store.buckets.timeseries), tokens/s counted at arrival as every table counts them
     (analysis.stats.throughput)."""
     return _series(run_id, shared.version(run_id), bucket_s)
 
@@ -179,7 +180,7 @@ def series(run_id: str, bucket_s: float = 1.0) -> pd.DataFrame:
 @st.cache_data(ttl=shared.RESULT_TTL_S, show_spinner=False)
 def _series(run_id: str, version: str, bucket_s: float) -> pd.DataFrame:
     with shared.store().conn() as c:
-        ts = al.timeseries(c, run_id, bucket_s, requests=False)
+        ts = buckets.timeseries(c, run_id, bucket_s, requests=False)
     return athroughput.with_arrival_throughput(
         ts, shared.requests(run_id), shared.chunks(run_id), bucket_s
     )
