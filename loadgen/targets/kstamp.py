@@ -1,6 +1,6 @@
 """Kernel receive stamps: a TCP socket whose every read also returns the time the kernel queued
 its last segment (`SO_TIMESTAMPNS`), so a read is stamped with when its bytes arrived, not with
-when a busy event loop got round to it.
+when a busy event loop got round to it (`open_stamped_socket` connects one).
 
 The kernel's software stamp is on the real-time clock; `KernelStamper` turns it into the runner's
 monotonic clock as `now_monotonic - (now_realtime - stamp_realtime)`: only the age of the bytes
@@ -15,6 +15,7 @@ receive stamping on system-wide a moment after the first socket asks for it.
 
 from __future__ import annotations
 
+import asyncio
 import platform
 import socket
 import struct
@@ -76,6 +77,28 @@ class StampedSocket(socket.socket):
         n, ancillary, _, _ = self.recvmsg_into([view], _ANC_SIZE, flags)
         self.rx_real_ns = _stamp(ancillary)
         return n
+
+
+async def open_stamped_socket(
+    loop: asyncio.AbstractEventLoop, host: str, port: int
+) -> StampedSocket:
+    """A connected non-blocking socket to host:port: each resolved address in turn."""
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    error: OSError | None = None
+    for family, type_, proto, _, address in infos:
+        sock = StampedSocket(family, type_, proto)
+        try:
+            sock.setblocking(False)
+            await loop.sock_connect(sock, address)
+        except OSError as e:
+            sock.close()
+            error = e
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    raise error if error is not None else OSError(f"{host} resolved to no address")
 
 
 def _stamp(ancillary: list[tuple[int, int, bytes]]) -> int:

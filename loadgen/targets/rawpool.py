@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import select
-import socket
 import ssl
 from typing import cast
 
@@ -26,7 +25,7 @@ from loadgen.errors import PhaseTimeout
 from loadgen.target import Clock
 from loadgen.targets.arrival import Arrival
 from loadgen.targets.http_common import connect_error
-from loadgen.targets.kstamp import SCRATCH_BYTES, KernelStamper, StampedSocket
+from loadgen.targets.kstamp import SCRATCH_BYTES, KernelStamper, StampedSocket, open_stamped_socket
 from loadgen.targets.resend import bytes_acked, transport_socket
 
 # (stamp ns, bytes, earliest arrival ns if the loop was woken on time, earliest at all; -1: none)
@@ -229,7 +228,7 @@ class RawPool:
         began = clock()
         try:
             async with asyncio.timeout(max(budget, 0.0)):
-                sock = await self._open_socket(loop)
+                sock = await open_stamped_socket(loop, self.host, self.port)
                 stamped = sock.enable()
                 try:
                     _, conn = await loop.create_connection(
@@ -253,25 +252,6 @@ class RawPool:
         conn.connect_ns = clock() - began
         self.opened += 1
         return conn
-
-    async def _open_socket(self, loop: asyncio.AbstractEventLoop) -> StampedSocket:
-        """A connected non-blocking socket to the origin: each resolved address in turn."""
-        infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
-        error: OSError | None = None
-        for family, type_, proto, _, address in infos:
-            sock = StampedSocket(family, type_, proto)
-            try:
-                sock.setblocking(False)
-                await loop.sock_connect(sock, address)
-            except OSError as e:
-                sock.close()
-                error = e
-                continue
-            except BaseException:
-                sock.close()
-                raise
-            return sock
-        raise error if error is not None else OSError(f"{self.host} resolved to no address")
 
     async def acquire(
         self, deadline_at: float, clock: Clock = _no_clock, fresh: bool = False
