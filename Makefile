@@ -84,6 +84,7 @@ check: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 	bash deploy/local/audit.sh $(BIN)/pip-audit $(BIN)/python
 
 ## The dependency audit alone (skipped, saying so, without network; AUDIT_REQUIRED=1 to fail then).
