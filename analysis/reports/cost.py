@@ -231,7 +231,7 @@ def cost_change(
     """The cost side of `compare`: each run's total and basis, and per load both runs ran
     (levels paired as analysis.verdicts.regression pairs them) USD per million output tokens at each
     side's measured throughput, with the relative change. Informational: never a verdict."""
-    from analysis.verdicts.regression import pair_levels
+    from analysis.verdicts.regression import pair_levels  # scipy.stats: only for compare
 
     b = run_cost(b_run, b_df, level_rates(b_run, b_df, b_levels))
     c = run_cost(c_run, c_df, level_rates(c_run, c_df, c_levels))
