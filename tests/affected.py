@@ -18,6 +18,8 @@ The CLI's command table (`COMMANDS` in ui/cli.py) names every command's module, 
 runs only when asked for by name: the path from a command's module up through ui/cli.py counts
 only for the modules on the way up (the test or a helper it uses) that name that command as a
 string (`"run"`), or import the table itself (a test over every command).
+`tests/test_house.py` reads every module of the product (its import contracts and sizes) and
+imports none: any change to a product module selects it.
 A changed file that is not Python counts as a change to every module in its folder (or the
 nearest folder up that has modules: a preset's TOML) and to every test that names the file
 (README.md's exit-code table, docs/HOSTILE_INPUT.md); prose outside the packages changes
@@ -37,6 +39,8 @@ from pathlib import Path
 
 PACKAGES = ("loadgen", "workers", "analysis", "ui", "tests", "bench")
 PROSE = (".md", ".txt", ".rst", ".png", ".svg")  # outside the packages: read by tests, no code
+PRODUCT = ("loadgen", "workers", "analysis", "ui")
+HOUSE_TEST = "tests/test_house.py"  # the import contracts and module sizes of the whole product
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -349,6 +353,9 @@ def affected_tests(root: Path, files: Iterable[str]) -> list[str] | None:
         and modules[name].name.startswith("test_")
         and modules[name].exists()
     }
+    house = root / HOUSE_TEST
+    if house.exists() and any(f.endswith(".py") and f.split("/")[0] in PRODUCT for f in files):
+        tests.add(HOUSE_TEST)  # it reads every module of the product, importing none
     return sorted(tests)
 
 

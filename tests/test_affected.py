@@ -156,6 +156,7 @@ def test_on_this_project_a_page_and_a_formula_reach_their_tests() -> None:
     page = affected_tests(ROOT, ["ui/views/runs.py"])
     cost = affected_tests(ROOT, ["analysis/reports/cost.py"])
     assert page is not None and "tests/ui/test_browser.py" in page
+    assert "tests/test_house.py" in page and "tests/test_house.py" in (cost or [])
     assert cost is not None and "tests/analysis/test_cost.py" in cost
     assert "tests/ui/test_browser.py" not in (affected_tests(ROOT, ["tests/test_phases.py"]) or [])
     # a Redis helper of the distributed shards: not every test through the conftest's plugins
