@@ -96,6 +96,12 @@ def test_a_conftest_s_plugin_counts_for_the_tests_that_use_its_fixtures(
     assert chosen(project, "loadgen/leaf.py") == everything
 
 
+def test_any_product_module_selects_the_house_test_which_imports_none(project: Path) -> None:
+    (project / "tests" / "test_house.py").write_text("import subprocess\n")  # reads the tree
+    assert "test_house.py" in (chosen(project, "loadgen/leaf.py") or [])
+    assert "test_house.py" not in (chosen(project, "tests/unit/test_alone.py") or [])
+
+
 def test_a_test_with_nothing_changed_under_it_is_left_out(project: Path) -> None:
     assert chosen(project, "tests/unit/test_alone.py") == ["test_alone.py"]
     assert chosen(project, "docs/ARCHITECTURE.md") == []
@@ -156,7 +162,6 @@ def test_on_this_project_a_page_and_a_formula_reach_their_tests() -> None:
     page = affected_tests(ROOT, ["ui/views/runs.py"])
     cost = affected_tests(ROOT, ["analysis/reports/cost.py"])
     assert page is not None and "tests/ui/test_browser.py" in page
-    assert "tests/test_house.py" in page and "tests/test_house.py" in (cost or [])
     assert cost is not None and "tests/analysis/test_cost.py" in cost
     assert "tests/ui/test_browser.py" not in (affected_tests(ROOT, ["tests/test_phases.py"]) or [])
     # a Redis helper of the distributed shards: not every test through the conftest's plugins
