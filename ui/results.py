@@ -58,9 +58,12 @@ def print_verdict(summary: dict[str, Any], console: Console, title: str = "crite
     verdicts = [sla.ClaimVerdict(**c) for c in v["criteria"]]
     if verdicts:
         levels = len(summary.get("levels") or [])
+        loads = int(v.get("loads") or 1)
         where = (
             f" at level {v['level']}"
             if v["level"] is not None
+            else f", each claim at each of the run's {loads} loads, the error budget over all"
+            if loads > 1
             else f", every steady request of the run's {levels} levels pooled"
             if levels > 1
             else ""

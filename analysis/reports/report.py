@@ -255,7 +255,7 @@ def build_report(
         buckets.timeseries(conn, run_id, bucket_s, requests=False), df, chunks, bucket_s
     )
     server = srv.server_section(conn, run, df, summary["levels"], bucket_s)
-    judged = verdict.judge_claims(run, df, claims, chunks=chunks) if claims else None
+    judged = verdict.judge_claims(run, df, claims, chunks=chunks, levels=levels) if claims else None
     verdicts = judged.verdicts if judged else []
     labels = run.get("labels") or {}
     out: dict[str, Any] = _clean(

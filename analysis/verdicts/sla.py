@@ -218,6 +218,10 @@ class ClaimVerdict:
     stopped: int = 0  # requests peakload itself stopped: reported apart, never counted
     tokens: int | None = None  # a token-level claim's samples (its n is the requests)
     rule: str = "exact binomial"
+    # Holm over the run's fail-side tests (analysis.verdicts.fail_family): this test's adjusted
+    # fail p-value on its own alpha's scale, and how many tests the family counts
+    p_fail_adjusted: float | None = None
+    family: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -306,32 +310,46 @@ def evaluate(
             out.append(_token_verdict(df, c, ch, conf))
             continue
         values, failed = claim_samples(df, c, ch)
-        n = int(values.size) + failed
         k = int((values >= c.threshold).sum()) + failed
-        allowed = 1.0 - c.percentile / 100.0
-        lo, hi = clopper_pearson(n, k, conf)
         observed = m.percentile(values, c.percentile) if values.size else float("nan")
         out.append(
-            ClaimVerdict(
-                claim=c.label(),
-                metric=c.metric,
-                percentile=c.percentile,
-                threshold=c.threshold,
+            binomial_verdict(
+                c,
+                n=int(values.size) + failed,
+                k=k,
                 confidence=conf,
-                verdict=decide(n, k, c.percentile, conf),
-                n=n,
-                exceedances=k,
                 observed=float(observed) if np.isfinite(observed) else None,
-                exceed_lower=lo,
-                exceed_upper=hi,
-                allowed=allowed,
-                p_pass=pass_p_value(n, k, allowed),
-                p_fail=fail_p_value(n, k, allowed),
-                samples_needed=min_samples_to_pass(c.percentile, conf, k),
                 stopped=claim_stopped(df, c),
             )
         )
     return out
+
+
+def binomial_verdict(
+    c: Claim, *, n: int, k: int, confidence: float, observed: float | None, stopped: int = 0
+) -> ClaimVerdict:
+    """A per-request claim's verdict after `k` exceedances in `n` samples (the module
+    docstring's rule); `observed`: the samples' percentile, for the table."""
+    allowed = 1.0 - c.percentile / 100.0
+    lo, hi = clopper_pearson(n, k, confidence)
+    return ClaimVerdict(
+        claim=c.label(),
+        metric=c.metric,
+        percentile=c.percentile,
+        threshold=c.threshold,
+        confidence=confidence,
+        verdict=decide(n, k, c.percentile, confidence),
+        n=n,
+        exceedances=k,
+        observed=observed,
+        exceed_lower=lo,
+        exceed_upper=hi,
+        allowed=allowed,
+        p_pass=pass_p_value(n, k, allowed),
+        p_fail=fail_p_value(n, k, allowed),
+        samples_needed=min_samples_to_pass(c.percentile, confidence, k),
+        stopped=stopped,
+    )
 
 
 def _token_verdict(df: pd.DataFrame, c: Claim, chunks: m.ChunkArrays, conf: float) -> ClaimVerdict:

@@ -2,6 +2,10 @@
 error budget `max_error_rate`, both decided by the exact binomial rule of analysis.verdicts.sla, and
 the run's state (partial, invalid, empty) first. This is what `run`, `submit` and `sla` exit with.
 
+A sweep's claims are judged at each load it ran (analysis.verdicts.loads: a pass needs every
+load to pass), the error budget over all its steady requests (it is the run's budget), and a
+fail must survive Holm over every test of the verdict (analysis.verdicts.fail_family).
+
 The error budget is a claim on the failure fraction of the steady-phase requests: with
 e0 = max_error_rate, n steady requests (every outcome, `not_sent` included: a request the run
 scheduled and lost; not those peakload itself stopped, loadgen.results.reasons) and k of them not
@@ -29,6 +33,8 @@ from analysis import metrics as m
 from analysis.verdicts import sla
 from analysis.verdicts.delivered import Delivered, levels_delivered, pooled, shortfall_bound
 from analysis.verdicts.exitcodes import Exit, run_state_code
+from analysis.verdicts.fail_family import adjust_fails
+from analysis.verdicts.loads import claims_at_each_load, run_loads, spread_over
 from loadgen.results.binomial import decide_error_budget
 from loadgen.runspec.spec import DEFAULT_MAX_ERROR_RATE
 
@@ -93,8 +99,9 @@ def error_budget(df: pd.DataFrame, max_error_rate: float, confidence: float) -> 
         exceed_lower=lo,
         exceed_upper=hi,
         allowed=e0,
-        p_pass=sla.pass_p_value(n, k, e0),
-        p_fail=sla.fail_p_value(n, k, e0),
+        # a budget turned off is no test: no p-value, not counted in the fail-side family
+        p_pass=sla.pass_p_value(n, k, e0) if e0 < 1 else math.nan,
+        p_fail=sla.fail_p_value(n, k, e0) if e0 < 1 else math.nan,
         samples_needed=needed,
         stopped=n_stopped,
     )
@@ -141,6 +148,7 @@ class RunJudgement:
     reason: str
     verdicts: list[sla.ClaimVerdict] = field(default_factory=list)
     level: int | None = None  # the level judged (saturation searches), else None: all pooled
+    loads: int = 1  # the loads each claim naming no level was judged at, one by one
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -148,6 +156,7 @@ class RunJudgement:
             "verdict": self.code.name.lower(),
             "reason": self.reason,
             "level": self.level,
+            "loads": self.loads,
             "criteria": [v.to_json() for v in self.verdicts],
         }
 
@@ -179,20 +188,22 @@ def judge_run(
     chunks: m.ChunkArrays | None = None,
 ) -> RunJudgement:
     """`run` (analysis.store.load.load_run) and its requests against `criteria` (default: its own
-    spec's). A saturation search is judged at its best level: the highest configured load
-    whose criteria pass (else the lowest code over its levels). `chunks`: the requests' chunk
-    arrays when `df` has none (analysis.store.fastload), one entry per row of `df`."""
+    spec's). A sweep's claims are judged at each of its loads (analysis.verdicts.loads), the
+    error budget over all its steady requests, fails under Holm over every test
+    (analysis.verdicts.fail_family). A saturation search is judged at its best level: the
+    highest configured load whose criteria pass (else the lowest code over its levels).
+    `chunks`: the requests' chunk arrays when `df` has none (analysis.store.fastload), one
+    entry per row of `df`."""
     crit = criteria if criteria is not None else criteria_from_spec(_spec(run))
     gate = state_gate(run, df)
     spec = _spec(run)
     if crit.saturation and levels is not None and len(levels) and gate is None:
         return _best_level(df, levels, crit, spec, chunks)
     load = load_delivered(levels_delivered(df, levels, spec), shortfall_bound(spec))
-    verdicts = _evaluate(df, crit, load, chunks)
-    if gate is not None:
-        return RunJudgement(gate[0], gate[1], verdicts)
-    code = sla.exit_code(verdicts)
-    return RunJudgement(code, _why(code, verdicts), verdicts)
+    loads = run_loads(df, levels) if crit.claims else []
+    claims = claims_at_each_load(df, crit.claims, loads, confidence=crit.confidence, chunks=chunks)
+    verdicts = adjust_fails([*claims, *([load] if load is not None else []), _budget(df, crit)])
+    return _judgement(gate, verdicts, spread_over(crit.claims, loads))
 
 
 def judge_claims(
@@ -207,7 +218,8 @@ def judge_claims(
     """`peakload sla` and `report --claims`: the claims file's claims and an error budget (the
     file's `max_error_rate`, else the run spec's), and with `levels` whether the levels the
     claims are on delivered their load (every level, unless every claim names one), after
-    the run's state (`state_gate`)."""
+    the run's state (`state_gate`). A claim naming no level is judged at each load, as in
+    `judge_run`."""
     own = criteria_from_spec(_spec(run))
     conf = confidence or claims.confidence
     budget = claims.max_error_rate if claims.max_error_rate is not None else own.max_error_rate
@@ -215,16 +227,29 @@ def judge_claims(
     on = {c.level for c in claims.claims}
     judged = [d for d in levels_delivered(df, levels, spec) if None in on or d.level in on]
     load = load_delivered(judged, shortfall_bound(spec))
-    verdicts = [
-        *sla.evaluate(df, claims, confidence=confidence, chunks=chunks),
-        *([load] if load is not None else []),
-        error_budget(df, budget, conf),
-    ]
-    gate = state_gate(run, df)
+    loads = run_loads(df, levels)
+    verdicts = adjust_fails(
+        [
+            *claims_at_each_load(df, claims.claims, loads, confidence=conf, chunks=chunks),
+            *([load] if load is not None else []),
+            error_budget(df, budget, conf),
+        ]
+    )
+    return _judgement(state_gate(run, df), verdicts, spread_over(claims.claims, loads))
+
+
+def _judgement(
+    gate: tuple[Exit, str] | None, verdicts: list[sla.ClaimVerdict], loads: int
+) -> RunJudgement:
+    """The run's state first (`state_gate`), else what the criteria say."""
     if gate is not None:
-        return RunJudgement(gate[0], gate[1], verdicts)
+        return RunJudgement(gate[0], gate[1], verdicts, loads=loads)
     code = sla.exit_code(verdicts)
-    return RunJudgement(code, _why(code, verdicts), verdicts)
+    return RunJudgement(code, _why(code, verdicts), verdicts, loads=loads)
+
+
+def _budget(df: pd.DataFrame, crit: Criteria) -> sla.ClaimVerdict:
+    return error_budget(df, crit.max_error_rate, crit.confidence)
 
 
 def _evaluate(
@@ -240,7 +265,7 @@ def _evaluate(
         else []
     )
     out += [load] if load is not None else []
-    return [*out, error_budget(df, crit.max_error_rate, crit.confidence)]
+    return adjust_fails([*out, _budget(df, crit)])
 
 
 def _best_level(
@@ -278,7 +303,22 @@ def _why(code: Exit, verdicts: Sequence[sla.ClaimVerdict]) -> str:
         return "every criterion passes"
     want = "fail" if code is Exit.FAILED else "insufficient samples"
     names = [v.claim for v in verdicts if v.verdict == want]
-    return f"{want}: " + ", ".join(names)
+    tests = max((v.family or 0 for v in verdicts), default=0)
+    held = [v.claim for v in verdicts if v.verdict == want and _disproved_alone(v)]
+    why = f"{want}: " + ", ".join(names)
+    if code is Exit.FAILED and tests > 1:
+        why += f" (Holm over the run's {tests} fail-side tests)"
+    elif held:
+        why += (
+            f" ({', '.join(held)}: disproved at its own confidence, not under Holm over the "
+            f"run's {tests} fail-side tests)"
+        )
+    return why
+
+
+def _disproved_alone(v: sla.ClaimVerdict) -> bool:
+    """A fail Holm turned into "insufficient samples" (analysis.verdicts.fail_family)."""
+    return v.verdict != "fail" and v.p_fail <= 1.0 - v.confidence
 
 
 def _spec(run: Mapping[str, Any]) -> Mapping[str, Any] | None:

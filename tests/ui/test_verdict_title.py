@@ -1,5 +1,6 @@
 """The criteria table under `peakload run`'s summary says which requests it judged: a search's one
-level, or every steady request of a sweep's levels pooled (analysis.verdicts.verdict.judge_run),
+level, each claim at each load of a sweep, or every steady request of its levels pooled when no
+claim is spread (analysis.verdicts.verdict.judge_run),
 so a verdict's n is read as what it is."""
 
 from __future__ import annotations
@@ -45,3 +46,11 @@ def test_a_search_names_its_level_and_one_level_needs_no_word() -> None:
     assert "criteria at level 2" in _printed(_summary(3, 2))
     text = _printed(_summary(1, None))
     assert "pooled" not in text and "criteria" in text
+
+
+def test_a_sweeps_claims_say_they_were_judged_at_each_load() -> None:
+    summary = _summary(3, None)
+    summary["verdict"]["loads"] = 3
+    text = _printed(summary)
+    assert "each claim at each of the run's 3 loads, the error budget over all" in text
+    assert "pooled" not in text
