@@ -28,8 +28,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from analysis.stats.multiple import holm
 from analysis.verdicts import sla
+from loadgen.results.multiple import holm
 
 
 def family(verdicts: Sequence[sla.ClaimVerdict]) -> list[int]:

@@ -1,7 +1,7 @@
 """The family of tests a comparison judges and its error control: every row of a comparison
 (latency metric x percentile x level pair, both throughputs and the error rate per level pair)
 is one one-sided test, and regressions are decided by Holm's step-down procedure over all of
-them (analysis.stats.multiple), so the chance that identical servers show any regression is at
+them (loadgen.results.multiple), so the chance that identical servers show any regression is at
 most 1 - confidence however many metrics, percentiles and levels are compared.
 
 Why Holm, not a declared primary set: a vendor or CI job may care about any metric at any
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.stats.multiple import CORRECTION, family_size, holm
+from loadgen.results.multiple import CORRECTION, family_size, holm
 
 
 def _p(rows: Sequence[MutableMapping[str, Any]], key: str) -> np.ndarray:
