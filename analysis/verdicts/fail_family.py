@@ -10,11 +10,11 @@ run share its requests). The pass side needs no correction: a run passes only wh
 passes at its own confidence (an intersection-union test), so a false claim is passed at most
 1 - C of the time however many others there are.
 
-Tests with their own confidence (a claims file's per-claim `confidence`) enter weighted: the
-p-value is scaled by the family's smallest alpha over its own before Holm, so each is compared
-with its own alpha in the end and the family-wise rate is at most the mean alpha of the true
-claims. A criterion that is not a test (the load delivered) and a budget turned off
-(`max_error_rate = 1`) carry no p-value and are not counted.
+Tests with their own confidence (a claims file's per-claim `confidence`) enter weighted, each
+compared with its own alpha (loadgen.results.multiple.holm_own_alpha): the family-wise rate is
+then at most the mean alpha of the true claims. A criterion that is not a test (the load
+delivered) and a budget turned off (`max_error_rate = 1`) carry no p-value and are not counted.
+The saturation search decides each level by the same rule (loadgen/engine/search.py).
 
 A fail that does not survive becomes "insufficient samples": the data disprove the claim at
 its own confidence, but not at the family's.
@@ -29,7 +29,7 @@ from dataclasses import replace
 import numpy as np
 
 from analysis.verdicts import sla
-from loadgen.results.multiple import holm
+from loadgen.results.multiple import holm_own_alpha
 
 
 def family(verdicts: Sequence[sla.ClaimVerdict]) -> list[int]:
@@ -46,9 +46,7 @@ def adjust_fails(verdicts: Sequence[sla.ClaimVerdict]) -> list[sla.ClaimVerdict]
     if not idx:
         return out
     alphas = np.array([1.0 - verdicts[i].confidence for i in idx])
-    ref = float(alphas.min())
-    scaled = np.array([verdicts[i].p_fail for i in idx]) * ref / alphas
-    adjusted = holm(scaled) * alphas / ref
+    adjusted = holm_own_alpha([verdicts[i].p_fail for i in idx], alphas)
     for i, alpha, p_adj in zip(idx, alphas, adjusted, strict=True):
         v = verdicts[i]
         survives = bool(p_adj <= alpha)

@@ -18,6 +18,7 @@ shard searches on its own samples.
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 import numpy as np
@@ -27,9 +28,10 @@ from loadgen.engine.pool import SamplePool
 from loadgen.engine.samples import DELIVERED, ITL_COUNTS, OUTCOMES, SAMPLE_KEYS, TOKEN_METRICS
 from loadgen.engine.schedule import saturation_levels, search_level
 from loadgen.engine.shard import NS, Shard
-from loadgen.results.binomial import Verdict, decide, decide_error_budget
+from loadgen.results.binomial import Verdict, decide, decide_error_budget, fail_p_value
 from loadgen.results.clustered import RULE as CLUSTERED_RULE
 from loadgen.results.clustered import decide_clustered
+from loadgen.results.multiple import holm_own_alpha
 from loadgen.results.shortfall import is_short, rate_shortfall
 from loadgen.runspec.spec import RunSpec
 
@@ -60,10 +62,11 @@ def judge(
                 confidence,
             )
             entry.update(n=d.requests, tokens=d.tokens, exceedances=d.exceedances)
-            entry["verdict"] = d.verdict
+            entry.update(verdict=d.verdict, p_fail=d.p_fail)
         else:
             n, k = int(vals.size), int((vals >= slo.threshold).sum())
             entry.update(n=n, exceedances=k, verdict=decide(n, k, slo.percentile, confidence))
+            entry["p_fail"] = fail_p_value(n, k, 1.0 - slo.percentile / 100.0)
         per.append(entry)
     ok = np.asarray(samples.get(OUTCOMES) or [], dtype=np.float64)
     n, k = int(ok.size), int((ok == 0.0).sum())
@@ -74,6 +77,7 @@ def judge(
             "n": n,
             "exceedances": k,
             "verdict": decide_error_budget(n, k, spec.max_error_rate, confidence),
+            "p_fail": _budget_p_fail(n, k, spec.max_error_rate),
         }
     )
     sent = np.asarray(samples.get(DELIVERED) or [], dtype=np.float64)
@@ -88,12 +92,33 @@ def judge(
             "verdict": "insufficient samples" if is_short(short, bound) else "pass",
         }
     )
+    _fails_under_holm(per, 1.0 - confidence)
     verdicts = {p["verdict"] for p in per}
     if "fail" in verdicts:
         return "fail", per
     if verdicts == {"pass"}:
         return "pass", per
     return "insufficient samples", per
+
+
+def _budget_p_fail(n: int, k: int, max_error_rate: float) -> float | None:
+    """The error budget's fail-side p-value (decide_error_budget's rule); None when it is off
+    (no test; the level's JSON is stored, so no NaN)."""
+    if max_error_rate >= 1.0:
+        return None
+    if max_error_rate <= 0.0:
+        return 0.0 if k > 0 else 1.0
+    return fail_p_value(n, k, max_error_rate)
+
+
+def _fails_under_holm(per: list[dict[str, Any]], alpha: float) -> None:
+    """A fail must survive Holm over the level's fail-side tests, as in the exit verdict
+    (analysis/verdicts/fail_family.py): one that does not is not yet decided (in place)."""
+    tests = [p for p in per if p.get("p_fail") is not None and math.isfinite(p["p_fail"])]
+    adjusted = holm_own_alpha([p["p_fail"] for p in tests], [alpha] * len(tests))
+    for p, p_adj in zip(tests, adjusted, strict=True):
+        if p["verdict"] == "fail" and not p_adj <= alpha:
+            p["verdict"] = "insufficient samples"
 
 
 def _per_request(

@@ -32,3 +32,17 @@ def holm(pvalues: npt.ArrayLike) -> np.ndarray:
 def family_size(pvalues: npt.ArrayLike) -> int:
     """The number of tests Holm counts (finite p-values)."""
     return int(np.isfinite(np.asarray(pvalues, dtype=np.float64)).sum())
+
+
+def holm_own_alpha(pvalues: npt.ArrayLike, alphas: npt.ArrayLike) -> np.ndarray:
+    """Holm with each test compared with its own alpha (a weighted Holm): the p-values are
+    scaled by the smallest alpha over their own, adjusted, and scaled back, so a test is
+    rejected when its adjusted value is at most its own alpha; the family-wise error rate is at
+    most the mean alpha of the true hypotheses (their common alpha when all are equal, plain
+    Holm). NaN: no test, not counted."""
+    p = np.asarray(pvalues, dtype=np.float64)
+    a = np.asarray(alphas, dtype=np.float64)
+    if p.size == 0:
+        return p.copy()
+    ref = float(a.min())
+    return holm(p * ref / a) * a / ref

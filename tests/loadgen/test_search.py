@@ -85,6 +85,19 @@ def test_judge_applies_the_error_budget_and_the_shortfall_as_the_exit_verdict() 
     assert judge(spec, _samples(fast + lost, delivered=0.9), 0.9)[0] == "fail"
 
 
+def test_a_levels_fail_must_survive_holm_as_in_the_exit_verdict() -> None:
+    """50 requests, 9 over a p90 threshold: P(Bin(50, 0.1) >= 9) = 0.058 disproves the claim at
+    90 % alone; beside the error budget (two tests) Holm asks for 0.05, so the level is not yet
+    decided and runs again (analysis/verdicts/fail_family.py decides the same)."""
+    vals = [200.0] * 9 + [5.0] * 41
+    alone = judge(_spec(max_error_rate=1.0), _samples(vals), 0.9)
+    assert alone[0] == "fail" and alone[1][1]["p_fail"] is None  # the budget off: no test
+    v, per = judge(_spec(max_error_rate=0.01), _samples(vals), 0.9)
+    assert v == "insufficient samples" and per[0]["verdict"] == "insufficient samples"
+    assert 0.05 < per[0]["p_fail"] <= 0.1
+    assert judge(_spec(max_error_rate=0.01), _samples([200.0] * 11 + [5.0] * 39), 0.9)[0] == "fail"
+
+
 def test_judge_takes_a_token_level_slo_by_request() -> None:
     """Ten requests of 500 tokens each, every gap far below the threshold: 4,990 samples the
     per-token rule would pass on, but ten requests cannot prove p99
