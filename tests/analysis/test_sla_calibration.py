@@ -94,3 +94,31 @@ def test_evaluate_decides_as_the_simulation_does() -> None:
         want.exceedances,
     )
     assert v.n == 600 and failed > 0
+
+
+def test_a_run_meeting_every_claim_at_every_load_is_failed_at_most_alpha() -> None:
+    """p50/p90/p99 at 4 loads, each claim exactly at its boundary (12 true claims): the verdict
+    fails at most alpha of the runs (Holm, analysis/verdicts/fail_family.py); each test at its
+    own alpha failed far more."""
+    r = sc.verdict_over_loads(
+        "every claim at its boundary", exceed=(1.0,) * 4, draws=300, requests=600,
+        confidence=0.99, seed=5,
+    )  # fmt: skip
+    assert r.failed <= r.margin(), r
+    assert r.failed_uncorrected > r.margin(), r
+
+
+def test_a_sweep_whose_top_load_is_at_its_boundary_passes_at_most_alpha() -> None:
+    """Three loads well within their claims, the top one exactly at its boundary (its claims
+    unproven): the per-load verdict passes at most alpha of the runs; the pool passed nearly
+    all. With every load within, it passes most runs (the test is not vacuous)."""
+    top = sc.verdict_over_loads(
+        "top load at its boundary", exceed=(0.2, 0.2, 0.2, 1.0), draws=300, requests=2000,
+        confidence=0.99, seed=6,
+    )  # fmt: skip
+    assert top.passed <= top.margin(), top
+    assert top.passed_pooled > top.margin(), top
+    within = sc.verdict_over_loads(
+        "every load within", exceed=(0.2,) * 4, draws=100, requests=2000, confidence=0.99, seed=7
+    )
+    assert within.passed >= 80, within

@@ -100,3 +100,72 @@ def ttft_at_boundary(
         k = int((ttft >= 800.0).sum())
         passed += decide(ttft.size, k, percentile, confidence) == "pass"
     return Rates("lognormal", "ttft_ms", draws, requests, 1 - confidence, passed, passed, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictRates:
+    """How often a whole run's verdict (claims x loads, analysis.verdicts.verdict's rule) failed
+    and passed over `draws` runs, beside the rules used before: each test at its own alpha on
+    the fail side (`failed_uncorrected`), and the claims over all loads pooled
+    (`passed_pooled`)."""
+
+    case: str
+    draws: int
+    tests: int
+    alpha: float
+    failed: int
+    passed: int
+    failed_uncorrected: int
+    passed_pooled: int
+
+    def margin(self, p: float = 0.999) -> int:
+        return int(stats.binom.ppf(p, self.draws, self.alpha))
+
+
+# claims on one per-request metric: their percentiles (the thresholds are their boundaries)
+FAMILY_PERCENTILES = (50.0, 90.0, 99.0)
+
+
+def verdict_over_loads(
+    case: str,
+    *,
+    exceed: tuple[float, ...],
+    draws: int,
+    requests: int,
+    confidence: float,
+    seed: int = 0,
+) -> VerdictRates:
+    """Runs of len(`exceed`) loads, `requests` each, judged on the claims p50/p90/p99 of one
+    per-request metric: at load i, claim j's true exceedance fraction is `exceed[i]` times its
+    allowed one (1: exactly at the boundary, the claim holds; > 1: it is false). One uniform
+    draw a request decides all three claims' exceedances, so the claims are as dependent as
+    the percentiles of one sample are."""
+    from analysis.verdicts import sla
+    from analysis.verdicts.fail_family import adjust_fails
+
+    claims = [sla.Claim(metric="ttft_ms", percentile=q, threshold=1.0) for q in FAMILY_PERCENTILES]
+    allowed = np.array([1.0 - q / 100.0 for q in FAMILY_PERCENTILES])
+    rng = np.random.default_rng(seed)
+    failed = passed = uncorrected = pooled = 0
+    for _ in range(draws):
+        verdicts = []
+        totals = np.zeros(len(claims), dtype=np.int64)
+        for scale in exceed:
+            u = rng.random(requests)
+            ks = [int((u < min(1.0, a * scale)).sum()) for a in allowed]
+            totals += ks
+            verdicts += [
+                sla.binomial_verdict(c, n=requests, k=k, confidence=confidence, observed=None)
+                for c, k in zip(claims, ks, strict=True)
+            ]
+        judged = sla.exit_code(adjust_fails(verdicts))
+        failed += judged.name == "FAILED"
+        passed += judged.name == "PASSED"
+        uncorrected += any(v.verdict == "fail" for v in verdicts)
+        n_all = requests * len(exceed)
+        pooled += all(
+            decide(n_all, int(k), c.percentile, confidence) == "pass"
+            for c, k in zip(claims, totals, strict=True)
+        )
+    tests = len(claims) * len(exceed)
+    return VerdictRates(case, draws, tests, 1.0 - confidence, failed, passed, uncorrected, pooled)
