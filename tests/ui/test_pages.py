@@ -216,11 +216,22 @@ def test_compare_page(app_page: Page, app_env: UiStore) -> None:
 
 
 def test_sla_page_verdicts(app_page: Page, app_env: UiStore) -> None:
+    """The page judges as `peakload sla` does (analysis.verdicts.verdict.judge_claims): the
+    verdict with its exit code first, then each claim at each of the sweep's two loads."""
     at = app_page("sla", run=app_env.ids["sweep"])
-    assert "PASS" in at.success[0].value and "p90 ttft_ms < 500" in at.success[0].value
+    shown = [e.value for e in (*at.success, *at.error, *at.warning)]
+    assert any(v.startswith("**") and "(exit " in v for v in shown), shown
+    assert any("p90 ttft_ms < 500 @ level 0: concurrency 1" in v for v in shown), shown
+    assert any("p90 ttft_ms < 500 @ level 1: concurrency 4" in v for v in shown), shown
+    # p50 of a 40-ms TTFT under 500 ms at 90 %: 4 requests a load prove it
+    easy = 'confidence = 0.9\n[[claims]]\nmetric = "ttft_ms"\npercentile = 50\nthreshold = 500\n'
+    at.text_area(key="sla_text").input(easy).run()
+    passed = [e.value for e in at.success]
+    assert sum("PASS** — p50 ttft_ms < 500 @ level" in v for v in passed) == 2, passed
     claims = '[[claims]]\nmetric = "ttft_ms"\npercentile = 50\nthreshold = 1\n'
     at.text_area(key="sla_text").input(claims).run()
-    assert "FAIL" in at.error[0].value
+    assert at.error[0].value.startswith("**FAILED** (exit 1): fail: p50 ttft_ms < 1 @ level")
+    assert "FAIL" in at.error[1].value
     at.text_area(key="sla_text").input('[[claims]]\nmetric = "ttft"\n').run()
     assert "The claims are not valid" in at.error[0].value
     assert "claims[0].metric" in at.error[0].value

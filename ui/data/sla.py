@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
 from analysis.verdicts import sla as asla
+from analysis.verdicts.verdict import judge_claims
 from ui.data import shared
 
 
@@ -22,15 +25,24 @@ def parse_claims(text: str, where: str) -> asla.ClaimsFile:
     return asla.parse_claims(data, where=where)
 
 
-def verdicts(run_id: str, claims_text: str, where: str) -> pd.DataFrame:
-    """analysis.verdicts.sla.evaluate of the claims against one run's requests, one row per
-    claim."""
-    return _verdicts(run_id, shared.version(run_id), claims_text, where)
+def judged(run_id: str, claims_text: str, where: str) -> dict[str, Any]:
+    """The claims judged against one run as `peakload sla` judges them
+    (analysis.verdicts.verdict.judge_claims: each claim at each load of a sweep, the load
+    delivered, the error budget, fails under Holm, the run's state first): its JSON, with the
+    exit code, the reason and one entry per criterion."""
+    return _judged(run_id, shared.version(run_id), claims_text, where)
 
 
 @st.cache_data(ttl=shared.RESULT_TTL_S, show_spinner=False)
-def _verdicts(run_id: str, version: str, claims_text: str, where: str) -> pd.DataFrame:
+def _judged(run_id: str, version: str, claims_text: str, where: str) -> dict[str, Any]:
     claims = parse_claims(claims_text, where)
     arrays = shared.chunks(run_id)  # first: frame and arrays in one load
-    out = asla.evaluate(shared.requests(run_id), claims, chunks=arrays)
-    return pd.DataFrame([v.to_json() for v in out])
+    run = shared.run(run_id)
+    df = shared.requests(run_id)
+    levels = shared.levels(run_id)
+    return judge_claims(run, df, claims, chunks=arrays, levels=levels).to_json()
+
+
+def criteria_frame(judgement: dict[str, Any]) -> pd.DataFrame:
+    """One row per criterion of a judgement's JSON."""
+    return pd.DataFrame(judgement["criteria"])

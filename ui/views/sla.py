@@ -1,10 +1,13 @@
 """SLA: judge claims ("p99 TTFT < 800 ms at level 2") against a stored run. Upload or paste a
-claims TOML; each claim gets pass, fail or insufficient samples, with its statistics."""
+claims TOML; the verdict `peakload sla` gives (its exit code and why), then each claim (at each
+load of a sweep), the load delivered and the error budget: pass, fail or insufficient samples,
+with its statistics."""
 
 from __future__ import annotations
 
 import streamlit as st
 
+from analysis.verdicts.sla import CLAIM_METRICS
 from loadgen.errors import SpecError
 from ui.data import shared
 from ui.data import sla as sla_data
@@ -36,7 +39,7 @@ else:
     where = "claims (text box)"
 
 try:
-    verdicts = sla_data.verdicts(run_id, claims_text, where)
+    judgement = sla_data.judged(run_id, claims_text, where)
 except SpecError as exc:
     st.error(f"The claims are not valid: {exc}")
     st.stop()
@@ -53,31 +56,45 @@ if run.get("valid") is False:
         "server. See the Run page for why."
     )
 
+verdicts = sla_data.criteria_frame(judgement)
+overall = f"**{judgement['verdict'].replace('_', ' ').upper()}** (exit {judgement['exit_code']}): "
+overall += judgement["reason"]
+{0: st.success, 1: st.error}.get(judgement["exit_code"], st.warning)(overall)
+if judgement.get("loads", 1) > 1:
+    st.caption(
+        f"Each claim that names no level is judged at each of the run's {judgement['loads']} "
+        "loads (a pass needs every load); the error budget over all its steady requests; a "
+        "fail must survive Holm over every test of the verdict."
+    )
+
 WORDS = {"pass": "PASS", "fail": "FAIL", "insufficient samples": "INSUFFICIENT SAMPLES"}
 for v in verdicts.to_dict("records"):
-    tokens = v.get("tokens")
-    of = (
-        f"{v['n']} samples"
-        if tokens is None or tokens != tokens  # NaN in a frame of mixed claims
-        else f"{int(tokens)} tokens from {v['n']} requests (the request is the unit)"
-    )
-    text = (
-        f"**{WORDS[v['verdict']]}** — {v['claim']}: observed p{v['percentile']:g} = "
-        f"{fmt(v['observed'], 2, 'ms')}; {v['exceedances']} of {of} at or above "
-        f"{v['threshold']:g} ms (allowed {100 * v['allowed']:.3g}%); exceedance fraction in "
-        f"[{100 * v['exceed_lower']:.3g}%, {100 * v['exceed_upper']:.3g}%] at "
-        f"{100 * v['confidence']:g}% confidence."
-    )
+    if v["metric"] not in CLAIM_METRICS:  # the error budget, the load delivered
+        text = f"**{WORDS[v['verdict']]}** — {v['claim']}: {v['exceedances']} of {v['n']}."
+    else:
+        tokens = v.get("tokens")
+        of = (
+            f"{v['n']} samples"
+            if tokens is None or tokens != tokens  # NaN in a frame of mixed claims
+            else f"{int(tokens)} tokens from {v['n']} requests (the request is the unit)"
+        )
+        text = (
+            f"**{WORDS[v['verdict']]}** — {v['claim']}: observed p{v['percentile']:g} = "
+            f"{fmt(v['observed'], 2, 'ms')}; {v['exceedances']} of {of} at or above "
+            f"{v['threshold']:g} ms (allowed {100 * v['allowed']:.3g}%); exceedance fraction "
+            f"in [{100 * v['exceed_lower']:.3g}%, {100 * v['exceed_upper']:.3g}%] at "
+            f"{100 * v['confidence']:g}% confidence."
+        )
+        if v["verdict"] != "pass":
+            text += f" Passing needs at least {v['samples_needed']} " + (
+                "samples." if of.endswith("samples") else "requests."
+            )
     if v["verdict"] == "pass":
         st.success(text)
     elif v["verdict"] == "fail":
         st.error(text)
     else:
-        st.warning(
-            text
-            + f" Passing needs at least {v['samples_needed']} "
-            + ("samples." if of.endswith("samples") else "requests.")
-        )
+        st.warning(text)
 
 st.dataframe(verdicts, hide_index=True)
 st.caption(
