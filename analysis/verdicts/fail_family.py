@@ -49,9 +49,12 @@ def adjust_fails(verdicts: Sequence[sla.ClaimVerdict]) -> list[sla.ClaimVerdict]
     adjusted = holm_own_alpha([verdicts[i].p_fail for i in idx], alphas)
     for i, alpha, p_adj in zip(idx, alphas, adjusted, strict=True):
         v = verdicts[i]
-        survives = bool(p_adj <= alpha)
-        verdict: sla.Verdict = (
-            "insufficient samples" if v.verdict == "fail" and not survives else v.verdict
+        held = v.verdict == "fail" and not p_adj <= alpha
+        out[i] = replace(
+            v,
+            verdict="insufficient samples" if held else v.verdict,
+            p_fail_adjusted=float(p_adj),
+            family=len(idx),
+            fail_held=held,
         )
-        out[i] = replace(v, verdict=verdict, p_fail_adjusted=float(p_adj), family=len(idx))
     return out

@@ -222,6 +222,7 @@ class ClaimVerdict:
     # fail p-value on its own alpha's scale, and how many tests the family counts
     p_fail_adjusted: float | None = None
     family: int | None = None
+    fail_held: bool = False  # disproved at its own confidence, not under Holm: not a fail
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

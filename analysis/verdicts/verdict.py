@@ -304,7 +304,7 @@ def _why(code: Exit, verdicts: Sequence[sla.ClaimVerdict]) -> str:
     want = "fail" if code is Exit.FAILED else "insufficient samples"
     names = [v.claim for v in verdicts if v.verdict == want]
     tests = max((v.family or 0 for v in verdicts), default=0)
-    held = [v.claim for v in verdicts if v.verdict == want and _disproved_alone(v)]
+    held = [v.claim for v in verdicts if v.fail_held]
     why = f"{want}: " + ", ".join(names)
     if code is Exit.FAILED and tests > 1:
         why += f" (Holm over the run's {tests} fail-side tests)"
@@ -314,11 +314,6 @@ def _why(code: Exit, verdicts: Sequence[sla.ClaimVerdict]) -> str:
             f"run's {tests} fail-side tests)"
         )
     return why
-
-
-def _disproved_alone(v: sla.ClaimVerdict) -> bool:
-    """A fail Holm turned into "insufficient samples" (analysis.verdicts.fail_family)."""
-    return v.verdict != "fail" and v.p_fail <= 1.0 - v.confidence
 
 
 def _spec(run: Mapping[str, Any]) -> Mapping[str, Any] | None:

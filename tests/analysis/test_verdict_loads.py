@@ -118,7 +118,7 @@ def test_a_fail_must_survive_holm_over_the_runs_tests() -> None:
     j = verdict.judge_run(run_row(RUN, spec=spec), eleven)
     assert j.code is Exit.UNDECIDABLE, j.reason
     claim = j.verdicts[0]
-    assert claim.verdict == "insufficient samples" and claim.family == 2
+    assert claim.verdict == "insufficient samples" and claim.family == 2 and claim.fail_held
     assert claim.p_fail_adjusted is not None and np.isclose(claim.p_fail_adjusted, 2 * claim.p_fail)
     assert "not under Holm over the run's 2 fail-side tests" in j.reason
     j = verdict.judge_run(run_row(RUN, spec=spec), frame(_requests(38, 12, level=0, start=0)))
