@@ -57,7 +57,10 @@ def sla_command(run: str, claims_path: str, confidence: float | None, as_json: b
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
     else:
         console = stdout_console()
-        console.print(verdict_table(judged.verdicts))
+        title = "SLA verdicts"
+        if judged.loads > 1:
+            title += f", each claim naming no level at each of the run's {judged.loads} loads"
+        console.print(verdict_table(judged.verdicts, title=title))
         print_judgement(judged, console)
     sys.exit(judged.code)
 
