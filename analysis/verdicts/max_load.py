@@ -1,6 +1,7 @@
 """The highest load of a sweep that still meets the SLOs, bracketed by the next level up: each
-level judged on its own by the exact binomial rule of analysis.verdicts.sla (the frontier's
-companion in a report).
+level judged on its own by the exact binomial rule of analysis.verdicts.sla, a fail surviving
+Holm over the level's claims (analysis.verdicts.fail_family) (the frontier's companion in a
+report).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pandas as pd
 
 from analysis import metrics as m
 from analysis.verdicts import sla
+from analysis.verdicts.fail_family import adjust_fails
 
 
 def max_load_meeting_slos(
@@ -41,7 +43,8 @@ def max_load_meeting_slos(
             )
             for s in slos
         ]
-        verdicts = sla.evaluate(df, claims, confidence=confidence, chunks=ch)
+        # a level's fail survives Holm over its claims, as each load's in the exit verdict
+        verdicts = adjust_fails(sla.evaluate(df, claims, confidence=confidence, chunks=ch))
         worst = (
             "fail"
             if any(v.verdict == "fail" for v in verdicts)

@@ -97,6 +97,20 @@ def test_points_and_max_load() -> None:
     assert itl["latency"].tolist() == pytest.approx([20.0, 20.0, 20.0])
 
 
+def test_a_levels_fail_in_max_load_survives_holm_over_its_claims() -> None:
+    """Level 2: 100 of 500 requests over 800 ms. "p83 < 800" alone is disproved at 95 %
+    (P(Bin(500, 0.17) >= 100) = 0.044); beside a second claim Holm asks for 0.025, so the next
+    level up is undecided, as the exit verdict would judge it."""
+    df, levels = _sweep()
+    tight = {"metric": "ttft_ms", "percentile": 83, "threshold": 800}
+    alone = max_load.max_load_meeting_slos(df, levels, [tight], confidence=0.95)
+    assert (alone["max_value"], alone["next_verdict"]) == (10.0, "fail")
+    loose = {"metric": "ttft_ms", "percentile": 50, "threshold": 5000}
+    both = max_load.max_load_meeting_slos(df, levels, [tight, loose], confidence=0.95)
+    assert (both["max_value"], both["next_verdict"]) == (10.0, "insufficient samples")
+    assert both["levels"][2]["claims"][0]["fail_held"] is True
+
+
 def test_the_summary_s_rates_give_the_same_points_without_the_chunk_arrays() -> None:
     """The throughput a run's kept summary holds is the frontier's own definition: points built
     on it equal those counted from the arrivals, with no chunk array behind the frame (a
