@@ -82,10 +82,11 @@ def claims_at_each_load(
     out = sla.evaluate(df, kept, confidence=confidence, chunks=chunks) if kept else []
     if not spread:
         return out
-    if chunks is None and any(c.metric in TOKEN_METRICS for c in spread):
+    tokens = any(c.metric in TOKEN_METRICS for c in spread)  # else no chunk is read
+    if chunks is None and tokens:
         chunks = m.ChunkArrays.from_frame(df)
     for load in loads:
-        part = chunks.take(load.rows) if chunks is not None else None
+        part = chunks.take(load.rows) if chunks is not None and tokens else None
         judged = sla.evaluate(df[load.rows], spread, confidence=confidence, chunks=part)
         out += [replace(v, claim=f"{v.claim} @ {load.label()}") for v in judged]
     return out
