@@ -338,3 +338,34 @@ def test_run_page_shows_the_parameter_probe(app_page: Page, app_env: UiStore) ->
     finally:
         with psycopg.connect(app_env.url, autocommit=True) as conn:
             conn.execute("DELETE FROM run_probes WHERE run_id = %s", (rid,))
+
+
+@pytest.mark.parametrize("kind", ["sweep", "failures"])
+def test_run_page_shows_the_verdict_peakload_run_gave(
+    app_page: Page, app_env: UiStore, kind: str
+) -> None:
+    """The Run page states the run's verdict against its own spec (judge_run: what `peakload
+    run` exited with), each SLO at each load of the sweep; the 429s of `failures` fail its
+    error budget."""
+    from analysis.store.load import load_levels, load_requests, load_run
+    from analysis.verdicts.verdict import judge_run
+
+    rid = app_env.ids[kind]
+    with psycopg.connect(app_env.url) as c:
+        want = judge_run(load_run(c, rid), load_requests(c, rid), load_levels(c, rid))
+    at = app_page("run", run=rid)
+    alerts = [e.value for e in (*at.success, *at.error, *at.warning)]
+    line = next(v for v in alerts if v.startswith("**Verdict: "))
+    assert line == (
+        f"**Verdict: {want.code.name.replace('_', ' ')}** (exit {int(want.code)}, as "
+        f"`peakload run` exits): {want.reason}"
+    )
+    # a static table: the page's dataframes keep their order
+    criteria = next(t.value for t in at.table if "exceedances" in t.value.columns).reset_index()
+    assert list(criteria["claim"]) == [v.claim for v in want.verdicts]
+    if kind == "sweep":
+        assert want.loads == 2 and "p90 ttft_ms < 500 @ level 1: concurrency 4" in set(
+            criteria["claim"]
+        )
+    else:
+        assert int(want.code) == 1 and line in [e.value for e in at.error]

@@ -30,6 +30,8 @@ from analysis.store import buckets
 from analysis.store import load as al
 from analysis.store.imports import import_lines, load_import
 from analysis.store.probe import load_probe, probe_rows
+from analysis.verdicts.clusters import TOKEN_METRICS
+from analysis.verdicts.verdict import judge_run
 from ui.data import derive, shared
 
 TIMELINE_SAMPLE = 40
@@ -42,6 +44,30 @@ def probe(run_id: str) -> pd.DataFrame:
         result = load_probe(c, run_id)
     cols = ["parameter", "verdict", "detail"]
     return pd.DataFrame(probe_rows(result) if result else [], columns=cols)
+
+
+def verdict(run_id: str) -> dict[str, Any]:
+    """The run judged against its own spec's criteria (analysis.verdicts.verdict.judge_run): the
+    verdict `peakload run` printed and exited with, as JSON."""
+    return _verdict(run_id, shared.version(run_id))
+
+
+@st.cache_data(ttl=shared.RESULT_TTL_S, show_spinner=False)
+def _verdict(run_id: str, version: str) -> dict[str, Any]:
+    row = shared.run(run_id)
+    slos = (row.get("spec") or {}).get("slos") or []
+    # the chunk arrays only for a token-level SLO: the page reads them later, if at all
+    arrays = shared.chunks(run_id) if any(s["metric"] in TOKEN_METRICS for s in slos) else None
+    df = shared.requests(run_id)
+    return judge_run(row, df, shared.levels(run_id), chunks=arrays).to_json()
+
+
+VERDICT_COLUMNS = ["claim", "n", "exceedances", "observed", "allowed", "confidence", "verdict"]
+
+
+def criteria_table(judged: dict[str, Any]) -> pd.DataFrame:
+    """One row per criterion of a judgement (claims at each load, load delivered, budget)."""
+    return pd.DataFrame(judged["criteria"], columns=VERDICT_COLUMNS)
 
 
 @st.cache_data(ttl=shared.RUNS_TTL_S, show_spinner=False)

@@ -69,6 +69,20 @@ c[3].metric("Best req/s", fmt(cards["best_request_rate"], 2))
 c[4].metric("Best output tok/s", fmt(cards["best_tokens_per_s"], 1))
 c[5].metric(f"p99 TTFT, level {cards['busiest_level']}", fmt(cards["p99_ttft_ms"], 1, "ms"))
 
+judged = run_data.verdict(run_id)
+verdict_line = (
+    f"**Verdict: {judged['verdict'].replace('_', ' ').upper()}** (exit {judged['exit_code']}, "
+    f"as `peakload run` exits): {judged['reason']}"
+)
+{0: st.success, 1: st.error}.get(judged["exit_code"], st.warning)(verdict_line)
+with st.expander("The criteria behind the verdict (the spec's SLOs and error budget)"):
+    if judged.get("loads", 1) > 1:
+        st.caption(
+            f"Each SLO at each of the run's {judged['loads']} loads (a pass needs every load), "
+            "the error budget over all steady requests; a fail must survive Holm over every test."
+        )
+    st.table(run_data.criteria_table(judged).set_index("claim"))
+
 server_timed = bool(summary.get("server_timings"))
 spoken = any(lv.get("audio") for lv in summary.get("levels", []))  # a speech run
 names = [
