@@ -32,6 +32,33 @@ def _table(rows: list[list[Any]], head: list[str]) -> str:
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _criteria(criteria: list[Mapping[str, Any]]) -> str:
+    """A verdict's criteria (analysis.verdicts.sla.ClaimVerdict JSON), one row each."""
+    return _table(
+        [
+            [
+                c["claim"],
+                c["n"],
+                c.get("tokens") if c.get("tokens") is not None else "",
+                c["exceedances"],
+                c["observed"],
+                c["exceed_upper"],
+                c["verdict"],
+            ]
+            for c in criteria
+        ],
+        [
+            "claim",
+            "n (requests)",
+            "tokens",
+            "exceedances",
+            "observed",
+            "exceedance upper bound",
+            "verdict",
+        ],
+    )
+
+
 def _fmt(c: Any) -> str:
     if c is None:
         return "—"
@@ -183,33 +210,15 @@ def render_html(report: Mapping[str, Any]) -> str:
     search = search_line(report["summary"])
     if search:
         parts.append(f"<p><b>{html.escape(search)}</b></p>")
-    if report["sla"]:
+    if judged := report.get("verdict"):
         parts.append(
-            "<h2>SLA verdicts</h2>"
-            + _table(
-                [
-                    [
-                        c["claim"],
-                        c["n"],
-                        c.get("tokens") if c.get("tokens") is not None else "",
-                        c["exceedances"],
-                        c["observed"],
-                        c["exceed_upper"],
-                        c["verdict"],
-                    ]
-                    for c in report["sla"]
-                ],
-                [
-                    "claim",
-                    "n (requests)",
-                    "tokens",
-                    "exceedances",
-                    "observed",
-                    "exceedance upper bound",
-                    "verdict",
-                ],
-            )
+            "<h2>Verdict against the run's spec</h2>"
+            f"<p><b>{html.escape(judged['verdict'].replace('_', ' ').upper())}</b> "
+            f"(exit {int(judged['exit_code'])}, as <code>peakload run</code> exits): "
+            f"{html.escape(str(judged['reason']))}</p>" + _criteria(judged["criteria"])
         )
+    if report["sla"]:
+        parts.append("<h2>SLA verdicts</h2>" + _criteria(report["sla"]))
     if report["error_rates"]:
         parts.append(
             "<h2>Failures</h2>"

@@ -309,6 +309,9 @@ def build_report(
             "cost": acost.run_cost(run, df, summary["levels"]),
             "regions_network": rg.region_breakdown(df, rg.shard_probes(conn, run_id)),
             "timeline": timeline_sample(df, chunks, run.get("started_at"), seed=seed),
+            # the run against its own spec, as `peakload run` exited
+            # (analysis.verdicts.verdict.judge_run)
+            "verdict": verdict.judge_run(run, df, levels, chunks=chunks).to_json(),
             "sla": [v.to_json() for v in verdicts],
             # the run's state first, as `peakload sla` exits
             # (analysis.verdicts.verdict.judge_claims)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import escape as html_escape
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,7 @@ def test_failures_and_invalid(pg_conn: psycopg.Connection[Any], tmp_path: Path) 
     _check_html(html)
     body = html.split("<body>", 1)[1]
     assert body.startswith("<div class='banner'>INVALID RUN") and "event-loop lag" in body
+    assert rep["verdict"]["exit_code"] == 4 and "INVALID</b> (exit 4" in body
     pngs = figures.write_pngs(rep, tmp_path / "png")
     assert len(pngs) >= 6
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
@@ -95,7 +97,15 @@ def test_one_region_sweep_and_cli(
     assert {r["region"] for r in rep["timeseries"]["rows"]} == {"local"}
     best = rep["frontier"]["max_load_meeting_slos"]
     assert best is not None and [lv["value"] for lv in best["levels"]] == [2.0, 4.0, 8.0, 16.0]
-    assert "<div class='banner'>" not in render.render_html(rep)
+    html = render.render_html(rep)
+    assert "<div class='banner'>" not in html
+    # the run against its own spec, as `peakload run` exited: its SLO at each of the 4 loads
+    v = rep["verdict"]
+    assert v["loads"] == 4 and [c["claim"] for c in v["criteria"][:4]] == [
+        f"p50 ttft_ms < 70 @ level {i}: rate {r:g}" for i, r in enumerate((2, 4, 8, 16))
+    ]
+    assert "<h2>Verdict against the run's spec</h2>" in html
+    assert html_escape(v["reason"]) in html and f"(exit {v['exit_code']}," in html
 
     monkeypatch.setenv("PEAKLOAD_DATABASE_URL", pg_conn.peakload_url)  # type: ignore[attr-defined]
     monkeypatch.setenv("COLUMNS", "220")
