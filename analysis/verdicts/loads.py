@@ -62,8 +62,10 @@ def run_loads(df: pd.DataFrame, levels: pd.DataFrame | None) -> list[Load]:
 
 
 def spread_over(claims: Sequence[sla.Claim], loads: Sequence[Load]) -> int:
-    """The number of loads each claim naming no level is judged at (1: pooled, one load)."""
-    return len(loads) if len(loads) > 1 and any(c.level is None for c in claims) else 1
+    """The number of loads each claim naming no level (and not `pooled`) is judged at (1: one
+    load, or no such claim)."""
+    spread = any(c.level is None and not c.pooled for c in claims)
+    return len(loads) if len(loads) > 1 and spread else 1
 
 
 def claims_at_each_load(
@@ -76,9 +78,10 @@ def claims_at_each_load(
 ) -> list[sla.ClaimVerdict]:
     """Each claim's verdict: at each load (its label names the load) when the run has more
     than one and the claim names no level, else over the rows it selects (a claim naming a
-    level is judged there alone, as before)."""
-    spread = [c for c in claims if c.level is None] if spread_over(claims, loads) > 1 else []
-    kept = [c for c in claims if c.level is not None] if spread else list(claims)
+    level is judged there alone; a `pooled` one on every steady request of the run)."""
+    at_each = spread_over(claims, loads) > 1
+    spread = [c for c in claims if c.level is None and not c.pooled] if at_each else []
+    kept = [c for c in claims if c.level is not None or c.pooled] if spread else list(claims)
     out = sla.evaluate(df, kept, confidence=confidence, chunks=chunks) if kept else []
     if not spread:
         return out

@@ -92,6 +92,8 @@ class Claim(BaseModel):
     threshold: float = Field(gt=0)
     confidence: float | None = Field(default=None, gt=0.5, lt=1)
     level: int | None = Field(default=None, ge=0)
+    # on every steady request of a sweep's levels pooled (a whole-run claim), not at each load
+    pooled: bool = False
     region: str | None = None
     prompt_tokens: PromptRange | None = None
     failures: Literal["exceed", "exclude"] = "exceed"
@@ -101,6 +103,7 @@ class Claim(BaseModel):
     def label(self) -> str:
         cond = [
             f"level {self.level}" if self.level is not None else "",
+            "all levels pooled" if self.pooled else "",
             f"region {self.region}" if self.region else "",
             _prompt_label(self.prompt_tokens),
         ]
@@ -126,6 +129,8 @@ class ClaimsFile(BaseModel):
     @model_validator(mode="after")
     def _ranges(self) -> ClaimsFile:
         for i, c in enumerate(self.claims):
+            if c.pooled and c.level is not None:
+                raise ValueError(f"claims[{i}]: `pooled` and `level` exclude each other")
             r = c.prompt_tokens
             if r and r.min is not None and r.max is not None and r.max < r.min:
                 raise ValueError(f"claims[{i}].prompt_tokens: max is below min")

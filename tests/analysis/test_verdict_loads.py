@@ -9,10 +9,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from analysis.verdicts import fail_family, sla, verdict
 from analysis.verdicts.exitcodes import Exit
 from analysis.verdicts.loads import run_loads
+from loadgen.errors import SpecError
 from tests.analysis.storedata import T0, frame, level_row, run_row, streamed
 
 RUN = "00000000-0000-0000-0000-0000000000f2"
@@ -74,6 +76,13 @@ def test_a_sweep_whose_top_load_disproves_its_claim_fails_though_its_pool_passes
     claims = sla.parse_claims({"max_error_rate": 1.0, "claims": [P90_200]})
     j = verdict.judge_claims(run_row(RUN, spec=_spec()), df, claims, levels=levels)
     assert j.code is Exit.FAILED
+    # a claim that asks for the pool is judged on every steady request (a whole-run claim)
+    whole = sla.parse_claims({"max_error_rate": 1.0, "claims": [{**P90_200, "pooled": True}]})
+    j = verdict.judge_claims(run_row(RUN, spec=_spec()), df, whole, levels=levels)
+    assert j.code is Exit.PASSED and j.loads == 1
+    assert j.verdicts[0].claim == "p90 ttft_ms < 200 (all levels pooled)"
+    with pytest.raises(SpecError, match=r"claims\[0\]: `pooled` and `level` exclude each other"):
+        sla.parse_claims({"claims": [{**P90_200, "pooled": True, "level": 1}]})
     # a claim that names a level is judged there alone, as before
     named = sla.parse_claims({"max_error_rate": 1.0, "claims": [{**P90_200, "level": 0}]})
     j = verdict.judge_claims(run_row(RUN, spec=_spec()), df, named, levels=levels)
