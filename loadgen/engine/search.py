@@ -18,7 +18,6 @@ shard searches on its own samples.
 from __future__ import annotations
 
 import asyncio
-import math
 from typing import Any
 
 import numpy as np
@@ -69,15 +68,16 @@ def judge(
             entry["p_fail"] = fail_p_value(n, k, 1.0 - slo.percentile / 100.0)
         per.append(entry)
     ok = np.asarray(samples.get(OUTCOMES) or [], dtype=np.float64)
-    n, k = int(ok.size), int((ok == 0.0).sum())
+    n, k, e0 = int(ok.size), int((ok == 0.0).sum()), spec.max_error_rate
     per.append(
         {
             "metric": "error_rate",
-            "threshold": spec.max_error_rate,
+            "threshold": e0,
             "n": n,
             "exceedances": k,
-            "verdict": decide_error_budget(n, k, spec.max_error_rate, confidence),
-            "p_fail": _budget_p_fail(n, k, spec.max_error_rate),
+            "verdict": decide_error_budget(n, k, e0, confidence),
+            # None when the budget is off: no test (the level's JSON is stored, so no NaN)
+            "p_fail": fail_p_value(n, k, e0) if e0 < 1.0 else None,
         }
     )
     sent = np.asarray(samples.get(DELIVERED) or [], dtype=np.float64)
@@ -101,20 +101,10 @@ def judge(
     return "insufficient samples", per
 
 
-def _budget_p_fail(n: int, k: int, max_error_rate: float) -> float | None:
-    """The error budget's fail-side p-value (decide_error_budget's rule); None when it is off
-    (no test; the level's JSON is stored, so no NaN)."""
-    if max_error_rate >= 1.0:
-        return None
-    if max_error_rate <= 0.0:
-        return 0.0 if k > 0 else 1.0
-    return fail_p_value(n, k, max_error_rate)
-
-
 def _fails_under_holm(per: list[dict[str, Any]], alpha: float) -> None:
     """A fail must survive Holm over the level's fail-side tests, as in the exit verdict
     (analysis/verdicts/fail_family.py): one that does not is not yet decided (in place)."""
-    tests = [p for p in per if p.get("p_fail") is not None and math.isfinite(p["p_fail"])]
+    tests = [p for p in per if p.get("p_fail") is not None]
     adjusted = holm_own_alpha([p["p_fail"] for p in tests], [alpha] * len(tests))
     for p, p_adj in zip(tests, adjusted, strict=True):
         if p["verdict"] == "fail" and not p_adj <= alpha:
