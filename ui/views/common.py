@@ -131,3 +131,13 @@ METRICS = {
 
 def pick_metric(key: str, options: tuple[str, ...] = tuple(METRICS)) -> str:
     return str(st.selectbox("Metric", options, format_func=lambda k: METRICS.get(k, k), key=key))
+
+
+def verdict_alert(judged: dict[str, Any], *, prefix: str = "", exit_note: str = "") -> None:
+    """A judgement's JSON (analysis.verdicts.verdict.RunJudgement.to_json) as one alert: green
+    for a pass (exit 0), red for a fail (1), amber for any other code; "**PREFIXWORD** (exit N,
+    EXIT_NOTE): reason"."""
+    word = judged["verdict"].replace("_", " ").upper()
+    note = f", {exit_note}" if exit_note else ""
+    line = f"**{prefix}{word}** (exit {judged['exit_code']}{note}): {judged['reason']}"
+    {0: st.success, 1: st.error}.get(judged["exit_code"], st.warning)(line)

@@ -14,7 +14,7 @@ from ui import annotate, charts
 from ui.data import run as run_data
 from ui.data import shared
 from ui.login import current_visitor
-from ui.views.common import METRICS, chart, fmt, pick_metric, pick_run
+from ui.views.common import METRICS, chart, fmt, pick_metric, pick_run, verdict_alert
 
 SLICE_METRICS = ("ttft_ms", "ttfat_ms", "ttft_sched_ms", "tpot_ms", "e2e_ms", "e2e_sched_ms")
 WINDOWS_S = (1, 2, 5, 10, 15, 30, 60)
@@ -70,11 +70,7 @@ c[4].metric("Best output tok/s", fmt(cards["best_tokens_per_s"], 1))
 c[5].metric(f"p99 TTFT, level {cards['busiest_level']}", fmt(cards["p99_ttft_ms"], 1, "ms"))
 
 judged = run_data.verdict(run_id)
-verdict_line = (
-    f"**Verdict: {judged['verdict'].replace('_', ' ').upper()}** (exit {judged['exit_code']}, "
-    f"as `peakload run` exits): {judged['reason']}"
-)
-{0: st.success, 1: st.error}.get(judged["exit_code"], st.warning)(verdict_line)
+verdict_alert(judged, prefix="Verdict: ", exit_note="as `peakload run` exits")
 with st.expander("The criteria behind the verdict (the spec's SLOs and error budget)"):
     if judged.get("loads", 1) > 1:
         st.caption(

@@ -11,7 +11,7 @@ from analysis.verdicts.sla import CLAIM_METRICS
 from loadgen.errors import SpecError
 from ui.data import shared
 from ui.data import sla as sla_data
-from ui.views.common import csv_download, fmt, pick_run
+from ui.views.common import csv_download, fmt, pick_run, verdict_alert
 
 EXAMPLE = """confidence = 0.99
 
@@ -57,9 +57,7 @@ if run.get("valid") is False:
     )
 
 verdicts = sla_data.criteria_frame(judgement)
-overall = f"**{judgement['verdict'].replace('_', ' ').upper()}** (exit {judgement['exit_code']}): "
-overall += judgement["reason"]
-{0: st.success, 1: st.error}.get(judgement["exit_code"], st.warning)(overall)
+verdict_alert(judgement)
 if judgement.get("loads", 1) > 1:
     st.caption(
         f"Each claim that names no level is judged at each of the run's {judgement['loads']} "
