@@ -1,6 +1,7 @@
 """A finished run's level summary, kept in the store (`run_summaries`, deploy/sql/0250): computed
 once, when `run` or `submit` summarize the run at its end or when a page first needs it, then
-read as one row. The one table analysis writes: its own result, recomputable at any time.
+read as one row. Analysis writes it (and run_results, analysis.store.derived): its own result,
+recomputable at any time.
 
 A stored summary is used only under the key it was computed with (`summary_key`): the run's
 status, end and row count (rows that land after the summary, e.g. a spool replayed later,

@@ -1,7 +1,9 @@
-"""Results kept beside the run cache (analysis.store.derived): a second report of an ended run
-reads its curves and frontier instead of computing them; a changed run, other parameters,
+"""Results kept beside the run cache and in the store (analysis.store.derived): a second report
+of an ended run reads its curves and frontier instead of computing them, and so does the first
+report on another machine of a run `run` kept at its end; a changed run, other parameters,
 other code or another database compute again; a running run keeps nothing; a damaged file or
-a frame Parquet cannot hold costs only the computation."""
+row, a frame Parquet cannot hold or a store that refuses the write costs only the
+computation."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import psycopg
 import pytest
 
 from analysis.reports import report as areport
-from analysis.store import derived
+from analysis.store import derived, fastload, load
 from tests.analysis.storedata import insert_run, synthetic_run
 
 RID = "00000000-0000-0000-0000-0000000000d1"
@@ -63,6 +65,85 @@ def test_a_second_report_reads_the_kept_curves_and_frontier(
     # another frontier percentile is another result: computed (here: refused, so it raises)
     with pytest.raises(AssertionError, match="computed again"):
         areport.build_report(pg_conn, RID, resamples=50, frontier_percentile=90.0)
+
+
+def _refuse(*_a: Any, **_k: Any) -> None:
+    raise AssertionError("computed again")
+
+
+@pytest.mark.integration
+def test_a_run_kept_at_its_end_is_reported_on_another_machine_without_computing(
+    pg_conn: psycopg.Connection[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `run` does at a run's end (keep_default_results) puts the report's default curves
+    and frontier in the store: a report from an empty local cache (another machine) reads
+    them, equal to what it computes itself."""
+    insert_run(pg_conn, *synthetic_run(RID, regions=("eu", "us"), fail_every=5, per_level=60))
+    monkeypatch.setenv("PEAKLOAD_ANALYSIS_CACHE", str(tmp_path / "computed"))
+    computed = areport.build_report(pg_conn, RID)  # on a machine that computes (and keeps)
+    pg_conn.execute("DELETE FROM run_results")
+    monkeypatch.setenv("PEAKLOAD_ANALYSIS_CACHE", str(tmp_path / "the-runner"))
+    df, chunks = fastload.load_requests_fast(pg_conn, RID)
+    areport.keep_default_results(pg_conn, RID, df, load.load_levels(pg_conn, RID), chunks)
+    names = pg_conn.execute("SELECT name FROM run_results ORDER BY name").fetchall()
+    assert names == [("frontier_points",), ("percentile_curves",)]
+    monkeypatch.setenv("PEAKLOAD_ANALYSIS_CACHE", str(tmp_path / "another-machine"))
+    monkeypatch.setattr(areport.pc, "percentile_curves", _refuse)
+    monkeypatch.setattr(areport.fr, "frontier_points", _refuse)
+    read = areport.build_report(pg_conn, RID)
+    assert read == computed
+    assert len(read["curves"]) > 0 and len(read["frontier"]["points"]) >= 1
+    # once read from the store, the result is on this machine's disk too
+    monkeypatch.setattr(derived.RunResults, "_read_stored", _refuse)
+    assert areport.build_report(pg_conn, RID) == computed
+
+
+@pytest.mark.integration
+def test_a_stored_result_is_used_only_under_its_key_and_replaced_by_a_newer_one(
+    pg_conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    insert_run(pg_conn, *synthetic_run(RID, regions=("eu",), fail_every=7, per_level=30))
+    compute = Counted()
+    first = _results(pg_conn, tmp_path / "a").get("points", {"p": 99.0}, compute)
+    read = _results(pg_conn, tmp_path / "b").get("points", {"p": 99.0}, compute)
+    assert compute.calls == 1
+    pd.testing.assert_frame_equal(read, first)
+    assert read.attrs == {"metric": "ttft_ms", "percentile": 99.0}
+    # the run changed (a row replayed later): the stored row is not used, then replaced
+    pg_conn.execute(
+        "UPDATE runs SET ended_at = ended_at + interval '1 second' WHERE run_id = %s", (RID,)
+    )
+    _results(pg_conn, tmp_path / "c").get("points", {"p": 99.0}, compute)
+    assert compute.calls == 2
+    _results(pg_conn, tmp_path / "d").get("points", {"p": 99.0}, compute)
+    assert compute.calls == 2
+    assert pg_conn.execute("SELECT count(*) FROM run_results").fetchone() == (1,)
+    # a damaged row is computed again and replaced
+    pg_conn.execute("UPDATE run_results SET frame = 'not parquet'::bytea")
+    _results(pg_conn, tmp_path / "e").get("points", {"p": 99.0}, compute)
+    assert compute.calls == 3
+    _results(pg_conn, tmp_path / "f").get("points", {"p": 99.0}, compute)
+    assert compute.calls == 3
+    # a running run keeps nothing in the store either
+    pg_conn.execute("UPDATE runs SET status = 'running' WHERE run_id = %s", (RID,))
+    pg_conn.execute("DELETE FROM run_results")
+    _results(pg_conn, tmp_path / "g").get("points", {"p": 99.0}, compute)
+    assert pg_conn.execute("SELECT count(*) FROM run_results").fetchone() == (0,)
+
+
+@pytest.mark.integration
+def test_a_store_that_refuses_the_write_costs_only_the_computation(
+    pg_conn: psycopg.Connection[Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    insert_run(pg_conn, *synthetic_run(RID, regions=("eu",), fail_every=7, per_level=30))
+    pg_conn.execute("DROP TABLE run_results")  # a store migrated before deploy/sql/0260
+    compute = Counted()
+    out = _results(pg_conn, tmp_path / "a").get("points", {"p": 99.0}, compute)
+    assert compute.calls == 1 and len(out) == 2
+    assert "not stored" in caplog.text
+    # the connection is still usable, and the local file still serves the next reader here
+    _results(pg_conn, tmp_path / "a").get("points", {"p": 99.0}, compute)
+    assert compute.calls == 1
 
 
 @pytest.mark.integration
@@ -134,4 +215,4 @@ def test_a_frame_parquet_cannot_hold_is_returned_and_not_kept(tmp_path: Path) ->
     mixed = pd.DataFrame({"value": [1, "two", 3.0]})  # mixed types: pyarrow refuses
     out = kept.get("mixed", {}, lambda: mixed)
     assert out is mixed
-    assert list(kept.folder.iterdir()) == []  # no file, whole or half-written
+    assert not kept.folder.exists() or list(kept.folder.iterdir()) == []  # no file, whole or half
