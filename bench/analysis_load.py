@@ -11,10 +11,11 @@ request_blocks are written once by workers.store.backfill (the writer's encoder,
 5,000-row batches), as a writer would have written them. `--arrays` reads the int[] columns
 instead (analysis.store.fastload's fallback, the path of runs without blocks).
 
-Three passes: cold (read from the store, then compute), warm (the run's arrays from the local
-cache, analysis.store.cache, computed again) and kept (the curves and frontier a first report
-kept, analysis.store.derived: what a second report of the run reads; written after the cold
-pass, not timed in it).
+The passes: cold (read from the store, then compute), warm (the run's arrays from the local
+cache, analysis.store.cache, computed again) and kept (the curves and frontier kept by
+analysis.store.derived, written after the cold pass and not timed, as `run` keeps them at a
+run's end): read from local files (a second report on the machine that computed them), then
+from the store with an empty local cache (the first report of the run on another machine).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import platform
 import resource
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,6 +47,8 @@ DB = "peakload_bench"
 LEVELS = (50.0, 100.0, 200.0, 400.0)
 REGIONS = ("eu-west", "us-east", "ap-south")
 SQL_DIR = Path(__file__).resolve().parents[1] / "deploy" / "sql"
+KEPT_LOCAL = "kept: curves + frontier read (connect, fingerprint, local files)"
+KEPT_STORED = "kept: the same on another machine (connect, fingerprint, store)"
 
 
 def run_id_for(n: int, chunks: int) -> str:
@@ -211,6 +215,8 @@ def main() -> None:
         entry = cache.entry_path(fp, cdir)
         shutil.rmtree(entry, ignore_errors=True)
         shutil.rmtree(entry.with_suffix(".results"), ignore_errors=True)
+    with psycopg.connect(url, autocommit=True) as conn:  # and those kept in the store
+        conn.execute("DELETE FROM run_results WHERE run_id = %s", (rid,))
 
     def compute(tag: str, df, chunks) -> tuple[int, int]:  # type: ignore[no-untyped-def]
         curves = timed(
@@ -273,25 +279,28 @@ def main() -> None:
     if args.summary:
         timed("level_summary (extra)", results, level_summary, df, levels, run, chunks=chunks)
 
-    def kept_pass(compute: bool) -> None:
+    def kept_pass(label: str | None, directory: Path) -> None:
         """The curves and frontier through analysis.store.derived (as `peakload report` gets
-        them): `compute` writes them (untimed), else they are read, from connecting on."""
+        them), with `directory` as the local cache: no label writes them (untimed: what `run`
+        does at a run's end, analysis.reports.report.keep_default_results), else they are read,
+        from connecting on, and timed under `label`."""
         t = time.perf_counter_ns()
         with psycopg.connect(url, autocommit=True) as conn:
-            kept = derived.RunResults.of(conn, rid, directory=cdir)
+            kept = derived.RunResults.of(conn, rid, directory=directory)
             if kept.prefix is None:
                 return  # not an ended run: nothing is kept
             metrics = percentiles.DEFAULT_CURVES
             curves = kept_curves(kept, df, chunks, metrics, args.resamples, 0)
             points = kept_frontier(kept, df, levels, chunks, "ttft_ms", 99.0, args.resamples, 0)
-        if not compute:
-            results["kept: curves + frontier read (connect, fingerprint, files)"] = (
-                time.perf_counter_ns() - t
-            ) / 1e9
+        if label is not None:
+            results[label] = (time.perf_counter_ns() - t) / 1e9
             assert (len(curves), len(points)) == (n_curves, n_pts)
 
-    kept_pass(compute=True)
-    kept_pass(compute=False)
+    kept_pass(None, cdir)
+    kept_pass(KEPT_LOCAL, cdir)
+    # another machine: an empty local cache, the results read from the store
+    with tempfile.TemporaryDirectory(prefix="peakload-bench-") as elsewhere:
+        kept_pass(KEPT_STORED, Path(elsewhere))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     cpu = next(
         (
@@ -321,7 +330,8 @@ def main() -> None:
     for k in (
         "cold total (load + curves + frontier)",
         "warm total (load + curves + frontier)",
-        "kept: curves + frontier read (connect, fingerprint, files)",
+        KEPT_LOCAL,
+        KEPT_STORED,
     ):
         if k in results:
             print(f"{k:<60} {results[k]:8.2f} s")

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from analysis.reports.cost import run_cost
+from analysis.reports.report import keep_default_results
 from analysis.reports.summary import level_summary
 from analysis.reports.summary_audio import render_audio_table
 from analysis.reports.summary_table import render_client_vs_server_table, render_summary_table
@@ -39,6 +40,9 @@ def summarize_run(run_id: str, database_url: str | None = None) -> dict[str, Any
         # kept for the pages and reports that read it later (analysis.store.summaries): a
         # finished run's is then one row, not a pass over every request
         store_summary(conn, run, summary)
+        # and the curves and frontier a report shows by default (analysis.store.derived): the
+        # run's first report or page on any machine reads them instead of every chunk
+        keep_default_results(conn, run_id, requests, levels, chunks)
         # where the time went (the server's own metrics, when scraped) and what it cost
         server = server_section(conn, run, requests, summary["levels"], 1.0)
     summary["diagnosis"] = server["diagnosis"]

@@ -34,6 +34,11 @@ from analysis.verdicts.max_load import max_load_meeting_slos
 REPORT_VERSION = 1
 _log = logging.getLogger(__name__)
 TIMELINE_SAMPLE = 40
+# the report's defaults, which `run` and `submit` keep for a run at its end (keep_default_results)
+RESAMPLES = 500
+SEED = 0
+FRONTIER_METRIC = "ttft_ms"
+FRONTIER_PERCENTILE = 99.0
 
 
 def _clean(x: Any) -> Any:
@@ -216,16 +221,39 @@ def kept_frontier(
     )
 
 
+def curve_metrics(df: pd.DataFrame) -> tuple[str, ...]:
+    """The metrics of a run's percentile curves: a speech run's include its time to first
+    audio byte and real-time factor."""
+    return (*pc.DEFAULT_CURVES, *(("ttfab_ms", "audio_rtf") if has_audio(df) else ()))
+
+
+def keep_default_results(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    df: pd.DataFrame,
+    levels: pd.DataFrame,
+    chunks: m.ChunkArrays | None,
+) -> None:
+    """Compute and keep in the store (analysis.store.derived) the curves and frontier a report
+    of the ended run shows by default, so its first report or benchmark on any machine reads
+    them; what `run` and `submit` do at a run's end. Nothing for a run still changing."""
+    kept = derived.RunResults.of(conn, run_id)
+    if kept.prefix is None:
+        return
+    kept_curves(kept, df, chunks, curve_metrics(df), RESAMPLES, SEED)
+    kept_frontier(kept, df, levels, chunks, FRONTIER_METRIC, FRONTIER_PERCENTILE, RESAMPLES, SEED)
+
+
 def build_report(
     conn: psycopg.Connection[Any],
     run_id: str,
     *,
     claims: sla.ClaimsFile | None = None,
-    frontier_metric: str = "ttft_ms",
-    frontier_percentile: float = 99.0,
+    frontier_metric: str = FRONTIER_METRIC,
+    frontier_percentile: float = FRONTIER_PERCENTILE,
     bucket_s: float | None = None,
-    resamples: int = 500,
-    seed: int = 0,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
 ) -> dict[str, Any]:
     """Everything in the report for one stored run (JSON-safe). Latencies ms, rates per s."""
     run = load.load_run(conn, run_id)
@@ -236,12 +264,10 @@ def build_report(
     levels = load.load_levels(conn, run_id)
     shards = load.load_shards(conn, run_id)
     summary = kept_summary(conn, run, df, levels, chunks)
-    # a speech run's curves include its time to first audio byte and real-time factor
-    spoken = ("ttfab_ms", "audio_rtf") if has_audio(df) else ()
-    # an ended run's curves and frontier are kept on local disk (analysis.store.derived): a
-    # second report of the run reads them instead of computing them again
-    kept = derived.RunResults(run_id, fp)
-    curves = kept_curves(kept, df, chunks, (*pc.DEFAULT_CURVES, *spoken), resamples, seed)
+    # an ended run's curves and frontier are kept on local disk and in the store
+    # (analysis.store.derived): a later report of the run reads them instead of computing them
+    kept = derived.RunResults(run_id, fp, store=conn)
+    curves = kept_curves(kept, df, chunks, curve_metrics(df), resamples, seed)
     points = kept_frontier(
         kept, df, levels, chunks, frontier_metric, frontier_percentile, resamples, seed
     )
