@@ -262,14 +262,27 @@ def test_client_ttft_and_itl_agree_with_the_servers_timings(
     if rows and "server_decode_ms" in rows[0]:
         timed = [r for r in rows if r["server_decode_ms"] is not None]
         assert len(timed) == len(rows), f"{len(rows) - len(timed)} requests lack server timings"
+        whole = 0
         for r, span in zip(rows, spans, strict=True):
             ttft_ms = (r["first_token_ns"] - r["sent_ns"]) / 1e6
             if r.get("server_prefill_ms") is not None:
                 assert ttft_ms >= r["server_prefill_ms"] - 0.5, (ttft_ms, r["server_prefill_ms"])
-            assert abs(span - r["server_decode_ms"]) <= ITL_TOLERANCE * r["server_decode_ms"], (
-                span,
-                r["server_decode_ms"],
-            )
+            bound = ITL_TOLERANCE * r["server_decode_ms"]
+            assert span <= r["server_decode_ms"] + bound, (span, r["server_decode_ms"])
+            if one_delta_per_token(r):
+                whole += 1
+                assert span >= r["server_decode_ms"] - bound, (span, r["server_decode_ms"])
+        assert whole >= 0.8 * len(rows), f"{whole} of {len(rows)} answers had a delta per token"
+
+
+def one_delta_per_token(row: dict[str, Any]) -> bool:
+    """The server sent each generated token in a delta of its own, so the client's first and
+    last stamps are its first and last tokens. Not so where llama.cpp holds back a token
+    that ends inside a UTF-8 character (SmolLM2 writes an emoji as 3-4 byte tokens; seen in 3
+    of 196 answers here): a first delta of k tokens arrives when the k-th is generated, and
+    its first k - 1 decode steps (one of them may carry another slot's prefill: 250 ms on one
+    core) are the server's alone. Such a request's client span can only be shorter."""
+    return bool(row["client_tokens"] == row["usage_completion_tokens"])
 
 
 @pytest.mark.parametrize("transport", ["raw", "httpx"])
