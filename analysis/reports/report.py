@@ -39,6 +39,10 @@ RESAMPLES = 500
 SEED = 0
 FRONTIER_METRIC = "ttft_ms"
 FRONTIER_PERCENTILE = 99.0
+# the chunks from which a run's end keeps them: computing the curves and frontier took 50 ms at
+# 136 chunks, 0.24 s at 0.7M and 2.6-3.6 s at 127M here (bench/RESULTS.md, "Compression on a
+# Timescale-licensed server"), so below this a report computes them when asked
+KEEP_AT_END_MIN_CHUNKS = 1_000_000
 
 
 def _clean(x: Any) -> Any:
@@ -233,15 +237,21 @@ def keep_default_results(
     df: pd.DataFrame,
     levels: pd.DataFrame,
     chunks: m.ChunkArrays | None,
-) -> None:
+    min_chunks: int = KEEP_AT_END_MIN_CHUNKS,
+) -> bool:
     """Compute and keep in the store (analysis.store.derived) the curves and frontier a report
     of the ended run shows by default, so its first report or benchmark on any machine reads
-    them; what `run` and `submit` do at a run's end. Nothing for a run still changing."""
+    them; what `run` and `submit` do at a run's end, for a run of at least `min_chunks` chunks
+    (a smaller one's are computed when asked, in well under a second). False, and nothing kept,
+    for a smaller run or one still changing."""
+    if (chunks.offsets_us.size if chunks is not None else len(df)) < min_chunks:
+        return False
     kept = derived.RunResults.of(conn, run_id)
     if kept.prefix is None:
-        return
+        return False
     kept_curves(kept, df, chunks, curve_metrics(df), RESAMPLES, SEED)
     kept_frontier(kept, df, levels, chunks, FRONTIER_METRIC, FRONTIER_PERCENTILE, RESAMPLES, SEED)
+    return True
 
 
 def build_report(

@@ -84,7 +84,11 @@ def test_a_run_kept_at_its_end_is_reported_on_another_machine_without_computing(
     pg_conn.execute("DELETE FROM run_results")
     monkeypatch.setenv("PEAKLOAD_ANALYSIS_CACHE", str(tmp_path / "the-runner"))
     df, chunks = fastload.load_requests_fast(pg_conn, RID)
-    areport.keep_default_results(pg_conn, RID, df, load.load_levels(pg_conn, RID), chunks)
+    lv = load.load_levels(pg_conn, RID)
+    # a run this small is not kept at its end: a report computes its results in milliseconds
+    assert not areport.keep_default_results(pg_conn, RID, df, lv, chunks)
+    assert pg_conn.execute("SELECT count(*) FROM run_results").fetchone() == (0,)
+    assert areport.keep_default_results(pg_conn, RID, df, lv, chunks, min_chunks=0)
     names = pg_conn.execute("SELECT name FROM run_results ORDER BY name").fetchall()
     assert names == [("frontier_points",), ("percentile_curves",)]
     monkeypatch.setenv("PEAKLOAD_ANALYSIS_CACHE", str(tmp_path / "another-machine"))
