@@ -237,14 +237,15 @@ def keep_default_results(
     df: pd.DataFrame,
     levels: pd.DataFrame,
     chunks: m.ChunkArrays | None,
-    min_chunks: int = KEEP_AT_END_MIN_CHUNKS,
+    min_chunks: int | None = None,
 ) -> bool:
     """Compute and keep in the store (analysis.store.derived) the curves and frontier a report
     of the ended run shows by default, so its first report or benchmark on any machine reads
     them; what `run` and `submit` do at a run's end, for a run of at least `min_chunks` chunks
-    (a smaller one's are computed when asked, in well under a second). False, and nothing kept,
-    for a smaller run or one still changing."""
-    if (chunks.offsets_us.size if chunks is not None else len(df)) < min_chunks:
+    (default KEEP_AT_END_MIN_CHUNKS: a smaller one's are computed when asked, in well under a
+    second). False, and nothing kept, for a smaller run or one still changing."""
+    least = KEEP_AT_END_MIN_CHUNKS if min_chunks is None else min_chunks
+    if (chunks.offsets_us.size if chunks is not None else len(df)) < least:
         return False
     kept = derived.RunResults.of(conn, run_id)
     if kept.prefix is None:

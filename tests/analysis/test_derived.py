@@ -18,6 +18,7 @@ import pytest
 from analysis.reports import report as areport
 from analysis.store import derived, fastload, load
 from tests.analysis.storedata import insert_run, synthetic_run
+from ui import results
 
 RID = "00000000-0000-0000-0000-0000000000d1"
 
@@ -100,6 +101,25 @@ def test_a_run_kept_at_its_end_is_reported_on_another_machine_without_computing(
     # once read from the store, the result is on this machine's disk too
     monkeypatch.setattr(derived.RunResults, "_read_stored", _refuse)
     assert areport.build_report(pg_conn, RID) == computed
+
+
+@pytest.mark.integration
+def test_the_summary_run_prints_at_a_run_s_end_keeps_a_big_run_s_results(
+    pg_conn: psycopg.Connection[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ui.results.summarize_run (what `run` and `submit` print and exit by) keeps the results
+    of a run of KEEP_AT_END_MIN_CHUNKS chunks or more, and only those."""
+    insert_run(pg_conn, *synthetic_run(RID, regions=("eu",), fail_every=7, per_level=30))
+    monkeypatch.setenv("PEAKLOAD_ANALYSIS_CACHE", str(tmp_path))
+    url = pg_conn.peakload_url  # type: ignore[attr-defined]
+    chunks = fastload.load_requests_fast(pg_conn, RID)[1].offsets_us.size
+    monkeypatch.setattr(areport, "KEEP_AT_END_MIN_CHUNKS", chunks + 1)
+    results.summarize_run(RID, url)
+    assert pg_conn.execute("SELECT count(*) FROM run_results").fetchone() == (0,)
+    monkeypatch.setattr(areport, "KEEP_AT_END_MIN_CHUNKS", chunks)
+    results.summarize_run(RID, url)
+    names = pg_conn.execute("SELECT name FROM run_results ORDER BY name").fetchall()
+    assert names == [("frontier_points",), ("percentile_curves",)]
 
 
 @pytest.mark.integration
