@@ -37,9 +37,11 @@ def summarize_run(run_id: str, database_url: str | None = None) -> dict[str, Any
         requests, chunks = load_requests_fast(conn, run_id)
         levels = load_levels(conn, run_id)
         summary = level_summary(requests, levels, run, chunks=chunks)
-        # kept for the pages and reports that read it later (analysis.store.summaries): a
-        # finished run's is then one row, not a pass over every request
-        store_summary(conn, run, summary)
+        verdict = judge_run(run, requests, levels, chunks=chunks).to_json()
+        # kept, with the verdict, for the pages and reports that read them later
+        # (analysis.store.summaries): a finished run's are then one row, not a pass over every
+        # request
+        store_summary(conn, run, summary, verdict)
         # and the curves and frontier a report shows by default (analysis.store.derived): the
         # run's first report or page on any machine reads them instead of every chunk
         keep_default_results(conn, run_id, requests, levels, chunks)
@@ -48,7 +50,7 @@ def summarize_run(run_id: str, database_url: str | None = None) -> dict[str, Any
     summary["diagnosis"] = server["diagnosis"]
     summary["server_levels"] = {str(k): v for k, v in server["levels"].items()}
     summary["cost"] = run_cost(run, requests, summary["levels"])
-    summary["verdict"] = judge_run(run, requests, levels, chunks=chunks).to_json()
+    summary["verdict"] = verdict
     return summary
 
 

@@ -81,19 +81,57 @@ def load_summary(conn: psycopg.Connection[Any], run: Mapping[str, Any]) -> dict[
 
 
 def store_summary(
-    conn: psycopg.Connection[Any], run: Mapping[str, Any], summary: Mapping[str, Any]
+    conn: psycopg.Connection[Any],
+    run: Mapping[str, Any],
+    summary: Mapping[str, Any],
+    verdict: Mapping[str, Any] | None = None,
 ) -> bool:
-    """Keep `summary` (level_summary of `run`) under its key, replacing an older one; False, and
-    nothing written, for a run still changing."""
+    """Keep `summary` (level_summary of `run`) under its key, replacing an older one, and with
+    it `verdict` (judge_run's JSON) when given; a verdict already kept under the same key stays
+    when none is given. False, and nothing written, for a run still changing."""
     key = summary_key(run)
     if key is None:
         return False
     text = encode(summary)
     with conn.transaction():
         conn.execute(
-            "INSERT INTO run_summaries (run_id, summary_key, summary) VALUES (%s, %s, %s) "
-            "ON CONFLICT (run_id) DO UPDATE SET summary_key = EXCLUDED.summary_key, "
-            "summary = EXCLUDED.summary, computed_at = now()",
-            (str(run["run_id"]), key, text),
+            "INSERT INTO run_summaries (run_id, summary_key, summary, verdict) "
+            "VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (run_id) DO UPDATE SET summary = EXCLUDED.summary, computed_at = now(), "
+            "verdict = CASE WHEN EXCLUDED.verdict IS NULL "
+            "AND run_summaries.summary_key = EXCLUDED.summary_key "
+            "THEN run_summaries.verdict ELSE EXCLUDED.verdict END, "
+            "summary_key = EXCLUDED.summary_key",
+            (str(run["run_id"]), key, text, None if verdict is None else encode(verdict)),
         )
     return True
+
+
+def load_verdict(conn: psycopg.Connection[Any], run: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The verdict kept with `run`'s summary under its current key, or None."""
+    key = summary_key(run)
+    if key is None:
+        return None
+    row = conn.execute(
+        "SELECT verdict FROM run_summaries WHERE run_id = %s AND summary_key = %s "
+        "AND verdict IS NOT NULL",
+        (str(run["run_id"]), key),
+    ).fetchone()
+    return None if row is None else dict(json.loads(row[0]))
+
+
+def store_verdict(
+    conn: psycopg.Connection[Any], run: Mapping[str, Any], verdict: Mapping[str, Any]
+) -> bool:
+    """Keep `verdict` on the row of `run`'s summary kept under the same key; False, and
+    nothing written, when there is no such summary (the verdict rides on it) or the run is
+    still changing."""
+    key = summary_key(run)
+    if key is None:
+        return False
+    with conn.transaction():
+        cur = conn.execute(
+            "UPDATE run_summaries SET verdict = %s WHERE run_id = %s AND summary_key = %s",
+            (encode(verdict), str(run["run_id"]), key),
+        )
+    return cur.rowcount == 1

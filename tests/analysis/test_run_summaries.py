@@ -1,7 +1,8 @@
 """A finished run's summary kept in the store (analysis.store.summaries): read back it equals the
 summary computed from the requests, on both stores; it is found only under the key it was
 computed with (a run still running, a row landing later, other analysis code: none); and
-`peakload run`'s end (ui.results.summarize_run) keeps the one it printed."""
+`peakload run`'s end (ui.results.summarize_run) keeps the one it printed, and the verdict it
+exits with beside it, valid under the same key only."""
 
 from __future__ import annotations
 
@@ -136,3 +137,36 @@ def test_run_s_end_keeps_the_summary_it_printed(pg_conn: psycopg.Connection[Any]
     # the printed summary is level_summary plus what `run` adds (diagnosis, cost, verdict)
     assert set(printed) - set(kept) == {"diagnosis", "server_levels", "cost", "verdict"}
     assert same({k: printed[k] for k in kept}, kept)
+    # and the verdict it exits with, as printed
+    verdict = summaries.load_verdict(pg_conn, load_run(pg_conn, SWEEP))
+    assert verdict is not None and same(verdict, printed["verdict"])
+
+
+def test_a_kept_verdict_rides_on_its_summary_s_key(
+    pg_conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store_runs(pg_conn)
+    run = load_run(pg_conn, SWEEP)
+    verdict = {"exit_code": 0, "reason": "every criterion met", "criteria": [], "x": math.nan}
+    # no summary row: nothing to keep it on
+    assert not summaries.store_verdict(pg_conn, run, verdict)
+    assert summaries.load_verdict(pg_conn, run) is None
+    summary = computed(pg_conn, SWEEP)
+    assert summaries.store_summary(pg_conn, run, summary)
+    assert summaries.load_verdict(pg_conn, run) is None
+    assert summaries.store_verdict(pg_conn, run, verdict)
+    kept = summaries.load_verdict(pg_conn, run)
+    assert kept is not None and same(kept, verdict)
+    # the summary stored again under the same key (a report, a page): the verdict stays
+    assert summaries.store_summary(pg_conn, run, summary)
+    assert summaries.load_verdict(pg_conn, run) is not None
+    # other analysis code: not found; its summary stored without one clears the old verdict
+    monkeypatch.setattr(summaries, "code_version", lambda: "another")
+    assert summaries.load_verdict(pg_conn, run) is None
+    assert summaries.store_summary(pg_conn, run, summary)
+    monkeypatch.undo()
+    assert summaries.load_verdict(pg_conn, run) is None
+    row = pg_conn.execute("SELECT verdict FROM run_summaries WHERE run_id = %s", (SWEEP,))
+    assert row.fetchone() == (None,)
+    # a run still running keeps none
+    assert not summaries.store_verdict(pg_conn, {**run, "status": "running"}, verdict)

@@ -369,3 +369,30 @@ def test_run_page_shows_the_verdict_peakload_run_gave(
         )
     else:
         assert int(want.code) == 1 and line in [e.value for e in at.error]
+
+
+def test_run_page_reads_the_verdict_kept_with_the_summary(app_page: Page, app_env: UiStore) -> None:
+    """The verdict `peakload run` exits with is kept on its summary's row
+    (analysis.store.summaries); a page keeps the one it judges, and the next server reads that
+    row instead of judging every request again: a doctored reason in it shows on the page."""
+    import streamlit as st
+
+    rid = app_env.ids["failures"]
+    app_page("run", run=rid)
+    query = "SELECT verdict FROM run_summaries WHERE run_id = %s"
+    with psycopg.connect(app_env.url, autocommit=True) as conn:
+        row = conn.execute(query, (rid,)).fetchone()
+        assert row is not None and row[0] is not None, "the Run page did not keep its verdict"
+        doctored = json.loads(row[0])
+        doctored["reason"] = "a reason only the kept row holds"
+        conn.execute(
+            "UPDATE run_summaries SET verdict = %s WHERE run_id = %s", (json.dumps(doctored), rid)
+        )
+        try:
+            st.cache_data.clear()  # a new server: nothing computed in this process counts
+            at = app_page("run", run=rid)
+            alerts = [e.value for e in (*at.success, *at.error, *at.warning)]
+            assert any(v.endswith(": a reason only the kept row holds") for v in alerts), alerts
+        finally:
+            conn.execute("DELETE FROM run_summaries WHERE run_id = %s", (rid,))
+            st.cache_data.clear()

@@ -7,12 +7,14 @@ Results are cached with a TTL keyed by the run's version; every number comes fro
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import psycopg
 import streamlit as st
 
 from analysis import metrics as m
@@ -30,9 +32,12 @@ from analysis.store import buckets
 from analysis.store import load as al
 from analysis.store.imports import import_lines, load_import
 from analysis.store.probe import load_probe, probe_rows
+from analysis.store.summaries import load_verdict, store_verdict
 from analysis.verdicts.clusters import TOKEN_METRICS
 from analysis.verdicts.verdict import judge_run
 from ui.data import derive, shared
+
+_log = logging.getLogger(__name__)
 
 TIMELINE_SAMPLE = 40
 
@@ -54,12 +59,26 @@ def verdict(run_id: str) -> dict[str, Any]:
 
 @st.cache_data(ttl=shared.RESULT_TTL_S, show_spinner=False)
 def _verdict(run_id: str, version: str) -> dict[str, Any]:
+    """The verdict kept with the run's summary (analysis.store.summaries: `run` and `submit`
+    keep the one they exit with), else judged here and kept beside the summary the page keeps
+    (a failed write costs only that)."""
     row = shared.run(run_id)
+    with shared.store().conn() as c:
+        kept = load_verdict(c, row)
+    if kept is not None:
+        return kept
     slos = (row.get("spec") or {}).get("slos") or []
     # the chunk arrays only for a token-level SLO: the page reads them later, if at all
     arrays = shared.chunks(run_id) if any(s["metric"] in TOKEN_METRICS for s in slos) else None
     df = shared.requests(run_id)
-    return judge_run(row, df, shared.levels(run_id), chunks=arrays).to_json()
+    judged = judge_run(row, df, shared.levels(run_id), chunks=arrays).to_json()
+    shared.summary(run_id)  # the row the verdict is kept on (computed and kept, if need be)
+    try:
+        with shared.store().conn() as c:
+            store_verdict(c, row, judged)
+    except psycopg.Error as exc:
+        _log.warning("run %s: its verdict was not kept (%s)", run_id, exc)
+    return judged
 
 
 VERDICT_COLUMNS = ["claim", "n", "exceedances", "observed", "allowed", "confidence", "verdict"]
