@@ -78,16 +78,10 @@ class RunResults:
 
     @classmethod
     def of(
-        cls,
-        conn: psycopg.Connection[Any],
-        run_id: str,
-        directory: Path | None = None,
-        *,
-        rows: int | None = None,
+        cls, conn: psycopg.Connection[Any], run_id: str, directory: Path | None = None
     ) -> RunResults:
-        """The results of `run_id` as read over `conn`, the store's tier read over it too.
-        `rows`: the run's request count when the caller has it (analysis.store.cache)."""
-        return cls(run_id, fingerprint(conn, run_id, rows=rows), directory, store=conn)
+        """The results of `run_id` as read over `conn`, the store's tier read over it too."""
+        return cls(run_id, fingerprint(conn, run_id), directory, store=conn)
 
     def path(self, name: str, params: Mapping[str, Any]) -> Path | None:
         if self.prefix is None:
