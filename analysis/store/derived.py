@@ -99,7 +99,8 @@ class RunResults:
                 return pd.read_parquet(path)
             except Exception as exc:  # a damaged or foreign file: computed again below
                 _log.warning("analysis results: %s unreadable (%s), computed again", path, exc)
-        data = self._read_stored(name, params)
+        digest = _digest(dict(params))  # the row's `params`, as in the file's name
+        data = self._read_stored(name, digest)
         if data is not None:
             try:
                 frame = pd.read_parquet(io.BytesIO(data))
@@ -112,10 +113,10 @@ class RunResults:
         data = _parquet(frame, name)
         if data is not None:
             self._write(path, data)
-            self._store(name, params, data)
+            self._store(name, digest, data)
         return frame
 
-    def _read_stored(self, name: str, params: Mapping[str, Any]) -> bytes | None:
+    def _read_stored(self, name: str, digest: str) -> bytes | None:
         if self.store is None:
             return None
         try:
@@ -123,14 +124,14 @@ class RunResults:
                 row = self.store.execute(
                     "SELECT frame FROM run_results WHERE run_id = %s AND name = %s "
                     "AND params = %s AND result_key = %s",
-                    (self.run_id, name, _digest(dict(params)), self.store_key),
+                    (self.run_id, name, digest, self.store_key),
                 ).fetchone()
         except psycopg.Error as exc:  # a store migrated before 0260, or one that refuses us
             _log.warning("analysis results: stored %s not read (%s)", name, exc)
             return None
         return None if row is None else bytes(row[0])
 
-    def _store(self, name: str, params: Mapping[str, Any], data: bytes) -> None:
+    def _store(self, name: str, digest: str, data: bytes) -> None:
         if self.store is None:
             return
         try:
@@ -140,7 +141,7 @@ class RunResults:
                     "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (run_id, name, params) DO UPDATE "
                     "SET result_key = EXCLUDED.result_key, frame = EXCLUDED.frame, "
                     "computed_at = now()",
-                    (self.run_id, name, _digest(dict(params)), self.store_key, data),
+                    (self.run_id, name, digest, self.store_key, data),
                 )
         except psycopg.Error as exc:  # a read-only role, a store migrated before 0260
             _log.warning("analysis results: %s not stored (%s)", name, exc)
